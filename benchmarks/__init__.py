@@ -1,0 +1,1 @@
+"""Benchmarks: run each module as a script (python -m benchmarks.<name>)."""

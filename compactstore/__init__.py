@@ -1,0 +1,55 @@
+"""compactstore: a context-compaction store for LLM agents.
+
+Conversations live in SQL tables; every compaction is one transaction you can audit,
+roll back and replay. Start with :meth:`CompactStore.open`.
+"""
+
+from compactstore.errors import (
+    CompactStoreError,
+    ConflictError,
+    DatabaseError,
+    InvalidInputError,
+    InvalidMessageError,
+    NotFoundError,
+    SchemaError,
+    SummarizerError,
+)
+from compactstore.models import (
+    BreakerState,
+    CompactBoundary,
+    CompactionConfig,
+    CompactionResult,
+    CompactionStep,
+    CompactStrategy,
+    CompactTrigger,
+    MemoryEntry,
+    SessionInfo,
+)
+from compactstore.store import CompactStore, Session
+from compactstore.tokens import estimate_tokens
+
+__all__ = [
+    "BreakerState",
+    "CompactBoundary",
+    "CompactStore",
+    "CompactStoreError",
+    "CompactStrategy",
+    "CompactTrigger",
+    "CompactionConfig",
+    "CompactionResult",
+    "CompactionStep",
+    "ConflictError",
+    "DatabaseError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "MemoryEntry",
+    "NotFoundError",
+    "SchemaError",
+    "Session",
+    "SessionInfo",
+    "SummarizerError",
+    "__version__",
+    "estimate_tokens",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,130 @@
+"""Store-wide statistics for operators (``compactstore stats``).
+
+Everything here is read in one snapshot with SQLAlchemy Core over the tables of
+:mod:`compactstore.db.schema`; nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from compactstore.db import schema
+from compactstore.db.engine import read_tx, sqlite_path
+from compactstore.store import CompactStore
+
+__all__ = ["StoreStats", "store_stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts and sizes of everything a store holds."""
+
+    location: str
+    backend: str
+    sessions: int
+    messages: int
+    message_tokens: int
+    compactions: int
+    compactions_rolled_back: int
+    # Recorded compactions per strategy; "none" counts attempts that did nothing (failures).
+    compactions_by_strategy: dict[str, int] = field(default_factory=dict)
+    boundaries_live: int = 0
+    boundaries_rolled_back: int = 0
+    blobs: int = 0
+    blob_bytes: int = 0
+    memory_entries: int = 0
+    # SQLite only: size of the database file and of its write-ahead log (None elsewhere).
+    db_file_bytes: int | None = None
+    wal_file_bytes: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The documented JSON shape of ``compactstore stats --json``."""
+        return {
+            "location": self.location,
+            "backend": self.backend,
+            "sessions": self.sessions,
+            "messages": {"count": self.messages, "tokens": self.message_tokens},
+            "compactions": {
+                "total": self.compactions,
+                "rolled_back": self.compactions_rolled_back,
+                "by_strategy": dict(self.compactions_by_strategy),
+            },
+            "boundaries": {
+                "live": self.boundaries_live,
+                "rolled_back": self.boundaries_rolled_back,
+            },
+            "blobs": {"count": self.blobs, "bytes": self.blob_bytes},
+            "memory_entries": self.memory_entries,
+            "db_file_bytes": self.db_file_bytes,
+            "wal_file_bytes": self.wal_file_bytes,
+        }
+
+
+def _count(connection: Connection, table: Any, *where: Any) -> int:
+    return int(
+        connection.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+    )
+
+
+def _read(connection: Connection) -> dict[str, Any]:
+    messages, tokens = connection.execute(
+        select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
+    ).one()
+    by_strategy = {
+        str(strategy or "none"): int(count)
+        for strategy, count in connection.execute(
+            select(schema.compactions.c.strategy, func.count())
+            .group_by(schema.compactions.c.strategy)
+            .order_by(schema.compactions.c.strategy)
+        )
+    }
+    blobs, blob_bytes = connection.execute(
+        select(func.count(), func.coalesce(func.sum(schema.tool_result_blobs.c.size), 0))
+    ).one()
+    boundaries = schema.compact_boundaries
+    return {
+        "sessions": _count(connection, schema.sessions),
+        "messages": int(messages),
+        "message_tokens": int(tokens),
+        "compactions": sum(by_strategy.values()),
+        "compactions_rolled_back": _count(
+            connection, schema.compactions, schema.compactions.c.rolled_back_at.is_not(None)
+        ),
+        "compactions_by_strategy": by_strategy,
+        "boundaries_live": _count(connection, boundaries, boundaries.c.rolled_back_at.is_(None)),
+        "boundaries_rolled_back": _count(
+            connection, boundaries, boundaries.c.rolled_back_at.is_not(None)
+        ),
+        "blobs": int(blobs),
+        "blob_bytes": int(blob_bytes),
+        "memory_entries": _count(connection, schema.memory_entries),
+    }
+
+
+def store_stats(store: CompactStore) -> StoreStats:
+    """Count sessions, messages, compactions, boundaries, blobs and memory of a store.
+
+    Args:
+        store: an open store.
+
+    Returns:
+        The counts, read in one consistent snapshot, and the file sizes for SQLite.
+    """
+    with read_tx(store.engine) as connection:
+        counts = _read(connection)
+    db_bytes = wal_bytes = None
+    path = sqlite_path(store.engine.url.render_as_string(hide_password=False))
+    if path is not None:
+        db_bytes = path.stat().st_size if path.exists() else 0
+        wal = path.with_name(path.name + "-wal")
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
+    return StoreStats(
+        location=store.location,
+        backend=store.engine.dialect.name,
+        db_file_bytes=db_bytes,
+        wal_file_bytes=wal_bytes,
+        **counts,
+    )

@@ -1,0 +1,252 @@
+"""The active context: what the model is sent, rebuilt from rows, as engines see it.
+
+An engine receives an :class:`ActiveContext` and returns an outcome; it never sees the
+database. The context is ``head`` (pinned messages before the kept part, then the
+boundary's summary) followed by ``kept`` (messages from the boundary's first kept seq on,
+with live edits applied and synthetic error results for crash-orphaned tool calls).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from compactstore.formats import MessageFormat, ToolCall, ToolResult
+from compactstore.formats.base import Kind, storage_json
+from compactstore.models import CompactionConfig
+from compactstore.tokens import TokenCounter
+
+__all__ = [
+    "SYNTHETIC_RESULT_TEXT",
+    "ActiveContext",
+    "BoundaryInfo",
+    "ContextMessage",
+    "MessageState",
+    "legal_cuts",
+    "pairing_problems",
+]
+
+MessageState = Literal[
+    "original", "persisted", "cleared", "deduplicated", "summary", "pinned", "synthetic"
+]
+
+SYNTHETIC_RESULT_TEXT = (
+    "[Tool call interrupted: no result was recorded for this call. "
+    "The tool may or may not have run.]"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    """One message of the active context, with what engines need to know about it."""
+
+    seq: int | None  # None for the summary and synthetic results, which are not in the log
+    message: dict[str, Any]  # parsed once for the engines; never handed to callers
+    payload: str  # the message as stored; callers get a fresh copy decoded from it
+    tokens: int
+    kind: Kind
+    state: MessageState
+    calls: tuple[ToolCall, ...] = ()
+    results: tuple[ToolResult, ...] = ()
+    created_at: float | None = None
+    # Tool-use ids of results in this message already persisted or cleared by a compaction.
+    edited_ids: frozenset[str] = frozenset()
+
+    @property
+    def pinned(self) -> bool:
+        return self.state == "pinned"
+
+    @classmethod
+    def build(
+        cls,
+        fmt: MessageFormat,
+        message: dict[str, Any],
+        *,
+        tokens: int,
+        seq: int | None,
+        state: MessageState,
+        payload: str | None = None,
+        created_at: float | None = None,
+        edited_ids: frozenset[str] = frozenset(),
+    ) -> ContextMessage:
+        return cls(
+            seq=seq,
+            message=message,
+            payload=storage_json(message) if payload is None else payload,
+            tokens=tokens,
+            kind=fmt.kind(message),
+            state=state,
+            calls=tuple(fmt.tool_calls(message)),
+            results=tuple(fmt.tool_results(message)),
+            created_at=created_at,
+            edited_ids=edited_ids,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryInfo:
+    """The live boundary the context was rebuilt from."""
+
+    id: int
+    first_kept_seq: int
+    summary_text: str
+    summary_state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActiveContext:
+    """The active context of one session at one moment."""
+
+    session_id: str
+    fmt: MessageFormat
+    context_window: int
+    config: CompactionConfig
+    count_tokens: TokenCounter
+    head: tuple[ContextMessage, ...]
+    kept: tuple[ContextMessage, ...]
+    boundary: BoundaryInfo | None = None
+    last_seq: int = -1
+    usage_offset: int = 0
+    token_factor: float | None = None
+
+    @property
+    def items(self) -> tuple[ContextMessage, ...]:
+        return self.head + self.kept
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages to send to the model, in order (fresh copies the caller may change)."""
+        return [json.loads(item.payload) for item in self.items]
+
+    def answered(self) -> ActiveContext:
+        """This context with a synthetic error result after every crash-orphaned tool call.
+
+        A call with no result that a later user, assistant or system message follows (the
+        agent crashed mid-tool) would make the API refuse the request; the calls of the
+        newest assistant turn, followed by tool results only, may still be running.
+        """
+        kept = [item for item in self.kept if item.state != "synthetic"]
+        answered = {result.tool_use_id for item in kept for result in item.results}
+        # Calls of the newest non-tool message (the newest assistant turn) may still be running.
+        newest = max((i for i, item in enumerate(kept) if item.kind != "tool"), default=-1)
+        out: list[ContextMessage] = []
+        for index, item in enumerate(kept):
+            out.append(item)
+            if index >= newest or not item.calls:
+                continue
+            orphans = [call for call in item.calls if call.id not in answered]
+            if not orphans:
+                continue
+            for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT):
+                out.append(
+                    ContextMessage.build(
+                        self.fmt,
+                        message,
+                        tokens=self.message_tokens(message),
+                        seq=None,
+                        state="synthetic",
+                    )
+                )
+        return replace(self, kept=tuple(out))
+
+    @property
+    def factor(self) -> float:
+        """Learnt correction factor, else the configured default."""
+        return self.token_factor if self.token_factor is not None else self.config.token_factor
+
+    def usage_of(self, items: Iterable[ContextMessage]) -> int:
+        """Estimated prompt tokens of a list of context messages (SPEC §6)."""
+        raw = sum(item.tokens for item in items)
+        return self.config.fixed_overhead_tokens + round(self.factor * raw) + self.usage_offset
+
+    @property
+    def usage(self) -> int:
+        return self.usage_of(self.items)
+
+    def message_tokens(self, message: dict[str, Any]) -> int:
+        """Raw token estimate of one message, as stored with it."""
+        return self.count_tokens(self.fmt.token_text(message))
+
+    @property
+    def summary(self) -> ContextMessage | None:
+        return next((item for item in self.head if item.state == "summary"), None)
+
+    def with_kept(self, kept: Sequence[ContextMessage]) -> ActiveContext:
+        """The same context with the kept part replaced (edits applied by an engine)."""
+        return replace(self, kept=tuple(kept))
+
+    def cut(self, index: int, summary_text: str) -> ActiveContext:
+        """The context after summarising kept[:index] into a new summary message.
+
+        Pinned messages before the cut move to the head, in log order, before the summary.
+        """
+        removed_part = self.kept[:index]
+        pinned = [item for item in self.head if item.state != "summary"]
+        pinned.extend(item for item in removed_part if item.pinned)
+        message = self.fmt.summary_message(summary_text)
+        summary = ContextMessage.build(
+            self.fmt, message, tokens=self.message_tokens(message), seq=None, state="summary"
+        )
+        return replace(self, head=(*pinned, summary), kept=self.kept[index:])
+
+    @property
+    def first_kept_seq(self) -> int:
+        """Seq where the kept part starts (one past the log when nothing is kept)."""
+        return next((item.seq for item in self.kept if item.seq is not None), self.last_seq + 1)
+
+    def tool_names(self) -> dict[str, str]:
+        """Tool name of every call in the context, by tool-use id."""
+        return {call.id: call.name for item in self.items for call in item.calls}
+
+
+def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
+    """Why these messages would be refused by an API that pairs tool calls with results.
+
+    Every result must follow its call (matched by id); every call must have a result,
+    except those of the newest assistant turn while only tool results follow it (they may
+    still be running). Empty when the context is valid.
+    """
+    problems: list[str] = []
+    open_calls: dict[str, int] = {}
+    answered: set[str] = set()
+    newest = max((i for i, it in enumerate(items) if it.kind != "tool"), default=-1)
+    for index, item in enumerate(items):
+        for result in item.results:
+            if result.tool_use_id not in open_calls:
+                problems.append(f"result for {result.tool_use_id!r} has no earlier call")
+            elif result.tool_use_id in answered:
+                problems.append(f"call {result.tool_use_id!r} has two results")
+            answered.add(result.tool_use_id)
+        for call in item.calls:
+            open_calls[call.id] = index
+    for call_id, index in open_calls.items():
+        if call_id not in answered and index < newest:
+            problems.append(f"call {call_id!r} has no result")
+    return problems
+
+
+def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
+    """For each index i (0..len), whether starting a context at items[i] keeps pairs whole.
+
+    A cut at i is legal when no tool call before i has its result at or after i.
+    Computed once in O(n) and shared by every stage that cuts.
+    """
+    position: dict[str, int] = {}
+    for index, item in enumerate(items):
+        for call in item.calls:
+            position[call.id] = index
+    # spans[i] counts the pairs open across the gap just before index i.
+    delta = [0] * (len(items) + 2)
+    for index, item in enumerate(items):
+        for result in item.results:
+            start = position.get(result.tool_use_id)
+            if start is not None and start < index:
+                delta[start + 1] += 1
+                delta[index + 1] -= 1
+    legal: list[bool] = []
+    open_pairs = 0
+    for index in range(len(items) + 1):
+        open_pairs += delta[index]
+        legal.append(open_pairs == 0)
+    return legal

@@ -1,0 +1,1 @@
+"""Database layer: engine setup, table shapes, migrations and queries."""

@@ -1,0 +1,135 @@
+"""Engines and transactions: SQLite pragmas, BEGIN IMMEDIATE for writers, retries on busy.
+
+SQLite follows SQLAlchemy's documented pysqlite recipe: the driver's own transaction
+handling is switched off on connect and the ``begin`` event emits BEGIN itself, so a write
+transaction takes the write lock up front (BEGIN IMMEDIATE) and two processes writing one
+session queue up instead of failing half-way. PostgreSQL writers lock the session row.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from compactstore.errors import InvalidInputError
+
+__all__ = [
+    "create_engine_for",
+    "normalize_url",
+    "read_tx",
+    "sqlite_path",
+    "with_retry",
+    "write_tx",
+]
+
+_WRITE = "compactstore_write"
+BUSY_TIMEOUT_MS = 30_000
+T = TypeVar("T")
+
+
+def normalize_url(db: str | os.PathLike[str]) -> str:
+    """Turn a file path or SQLAlchemy URL into a URL (paths become sqlite:/// URLs)."""
+    raw = os.fspath(db)
+    if not raw.strip():
+        raise InvalidInputError("database location is empty: give a file path or a URL")
+    if "://" not in raw:
+        return "sqlite:///" + str(Path(raw).expanduser().resolve())
+    try:
+        url = make_url(raw)
+    except ArgumentError as exc:
+        raise InvalidInputError(f"not a database URL: {raw!r} ({exc})") from None
+    if url.drivername == "postgresql":
+        # psycopg 3 is the supported driver; plain postgresql:// would ask for psycopg2.
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL, or None for other backends and in-memory SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def create_engine_for(url: str) -> Engine:
+    """An Engine with compactstore's connection setup for the URL's backend."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        # Conversations are private: create the file readable by its owner only
+        # (SQLite gives its -wal and -shm files the same mode).
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    if make_url(url).get_backend_name() == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+        _setup_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _setup_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event decide how transactions start (pysqlite recipe).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # WAL: readers never block the writer and a crash mid-write leaves the file intact.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # Foreign keys are off by default in SQLite; the schema relies on them.
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # NORMAL is crash-safe in WAL mode and avoids an fsync per commit.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        # Wait for a competing writer instead of failing with 'database is locked'.
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        # Writers take the write lock before reading, so read-modify-write cannot interleave.
+        immediate = connection.get_execution_options().get(_WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def write_tx(engine: Engine) -> Iterator[Connection]:
+    """One write transaction: committed when the block ends, rolled back if it raises."""
+    with engine.connect() as connection:
+        connection.execution_options(**{_WRITE: True})
+        with connection.begin():
+            yield connection
+
+
+@contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    """One consistent snapshot for reads that take several queries."""
+    with engine.connect() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        with connection.begin():
+            yield connection
+
+
+def _is_busy(exc: OperationalError) -> bool:
+    text = str(exc.orig).lower()
+    return "database is locked" in text or "database is busy" in text or "deadlock" in text
+
+
+def with_retry(fn: Callable[[], T], *, attempts: int = 8) -> T:
+    """Run a whole transaction again, with bounded jittered backoff, when the DB is busy."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except OperationalError as exc:
+            if not _is_busy(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")

@@ -1,0 +1,237 @@
+"""Table shapes. The history of these shapes lives in migrations/; a test keeps both in step.
+
+Timestamps are epoch seconds (float) so a replay sees exactly the `now` it was given;
+the `compaction_history` view shows them readable. JSON columns hold text written once
+by the store (messages verbatim, lists of seqs and ids), so SQL users can read them with
+json_each / ::jsonb.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+__all__ = [
+    "breaker_state",
+    "compact_boundaries",
+    "compactions",
+    "memory_entries",
+    "message_edits",
+    "messages",
+    "metadata",
+    "read_dedup_entries",
+    "sessions",
+    "tool_calls",
+    "tool_result_blobs",
+]
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+SESSION_ID = String(255)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", SESSION_ID, primary_key=True),
+    Column("format", String(32), nullable=False),
+    Column("context_window", Integer, nullable=False),
+    Column("config", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    # Seq of the original request (the first user message), pinned for ever.
+    Column("request_seq", Integer),
+    # Bumped by every write, so readers can tell whether what they hold is current.
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    # Bumped by every write that changes the active context other than by appending
+    # (compaction, rollback, config): a cached context survives appends only.
+    Column("context_version", Integer, nullable=False, server_default=text("0")),
+    Column("last_seq", Integer, nullable=False, server_default=text("-1")),
+    # Calibration against real counts (SPEC §6): usage = estimate x factor + offset.
+    Column("token_factor", Float),
+    Column("usage_offset", Integer, nullable=False, server_default=text("0")),
+    Column("real_tokens", Integer),
+    Column("real_estimate", Integer),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("role", String(32), nullable=False),
+    # system / user / assistant / tool (a message carrying only tool results), whatever the
+    # format calls it: pairing checks and SQL audits need it without parsing payloads.
+    Column("kind", String(16), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    # 'system' (leading system message), 'request' (first user message), 'user' (pinned=True).
+    Column("pinned", String(16)),
+    # Seq of the message whose content a read-dedup stub in this one points at.
+    Column("dedup_of_seq", Integer),
+)
+# Pinned messages before a boundary are fetched on their own at every rebuild.
+Index("ix_messages_pinned", messages.c.session_id, messages.c.pinned, messages.c.seq)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("tool_use_id", String(255), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("call_seq", Integer, nullable=False),
+    Column("result_seq", Integer),
+)
+
+compact_boundaries = Table(
+    "compact_boundaries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
+    Column("trigger", String(32), nullable=False),
+    Column("strategy", String(32), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("tokens_before", Integer, nullable=False),
+    Column("tokens_after", Integer, nullable=False),
+    Column("messages_removed", Integer, nullable=False),
+    Column("first_kept_seq", Integer, nullable=False),
+    Column("last_kept_seq", Integer),
+    Column("summary_text", Text, nullable=False),
+    Column("summary_message", Text, nullable=False),
+    Column("summary_tokens", Integer, nullable=False),
+    # What the rule-based summary carries forward (request, topics, tools, files, errors),
+    # so the next compaction folds it in exactly instead of re-reading prose.
+    Column("summary_state", Text, nullable=False),
+    Column("parent_id", Integer, ForeignKey("compact_boundaries.id")),
+    Column("rolled_back_at", Float),
+)
+Index(
+    "ix_compact_boundaries_live",
+    compact_boundaries.c.session_id,
+    compact_boundaries.c.rolled_back_at,
+    compact_boundaries.c.id,
+)
+
+compactions = Table(
+    "compactions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
+    Column("trigger", String(32)),
+    Column("strategy", String(32)),
+    Column("success", Boolean, nullable=False),
+    Column("tokens_before", Integer, nullable=False),
+    Column("tokens_after", Integer, nullable=False),
+    Column("tokens_freed", Integer, nullable=False),
+    Column("summary_text", Text, nullable=False),
+    Column("boundary_id", Integer, ForeignKey("compact_boundaries.id")),
+    Column("created_at", Float, nullable=False),
+    Column("steps", Text, nullable=False),
+    Column("config", Text, nullable=False),
+    # What was lost: seqs that left the active context, results cleared or persisted, blobs.
+    Column("removed_seqs", Text, nullable=False),
+    Column("cleared_tool_use_ids", Text, nullable=False),
+    Column("blob_ids", Text, nullable=False),
+    Column("instructions", Text),
+    Column("error", Text),
+    # The compaction this one replays (sess.replay(..., apply=True)).
+    Column("replay_of", Integer, ForeignKey("compactions.id")),
+    # Everything besides the log and `config` that the engines saw (last seq, memory,
+    # counters, next blob id), so replay can rebuild the same input.
+    Column("inputs", Text, nullable=False),
+    Column("rolled_back_at", Float),
+    # The newest compaction id of the session when this one was rolled back: replay uses it
+    # to tell which edits were live when a later compaction ran.
+    Column("rolled_back_after", Integer),
+)
+Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
+
+message_edits = Table(
+    "message_edits",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("compaction_id", Integer, ForeignKey("compactions.id"), nullable=False),
+    # 'persisted' (preview stub of a blob) or 'cleared' (microcompact placeholder).
+    Column("kind", String(16), nullable=False),
+    Column("tool_use_ids", Text, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    ForeignKeyConstraint(
+        ["session_id", "seq"], ["messages.session_id", "messages.seq"], name="fk_message_edits_msg"
+    ),
+)
+Index("ix_message_edits_session_seq", message_edits.c.session_id, message_edits.c.seq)
+
+tool_result_blobs = Table(
+    "tool_result_blobs",
+    metadata,
+    # Blob ids count per session, so the id a preview names is known before the insert and
+    # a blob can only ever be addressed through its own session.
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, nullable=False),
+    Column("tool_use_id", String(255), nullable=False),
+    Column("tool_name", String(255), nullable=False),
+    Column("compaction_id", Integer, ForeignKey("compactions.id"), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("content", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+    ForeignKeyConstraint(
+        ["session_id", "seq"], ["messages.session_id", "messages.seq"], name="fk_blobs_msg"
+    ),
+)
+
+read_dedup_entries = Table(
+    "read_dedup_entries",
+    metadata,
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("file_path", Text, primary_key=True),
+    Column("content_hash", String(32), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+breaker_state = Table(
+    "breaker_state",
+    metadata,
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    Column("tripped", Boolean, nullable=False, server_default=text("false")),
+    Column("reactive_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_microcompact_at", Float, nullable=False),
+)
+
+memory_entries = Table(
+    "memory_entries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
+    Column("scope", String(32), nullable=False, server_default=text("'session'")),
+    Column("kind", String(32), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_memory_entries_session", memory_entries.c.session_id, memory_entries.c.id)

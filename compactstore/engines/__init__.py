@@ -1,0 +1,1 @@
+"""Pure compaction engines: (active context, config, now) -> outcome. No I/O here."""

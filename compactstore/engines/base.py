@@ -1,0 +1,155 @@
+"""What engines receive besides the context, and what they return.
+
+An engine is a pure function of (active context, config, now, inputs) -> StageResult.
+It reads no clock, touches no database and commits nothing: the store writes the
+result's edits, blobs and cut, which is what makes replay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from compactstore.context import ActiveContext, ContextMessage
+from compactstore.models import CompactStrategy, CompactTrigger
+
+__all__ = [
+    "Cut",
+    "Edit",
+    "EngineInputs",
+    "NewBlob",
+    "StageResult",
+    "Summarizer",
+    "nearest_legal_cut",
+]
+
+
+class Summarizer(Protocol):
+    """Replaces the rule-based summary, e.g. with an LLM call.
+
+    Receives the messages being removed, the previous boundary's summary (or None) and the
+    instructions given to ``compact()``; returns the summary text. Raising any exception
+    falls back to the rule-based summary, except SummarizerError, which aborts the call.
+    """
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInputs:
+    """Stored state an engine may need, loaded by the store in the same transaction."""
+
+    now: float
+    next_blob_id: int = 1
+    memory_text: str = ""
+    memory_count: int = 0
+    last_microcompact_at: float = 0.0
+    consecutive_failures: int = 0
+    tripped: bool = False
+    reactive_attempts: int = 0
+    summary_state: dict[str, Any] = field(default_factory=dict)
+    summarizer: Summarizer | None = None
+    instructions: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """New content for one message of the kept part (its original stays in the log)."""
+
+    seq: int
+    kind: Literal["persisted", "cleared"]
+    tool_use_ids: tuple[str, ...]
+    message: dict[str, Any]
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewBlob:
+    """A tool result persisted whole, under a per-session id chosen by the engine."""
+
+    id: int
+    seq: int
+    tool_use_id: str
+    tool_name: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A new boundary: everything before first_kept_seq is summarised."""
+
+    first_kept_seq: int
+    last_kept_seq: int | None
+    summary_text: str
+    summary_state: dict[str, Any]
+    removed_seqs: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls,
+        after: ActiveContext,
+        removed: Sequence[ContextMessage],
+        summary_text: str,
+        summary_state: dict[str, Any],
+    ) -> Cut:
+        """The cut that produced ``after`` by summarising ``removed``."""
+        return cls(
+            first_kept_seq=after.first_kept_seq,
+            last_kept_seq=after.last_seq if after.kept else None,
+            summary_text=summary_text,
+            summary_state=summary_state,
+            removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """One stage's outcome. ``context`` is the context after it (unchanged on failure)."""
+
+    strategy: CompactStrategy
+    trigger: CompactTrigger
+    success: bool
+    context: ActiveContext
+    tokens_before: int
+    tokens_after: int
+    edits: tuple[Edit, ...] = ()
+    blobs: tuple[NewBlob, ...] = ()
+    cut: Cut | None = None
+    detail: str = ""
+    acted: bool = True  # False when the stage decided it had nothing to do
+
+    @property
+    def tokens_freed(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def effective(self) -> bool:
+        return self.success and self.tokens_freed > 0
+
+
+def nearest_legal_cut(legal: Sequence[bool], index: int, *, highest: int) -> int | None:
+    """The legal cut closest to ``index``, preferring earlier ones (keep more, never split).
+
+    A cut at i removes the messages before i; ``highest`` bounds how much may go (so a
+    stage's minimum tail is always kept). None when no legal cut in 1..highest exists.
+    """
+    highest = min(highest, len(legal) - 1)
+    index = max(1, min(index, highest))
+    for candidate in range(index, 0, -1):
+        if legal[candidate]:
+            return candidate
+    for candidate in range(index + 1, highest + 1):
+        if legal[candidate]:
+            return candidate
+    return None
+
+
+def removable(items: Sequence[ContextMessage]) -> list[int]:
+    """Indexes of the messages a cut may remove (everything but pins and the summary)."""
+    return [i for i, item in enumerate(items) if not item.pinned]

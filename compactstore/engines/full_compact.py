@@ -1,0 +1,209 @@
+"""Stage 6b, full compact (SPEC §5.6): a rule-based structured summary, no LLM needed.
+
+The summary keeps the original request verbatim, topics, tools used, files touched and
+errors, and is cumulative: the previous boundary's summary state is folded in, so the
+original request and the file list survive any number of compactions. The newest third
+of the kept messages (at most ``full_compact_max_tail_messages``) stays verbatim; the cut
+moves so no tool call is separated from its result. A ``summarizer`` may write the text
+instead; when it raises, the rule-based summary is used and the step says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from compactstore.context import ActiveContext, ContextMessage, legal_cuts
+from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
+from compactstore.errors import SummarizerError
+from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
+
+__all__ = ["continuing", "fold_state", "original_request", "render_state", "run", "summarise"]
+
+# Tool-call input keys that name a file the tool read or wrote.
+FILE_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file")
+
+
+def original_request(context: ActiveContext) -> str | None:
+    """Text of the first user message (pinned, so it is always in the context)."""
+    for item in context.items:
+        if item.pinned and context.fmt.is_request(item.message):
+            return context.fmt.text(item.message)
+    return None
+
+
+def _files_of(item: ContextMessage) -> list[str]:
+    files: list[str] = []
+    for call in item.calls:
+        arguments: Any = call.input
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                continue
+        if isinstance(arguments, dict):
+            for key in FILE_KEYS:
+                value = arguments.get(key)
+                if isinstance(value, str) and value.strip():
+                    files.append(value.strip())
+    return files
+
+
+def _is_error(text: str, flagged: bool) -> bool:
+    return flagged or text.startswith("Error: ")
+
+
+def continuing(state: dict[str, Any]) -> dict[str, Any]:
+    """The state to fold into when a second cut continues the same compaction call."""
+    return {**state, "compactions": int(state.get("compactions", 1)) - 1}
+
+
+def fold_state(
+    previous: dict[str, Any],
+    removed: Sequence[ContextMessage],
+    context: ActiveContext,
+) -> dict[str, Any]:
+    """The summary state after summarising ``removed`` on top of ``previous``."""
+    config = context.config
+    fmt = context.fmt
+    request = original_request(context) or previous.get("original_request")
+    topics: list[str] = list(previous.get("topics", []))
+    tools: set[str] = set(previous.get("tools", []))
+    files: list[str] = list(previous.get("files", []))
+    errors: list[str] = list(previous.get("errors", []))
+    for item in removed:
+        if fmt.is_request(item.message):
+            text = " ".join(fmt.text(item.message).split())
+            if text and text != " ".join((request or "").split()):
+                topics.append(text[: config.summary_topic_chars])
+        for call in item.calls:
+            tools.add(call.name)
+        for path in _files_of(item):
+            if path in files:
+                files.remove(path)
+            files.append(path)  # newest last
+        for result in item.results:
+            if _is_error(result.text, result.is_error):
+                errors.append(" ".join(result.text.split())[: config.summary_error_chars])
+    return {
+        "original_request": request,
+        "topics": topics[-config.summary_max_topics :] if config.summary_max_topics else [],
+        "tools": sorted(tools),
+        "files": files[-config.summary_max_files :] if config.summary_max_files else [],
+        "errors": errors[-config.summary_max_errors :] if config.summary_max_errors else [],
+        "compactions": int(previous.get("compactions", 0)) + 1,
+        "messages_removed": int(previous.get("messages_removed", 0)) + len(removed),
+    }
+
+
+def render_state(state: dict[str, Any], config: CompactionConfig) -> str:
+    """The sections of a rule-based summary, without its header line."""
+    parts = [
+        f"Summary of the conversation so far ({state['messages_removed']} earlier messages "
+        f"summarised over {state['compactions']} compactions)."
+    ]
+    request = state.get("original_request")
+    if request:
+        parts.append("## Original request\n" + request[: config.summary_request_chars])
+    if state["topics"]:
+        parts.append("## Topics discussed\n" + "\n".join(f"- {t}" for t in state["topics"]))
+    if state["tools"]:
+        parts.append("## Tools used\n" + ", ".join(state["tools"]))
+    if state["files"]:
+        parts.append("## Files touched\n" + "\n".join(f"- {f}" for f in state["files"]))
+    if state["errors"]:
+        parts.append("## Errors encountered\n" + "\n".join(f"- {e}" for e in state["errors"]))
+    return "\n\n".join(parts)
+
+
+def header(label: str, now: float) -> str:
+    stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"[Context compacted at {stamp} — {label}]"
+
+
+def summarise(
+    context: ActiveContext,
+    inputs: EngineInputs,
+    removed: Sequence[ContextMessage],
+    state: dict[str, Any],
+    label: str,
+) -> tuple[str, str]:
+    """Summary text for a cut, and a note on how it was made (empty when rule-based)."""
+    rule_text = (
+        f"{header(label, inputs.now)}\n\n{render_state(state, context.config)}\n\n"
+        "Continue from where we left off."
+    )
+    if inputs.summarizer is None:
+        return rule_text, ""
+    previous = context.boundary.summary_text if context.boundary is not None else None
+    try:
+        text = inputs.summarizer([item.message for item in removed], previous, inputs.instructions)
+    except SummarizerError:
+        raise
+    except Exception as exc:  # a failing summarizer must never lose the compaction
+        return (
+            rule_text,
+            f"summarizer failed ({type(exc).__name__}: {exc}); used the rule-based summary",
+        )
+    if not isinstance(text, str) or not text.strip():
+        return rule_text, "summarizer returned no text; used the rule-based summary"
+    return text, "summary written by the summarizer"
+
+
+def run(
+    context: ActiveContext,
+    inputs: EngineInputs,
+    *,
+    trigger: CompactTrigger,
+    up_to_seq: int | None = None,
+) -> StageResult:
+    """Summarise the older part of the kept messages (or those up to ``up_to_seq``)."""
+    config = context.config
+    kept = context.kept
+    before = context.usage
+    strategy = CompactStrategy.FULL if up_to_seq is None else CompactStrategy.PARTIAL
+    if up_to_seq is None:
+        tail = max(
+            1,
+            min(
+                config.full_compact_max_tail_messages,
+                int(len(kept) * config.full_compact_keep_fraction),
+            ),
+        )
+        target = len(kept) - tail
+    else:
+        target = next(
+            (i for i, item in enumerate(kept) if item.seq is not None and item.seq > up_to_seq),
+            len(kept),
+        )
+    # A full compact keeps at least the newest message; a partial one may take all it names.
+    highest = len(kept) - 1 if up_to_seq is None else len(kept)
+    cut = nearest_legal_cut(legal_cuts(kept), target, highest=highest)
+    removed = [item for item in kept[:cut] if not item.pinned] if cut else []
+    if cut is None or not removed:
+        return StageResult(
+            strategy=strategy,
+            trigger=trigger,
+            success=False,
+            context=context,
+            tokens_before=before,
+            tokens_after=before,
+            detail="nothing to compact: no legal cut removes a message",
+        )
+    state = fold_state(inputs.summary_state, removed, context)
+    label = "Full Compact" if up_to_seq is None else f"Partial Compact up to seq {up_to_seq}"
+    text, note = summarise(context, inputs, removed, state, label)
+    after = context.cut(cut, text)
+    success = after.usage < before
+    return StageResult(
+        strategy=strategy,
+        trigger=trigger,
+        success=success,
+        context=after if success else context,
+        tokens_before=before,
+        tokens_after=after.usage if success else before,
+        cut=Cut.of(after, removed, text, state) if success else None,
+        detail=note if success else "the summary is not smaller than what it replaces",
+    )

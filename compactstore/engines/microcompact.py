@@ -1,0 +1,99 @@
+"""Stage 4, microcompact (SPEC §5.4): clear old tool results, keep the newest few.
+
+Time-based: once ``microcompact_interval_seconds`` have passed since the last time-based
+microcompact (the clock starts when the session is created). Cache-aware: when the gap
+since the last assistant message exceeds ``cache_ttl_seconds`` the provider's prompt cache
+has expired anyway, so clearing costs no cache hit. Results already persisted or cleared
+are not candidates; with ``microcompact_keep_recent`` or fewer candidates nothing happens.
+"""
+
+from __future__ import annotations
+
+from compactstore.context import ActiveContext, ContextMessage
+from compactstore.engines.base import Edit, EngineInputs, StageResult
+from compactstore.models import CompactStrategy, CompactTrigger
+
+__all__ = ["CLEARED_TEXT", "due", "run"]
+
+CLEARED_TEXT = "[Old tool result content cleared by time-based microcompact]"
+
+
+def due(context: ActiveContext, inputs: EngineInputs) -> CompactTrigger | None:
+    """Which microcompact trigger fires now, if any."""
+    config = context.config
+    if inputs.now - inputs.last_microcompact_at >= config.microcompact_interval_seconds:
+        return CompactTrigger.MICROCOMPACT_TIME
+    if config.cache_ttl_seconds is not None:
+        last_assistant = max(
+            (
+                item.created_at
+                for item in context.kept
+                if item.kind == "assistant" and item.created_at is not None
+            ),
+            default=None,
+        )
+        if last_assistant is not None and inputs.now - last_assistant > config.cache_ttl_seconds:
+            return CompactTrigger.MICROCOMPACT_CACHED
+    return None
+
+
+def candidates(kept: tuple[ContextMessage, ...]) -> list[tuple[int, str]]:
+    """(kept index, tool-use id) of every result that can still be cleared, oldest first."""
+    return [
+        (index, result.tool_use_id)
+        for index, item in enumerate(kept)
+        if item.seq is not None and not item.pinned
+        for result in item.results
+        if result.tool_use_id not in item.edited_ids
+    ]
+
+
+def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
+    """Clear all but the newest results when a trigger is due."""
+    before = context.usage
+    trigger = due(context, inputs)
+    found = candidates(context.kept) if trigger is not None else []
+    keep = context.config.microcompact_keep_recent
+    if trigger is None or len(found) <= keep:
+        return StageResult(
+            strategy=CompactStrategy.MICROCOMPACT,
+            trigger=trigger or CompactTrigger.MICROCOMPACT_TIME,
+            success=False,
+            context=context,
+            tokens_before=before,
+            tokens_after=before,
+            acted=False,
+            detail="" if trigger is None else f"only {len(found)} tool results, keeping {keep}",
+        )
+    to_clear = found[: len(found) - keep]
+    by_index: dict[int, list[str]] = {}
+    for index, tool_use_id in to_clear:
+        by_index.setdefault(index, []).append(tool_use_id)
+    kept = list(context.kept)
+    edits: list[Edit] = []
+    for index, ids in sorted(by_index.items()):
+        item = kept[index]
+        assert item.seq is not None
+        message = context.fmt.replace_tool_results(item.message, dict.fromkeys(ids, CLEARED_TEXT))
+        tokens = context.message_tokens(message)
+        kept[index] = ContextMessage.build(
+            context.fmt,
+            message,
+            tokens=tokens,
+            seq=item.seq,
+            state="cleared",
+            created_at=item.created_at,
+            edited_ids=item.edited_ids | set(ids),
+        )
+        edits.append(Edit(item.seq, "cleared", tuple(ids), message, tokens))
+    after = context.with_kept(kept)
+    return StageResult(
+        strategy=CompactStrategy.MICROCOMPACT,
+        trigger=trigger,
+        success=True,
+        context=after,
+        tokens_before=before,
+        tokens_after=after.usage,
+        edits=tuple(edits),
+        detail=f"cleared {len(to_clear)} tool results, kept the newest {keep}",
+    )

@@ -1,0 +1,165 @@
+"""The pipeline that chains the stages (SPEC §5), and the outcome the store records.
+
+process_request: tool-result budget -> microcompact -> auto-compact check -> session
+memory / full compact. Read dedup already happened when each tool result was appended.
+reactive_recover and manual compact are pipelines of their own. Each returns an Outcome:
+the stages that acted, the final context and the counters to store — nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from compactstore.context import ActiveContext
+from compactstore.engines import auto_compact, full_compact, microcompact, reactive, tool_budget
+from compactstore.engines.base import Cut, Edit, EngineInputs, NewBlob, StageResult
+from compactstore.models import (
+    STRATEGY_WEIGHT,
+    CompactionStep,
+    CompactStrategy,
+    CompactTrigger,
+)
+
+__all__ = ["Outcome", "manual", "process", "recover"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Everything one call decided. The store writes it in one transaction."""
+
+    start: ActiveContext
+    context: ActiveContext
+    stages: list[StageResult]
+    consecutive_failures: int | None = None
+    tripped: bool | None = None
+    reactive_attempts: int | None = None
+    last_microcompact_at: float | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the call leaves a compactions row: something changed or an attempt failed."""
+        return bool(self.stages)
+
+    @property
+    def success(self) -> bool:
+        return any(stage.effective for stage in self.stages)
+
+    @property
+    def tokens_before(self) -> int:
+        return self.start.usage
+
+    @property
+    def tokens_after(self) -> int:
+        return self.context.usage
+
+    @property
+    def main_stage(self) -> StageResult | None:
+        """The heaviest stage that freed tokens, else the heaviest attempt."""
+        effective = [stage for stage in self.stages if stage.effective] or self.stages
+        if not effective:
+            return None
+        return max(effective, key=lambda stage: STRATEGY_WEIGHT[stage.strategy])
+
+    @property
+    def strategy(self) -> CompactStrategy | None:
+        stage = self.main_stage
+        return None if stage is None else stage.strategy
+
+    @property
+    def trigger(self) -> CompactTrigger | None:
+        stage = self.main_stage
+        return None if stage is None else stage.trigger
+
+    @property
+    def cut(self) -> Cut | None:
+        """The boundary to record: the last effective cut, covering every cut of the call."""
+        cuts = [stage.cut for stage in self.stages if stage.effective and stage.cut is not None]
+        if not cuts:
+            return None
+        removed = sorted({seq for cut in cuts for seq in cut.removed_seqs})
+        return replace(cuts[-1], removed_seqs=tuple(removed))
+
+    @property
+    def cut_stage(self) -> StageResult | None:
+        cutting = [stage for stage in self.stages if stage.effective and stage.cut is not None]
+        return cutting[-1] if cutting else None
+
+    @property
+    def edits(self) -> list[Edit]:
+        return [edit for stage in self.stages if stage.effective for edit in stage.edits]
+
+    @property
+    def blobs(self) -> list[NewBlob]:
+        return [blob for stage in self.stages if stage.effective for blob in stage.blobs]
+
+    def steps(self) -> list[CompactionStep]:
+        return [
+            CompactionStep(
+                strategy=stage.strategy,
+                trigger=stage.trigger,
+                tokens_freed=stage.tokens_freed if stage.effective else 0,
+                success=stage.effective,
+                detail=stage.detail,
+            )
+            for stage in self.stages
+        ]
+
+
+def process(
+    context: ActiveContext,
+    inputs: EngineInputs,
+    *,
+    enable_tool_budget: bool = True,
+    enable_microcompact: bool = True,
+    enable_auto_compact: bool = True,
+) -> Outcome:
+    """The pre-call pipeline of process_request()."""
+    start = context
+    stages: list[StageResult] = []
+    last_microcompact_at: float | None = None
+    if enable_tool_budget:
+        budget = tool_budget.run(context, inputs)
+        if budget.acted:
+            stages.append(budget)
+            context = budget.context
+            inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(budget.blobs))
+    if enable_microcompact:
+        micro = microcompact.run(context, inputs)
+        if micro.acted:
+            stages.append(micro)
+            context = micro.context
+            if micro.trigger == CompactTrigger.MICROCOMPACT_TIME:
+                last_microcompact_at = inputs.now
+    failures: int | None = None
+    tripped: bool | None = None
+    if enable_auto_compact and auto_compact.should_trigger(context, inputs):
+        result = auto_compact.dispatch(context, inputs)
+        stages.extend(result.stages)
+        context = result.context
+        failures, tripped = result.consecutive_failures, result.tripped
+    return Outcome(
+        start=start,
+        context=context,
+        stages=stages,
+        consecutive_failures=failures,
+        tripped=tripped,
+        last_microcompact_at=last_microcompact_at,
+    )
+
+
+def recover(context: ActiveContext, inputs: EngineInputs) -> Outcome | None:
+    """reactive_recover(): the next recovery attempt, or None when they are used up."""
+    result = reactive.recover(context, inputs)
+    if result is None:
+        return None
+    # Each stage starts from the one before and returns its input unchanged when it fails.
+    final = result.stages[-1].context
+    return Outcome(
+        start=context, context=final, stages=result.stages, reactive_attempts=result.attempts
+    )
+
+
+def manual(context: ActiveContext, inputs: EngineInputs, *, up_to_seq: int | None) -> Outcome:
+    """compact(): a full compact now, or a partial one up to a seq."""
+    stage = full_compact.run(context, inputs, trigger=CompactTrigger.MANUAL, up_to_seq=up_to_seq)
+    return Outcome(start=context, context=stage.context, stages=[stage])

@@ -1,0 +1,139 @@
+"""Stage 6a, session-memory compact (SPEC §5.6): summarise with memory the agent already has.
+
+The summary is the stored memory (up to ``session_memory_max_tokens``; ``user_intent``
+entries first, then the newest) plus counts and what earlier summaries carried forward.
+A verbatim tail is kept, built from the newest message backwards: at least
+``session_memory_min_tail_messages`` messages and ``session_memory_min_tail_tokens``
+tokens, growing up to ``session_memory_max_tail_tokens`` once those minimums are met.
+The compaction fails when it does not get below ``session_memory_max_after_ratio`` of
+the tokens before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from compactstore.context import ActiveContext, legal_cuts
+from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
+from compactstore.engines.full_compact import fold_state, header
+from compactstore.models import CompactStrategy, CompactTrigger, MemoryEntry
+from compactstore.tokens import TokenCounter
+
+__all__ = ["MemoryProvider", "run", "select_memory"]
+
+
+class MemoryProvider(Protocol):
+    """Plug an application's own memory system into session-memory compact.
+
+    Called inside the compaction's transaction with the session id, the entries stored with
+    ``remember()`` and the token budget; returns the memory text to summarise with (empty
+    for none). It must be deterministic for replay to be exact.
+    """
+
+    def __call__(self, session_id: str, entries: Sequence[MemoryEntry], max_tokens: int) -> str: ...
+
+
+def select_memory(entries: Sequence[MemoryEntry], max_tokens: int, count: TokenCounter) -> str:
+    """The default provider: user_intent entries first, then the newest, within budget."""
+    ordered = [e for e in entries if e.kind == "user_intent"]
+    ordered += sorted(
+        (e for e in entries if e.kind != "user_intent"),
+        key=lambda e: (e.created_at, e.id or 0),
+        reverse=True,
+    )
+    lines: list[str] = []
+    used = 0
+    for entry in ordered:
+        line = f"- [{entry.kind}] {entry.text}"
+        cost = count(line)
+        if used + cost > max_tokens:
+            continue
+        lines.append(line)
+        used += cost
+    return "\n".join(lines)
+
+
+def _tail_start(context: ActiveContext) -> int:
+    config = context.config
+    kept = context.kept
+    tokens = 0
+    start = len(kept)
+    for count, index in enumerate(range(len(kept) - 1, -1, -1)):
+        cost = round(context.factor * kept[index].tokens)
+        minimums_met = (
+            count >= config.session_memory_min_tail_messages
+            and tokens >= config.session_memory_min_tail_tokens
+        )
+        if minimums_met and tokens + cost > config.session_memory_max_tail_tokens:
+            break
+        tokens += cost
+        start = index
+    return start
+
+
+def run(
+    context: ActiveContext, inputs: EngineInputs, *, trigger: CompactTrigger
+) -> StageResult | None:
+    """Compact with session memory; None when there is no memory to compact with."""
+    if not inputs.memory_text.strip():
+        return None
+    before = context.usage
+    kept = context.kept
+    cut = nearest_legal_cut(
+        legal_cuts(kept),
+        _tail_start(context),
+        highest=len(kept) - context.config.session_memory_min_tail_messages,
+    )
+    removed = [item for item in kept[:cut] if not item.pinned] if cut else []
+    failed = StageResult(
+        strategy=CompactStrategy.SESSION_MEMORY,
+        trigger=trigger,
+        success=False,
+        context=context,
+        tokens_before=before,
+        tokens_after=before,
+        detail="the verbatim tail already holds the whole context",
+    )
+    if cut is None or not removed:
+        return failed
+    state = fold_state(inputs.summary_state, removed, context)
+    carried = []
+    if state.get("original_request"):
+        carried.append(
+            "## Original request\n"
+            + state["original_request"][: context.config.summary_request_chars]
+        )
+    if state["files"]:
+        carried.append("## Files touched\n" + "\n".join(f"- {f}" for f in state["files"]))
+    text = "\n\n".join(
+        [
+            header("Session Memory", inputs.now),
+            f"Messages removed: {len(removed)} ({state['messages_removed']} in all). "
+            f"Tokens before: ~{before}. Memory entries: {inputs.memory_count}.",
+            "## Project memory\n" + inputs.memory_text.strip(),
+            *carried,
+            "--- Recent conversation continues below ---",
+        ]
+    )
+    after = context.cut(cut, text)
+    if after.usage >= context.config.session_memory_max_after_ratio * before:
+        return StageResult(
+            strategy=CompactStrategy.SESSION_MEMORY,
+            trigger=trigger,
+            success=False,
+            context=context,
+            tokens_before=before,
+            tokens_after=before,
+            detail=f"would leave {after.usage} of {before} tokens (not below "
+            f"{context.config.session_memory_max_after_ratio:.0%})",
+        )
+    return StageResult(
+        strategy=CompactStrategy.SESSION_MEMORY,
+        trigger=trigger,
+        success=True,
+        context=after,
+        tokens_before=before,
+        tokens_after=after.usage,
+        cut=Cut.of(after, removed, text, state),
+    )

@@ -1,0 +1,59 @@
+"""Errors raised by compactstore.
+
+Every error is a subclass of :class:`CompactStoreError` and carries a message a person can
+act on. The tree::
+
+    CompactStoreError
+    ├── InvalidInputError (ValueError)        bad argument or message; nothing was stored
+    │   └── InvalidMessageError               a message that its session's format rejects
+    ├── NotFoundError (LookupError)           unknown session, boundary, blob or compaction
+    ├── ConflictError                         the request contradicts stored state
+    ├── SchemaError                           the database schema does not match this code
+    ├── DatabaseError                         the database cannot be opened or read
+    └── SummarizerError                       a custom summarizer or counter failed hard
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompactStoreError",
+    "ConflictError",
+    "DatabaseError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "NotFoundError",
+    "SchemaError",
+    "SummarizerError",
+]
+
+
+class CompactStoreError(Exception):
+    """Base class of every error compactstore raises on purpose."""
+
+
+class InvalidInputError(CompactStoreError, ValueError):
+    """An argument or message is malformed; the store is unchanged."""
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message does not fit its session's format (roles, content, tool pairing, size)."""
+
+
+class NotFoundError(CompactStoreError, LookupError):
+    """A session, boundary, blob or compaction does not exist (in this session)."""
+
+
+class ConflictError(CompactStoreError):
+    """The request contradicts what is stored, e.g. reopening a session with another format."""
+
+
+class SchemaError(CompactStoreError):
+    """The database schema is older or newer than this version of compactstore expects."""
+
+
+class DatabaseError(CompactStoreError):
+    """The database file or server cannot be used (not a database, damaged, unreachable)."""
+
+
+class SummarizerError(CompactStoreError):
+    """Raised by a summarizer or token counter to abort the whole call instead of falling back."""

@@ -1,0 +1,27 @@
+"""Export a session as plain JSONL: one message per line, in the session's format.
+
+The output imports back (``compactstore import``, format ``jsonl``) as the same messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from compactstore.store import Session
+
+__all__ = ["export_lines"]
+
+
+def export_lines(session: Session, *, active: bool = False) -> Iterator[str]:
+    """The session's messages as JSONL lines, each ending with a newline.
+
+    With ``active=False`` the whole log, verbatim (what compaction removed included); with
+    ``active=True`` the active context, as the model would be sent it now.
+    """
+    messages = session.active_context() if active else session.messages()
+    for message in messages:
+        # Non-ASCII stays readable; the store has already refused lone surrogates.
+        yield json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"

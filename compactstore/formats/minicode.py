@@ -1,0 +1,110 @@
+"""The MiniCode format: the message shape of the MiniCode context-compaction article.
+
+Assistant messages carry ``tool_use`` blocks exactly as in the Anthropic format; each tool
+result is a message of its own::
+
+    {"role": "tool_result", "content": str, "toolName": str, "toolUseId": str, "isError": bool}
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from compactstore.formats.anthropic import (
+    check_nonempty_str,
+    check_role,
+    check_tool_use_content,
+    content_text,
+    tool_use_calls,
+    type_name,
+)
+from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult
+
+__all__ = ["MiniCodeFormat"]
+
+_ROLES = ("assistant", "system", "tool_result", "user")
+
+
+class MiniCodeFormat(MessageFormat):
+    """Messages with roles ``system``, ``user``, ``assistant`` and ``tool_result``."""
+
+    name = "minicode"
+
+    def validate(self, message: Any) -> None:
+        role = check_role(message, _ROLES, self.name)
+        if "content" not in message:
+            raise self.fail("message has no 'content'")
+        if role != "tool_result":
+            check_tool_use_content(message["content"], role, results_allowed=False)
+            return
+        content = message["content"]
+        if not isinstance(content, str):
+            raise self.fail(
+                f"tool_result message 'content' must be a string, got {type_name(content)}"
+            )
+        check_nonempty_str(message, "toolUseId", "tool_result message", "")
+        check_nonempty_str(message, "toolName", "tool_result message", "")
+        # isError may be left out (the article's messages omit it on success).
+        if "isError" in message and not isinstance(message["isError"], bool):
+            raise self.fail(
+                f"tool_result message 'isError' must be a bool, got {type_name(message['isError'])}"
+            )
+
+    def kind(self, message: dict[str, Any]) -> Kind:
+        role = message.get("role")
+        if role == "tool_result":
+            return "tool"
+        if role == "system":
+            return "system"
+        if role == "assistant":
+            return "assistant"
+        return "user"
+
+    def tool_calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return tool_use_calls(message)
+
+    def tool_results(self, message: dict[str, Any]) -> list[ToolResult]:
+        if message.get("role") != "tool_result":
+            return []
+        content = message.get("content")
+        return [
+            ToolResult(
+                tool_use_id=message["toolUseId"],
+                text=content if isinstance(content, str) else "",
+                is_error=message.get("isError") is True,
+            )
+        ]
+
+    def text(self, message: dict[str, Any]) -> str:
+        if message.get("role") == "tool_result":
+            return ""
+        return content_text(message.get("content"))
+
+    def replace_tool_results(
+        self, message: dict[str, Any], replacements: dict[str, str]
+    ) -> dict[str, Any]:
+        new = copy.deepcopy(message)
+        if new.get("role") == "tool_result" and new.get("toolUseId") in replacements:
+            new["content"] = replacements[new["toolUseId"]]
+        return new
+
+    def tool_result_message(
+        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+    ) -> dict[str, Any]:
+        return {
+            "role": "tool_result",
+            "content": content,
+            "toolName": tool_name,
+            "toolUseId": tool_use_id,
+            "isError": is_error,
+        }
+
+    def summary_message(self, text: str) -> dict[str, Any]:
+        return {"role": "system", "content": text}
+
+    def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
+        return [
+            self.tool_result_message(call.id, text, tool_name=call.name, is_error=True)
+            for call in calls
+        ]

@@ -1,0 +1,218 @@
+"""The OpenAI Chat Completions format.
+
+Tool calls live in an assistant message's ``tool_calls``; each result is a ``tool`` message
+with the call's ``tool_call_id``. Keys this adapter does not know pass through untouched;
+the types of the keys it knows are checked, and content parts are limited to the types the
+API accepts for each role, so a stored message is one the API takes back.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from compactstore.formats.anthropic import (
+    check_blocks,
+    check_nonempty_str,
+    check_role,
+    content_text,
+    flatten_result,
+    type_name,
+)
+from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult
+
+__all__ = ["OpenAIFormat"]
+
+_ROLES = ("assistant", "developer", "system", "tool", "user")
+
+# Content part types the API accepts per role; None means any typed part (user messages
+# also take images, audio and files).
+_PART_TYPES: dict[str, frozenset[str] | None] = {
+    "system": frozenset({"text"}),
+    "developer": frozenset({"text"}),
+    "user": None,
+    "assistant": frozenset({"refusal", "text"}),
+    "tool": frozenset({"text"}),
+}
+
+# The payload key of each tool-call type and the key holding its input text.
+_CALL_PAYLOAD = {"function": "arguments", "custom": "input"}
+
+
+class OpenAIFormat(MessageFormat):
+    """Chat Completions messages (``system``, ``developer``, ``user``, ``assistant``, ``tool``).
+
+    The API has no error flag on tool results: ``tool_result_message(..., is_error=True)``
+    prefixes the content with ``"Error: "`` instead, and ``tool_results()`` always reports
+    ``is_error=False``.
+    """
+
+    name = "openai"
+
+    def validate(self, message: Any) -> None:
+        if isinstance(message, dict) and message.get("role") == "function":
+            raise self.fail(
+                "role 'function' (the deprecated function-calling API) is not supported by "
+                "format openai; use assistant 'tool_calls' and 'tool' messages"
+            )
+        role = check_role(message, _ROLES, self.name)
+        has_calls = False
+        if "tool_calls" in message:
+            if role != "assistant":
+                raise self.fail(
+                    f"'tool_calls' is only allowed on assistant messages (this message's role "
+                    f"is {role!r})"
+                )
+            self._check_tool_calls(message["tool_calls"])
+            has_calls = True
+        if "tool_call_id" in message and role != "tool":
+            raise self.fail(
+                f"'tool_call_id' is only allowed on tool messages (this message's role is {role!r})"
+            )
+        if role == "tool":
+            check_nonempty_str(message, "tool_call_id", "tool message", "")
+        if message.get("content") is None:
+            if not has_calls:
+                raise self.fail(
+                    f"{role} message needs 'content' (only an assistant message with "
+                    "'tool_calls' may leave it out or set it to null)"
+                )
+        else:
+            self._check_content(message["content"], role)
+        self._check_optional_keys(message)
+
+    def _check_content(self, content: Any, role: str) -> None:
+        if isinstance(content, str):
+            return
+        if not isinstance(content, list):
+            raise self.fail(
+                "message 'content' must be a string or a list of content parts, "
+                f"got {type_name(content)}"
+            )
+        allowed = _PART_TYPES[role]
+        for i, part in enumerate(check_blocks(content, "content")):
+            part_type = part["type"]
+            if allowed is not None and part_type not in allowed:
+                raise self.fail(
+                    f"content[{i}]: content part type {part_type!r} is not allowed in {role} "
+                    f"messages (expected one of: {', '.join(sorted(allowed))})"
+                )
+            if part_type == "refusal" and not isinstance(part.get("refusal"), str):
+                raise self.fail(
+                    f"content[{i}]: refusal part needs a string 'refusal', "
+                    f"got {type_name(part.get('refusal'))}"
+                )
+
+    def _check_tool_calls(self, tool_calls: Any) -> None:
+        if not isinstance(tool_calls, list):
+            raise self.fail(f"'tool_calls' must be a list, got {type_name(tool_calls)}")
+        if not tool_calls:
+            # The API rejects an empty array; leave the key out instead.
+            raise self.fail("'tool_calls' must not be an empty list (leave the key out)")
+        seen: set[str] = set()
+        for i, call in enumerate(tool_calls):
+            at = f"tool_calls[{i}]: "
+            if not isinstance(call, dict):
+                raise self.fail(f"{at}tool call must be a dict, got {type_name(call)}")
+            call_id = check_nonempty_str(call, "id", "tool call", at)
+            call_type = call.get("type")
+            if call_type not in _CALL_PAYLOAD:
+                raise self.fail(
+                    f"{at}tool call 'type' must be 'function' or 'custom', got {call_type!r}"
+                )
+            payload = call.get(call_type)
+            if not isinstance(payload, dict):
+                raise self.fail(
+                    f"{at}{call_type} tool call needs a dict {call_type!r}, "
+                    f"got {type_name(payload)}"
+                )
+            check_nonempty_str(payload, "name", f"{call_type} tool call", at)
+            input_key = _CALL_PAYLOAD[call_type]
+            # The model's arguments are JSON text that need not parse; the API stores a string.
+            if not isinstance(payload.get(input_key), str):
+                raise self.fail(
+                    f"{at}{call_type} tool call needs a string {input_key!r} (JSON text), "
+                    f"got {type_name(payload.get(input_key))}"
+                )
+            if call_id in seen:
+                raise self.fail(f"{at}duplicate tool call id {call_id!r} in one message")
+            seen.add(call_id)
+
+    def _check_optional_keys(self, message: dict[str, Any]) -> None:
+        if "name" in message and not isinstance(message["name"], str):
+            raise self.fail(f"message 'name' must be a string, got {type_name(message['name'])}")
+        if message["role"] != "assistant":
+            return
+        refusal = message.get("refusal")
+        if refusal is not None and not isinstance(refusal, str):
+            raise self.fail(f"message 'refusal' must be a string or null, got {type_name(refusal)}")
+        audio = message.get("audio")
+        if audio is not None and not (isinstance(audio, dict) and isinstance(audio.get("id"), str)):
+            raise self.fail("message 'audio' must be null or a dict with a string 'id'")
+
+    def kind(self, message: dict[str, Any]) -> Kind:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            return "system"
+        if role == "tool":
+            return "tool"
+        if role == "assistant":
+            return "assistant"
+        return "user"
+
+    def tool_calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        if message.get("role") != "assistant":
+            return []
+        calls: list[ToolCall] = []
+        for call in message.get("tool_calls") or []:
+            call_type = call.get("type", "function")
+            payload = call.get(call_type) or {}
+            calls.append(
+                ToolCall(
+                    id=call["id"],
+                    name=payload.get("name", ""),
+                    input=payload.get(_CALL_PAYLOAD.get(call_type, "arguments"), ""),
+                )
+            )
+        return calls
+
+    def tool_results(self, message: dict[str, Any]) -> list[ToolResult]:
+        if message.get("role") != "tool":
+            return []
+        return [
+            ToolResult(
+                tool_use_id=message["tool_call_id"],
+                text=flatten_result(message.get("content")),
+                is_error=False,
+            )
+        ]
+
+    def text(self, message: dict[str, Any]) -> str:
+        # A tool message's content is its result, counted by tool_results().
+        if message.get("role") == "tool":
+            return ""
+        return content_text(message.get("content"))
+
+    def replace_tool_results(
+        self, message: dict[str, Any], replacements: dict[str, str]
+    ) -> dict[str, Any]:
+        new = copy.deepcopy(message)
+        if new.get("role") == "tool" and new.get("tool_call_id") in replacements:
+            new["content"] = replacements[new["tool_call_id"]]
+        return new
+
+    def tool_result_message(
+        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+    ) -> dict[str, Any]:
+        """A ``tool`` message; an error is marked by an ``"Error: "`` prefix (no flag exists)."""
+        return {
+            "role": "tool",
+            "tool_call_id": tool_use_id,
+            "content": f"Error: {content}" if is_error else content,
+        }
+
+    def summary_message(self, text: str) -> dict[str, Any]:
+        return {"role": "system", "content": text}
+
+    def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": call.id, "content": text} for call in calls]

@@ -1,0 +1,350 @@
+"""Claude Code transcript JSONL → ``anthropic`` messages.
+
+Claude Code writes one record per content block: the blocks of one API response share
+``message.id`` and, for parallel tool calls, the tool results are written between them. The
+API saw one assistant message followed by the results, so the blocks are grouped back into
+one message, which keeps the position of its first block; the results written in between
+already follow it.
+
+Kept: user and assistant records of the main conversation (with their timestamps),
+``isMeta`` records (Claude Code sends them to the model), and compactions: a
+``compact_boundary`` system record becomes an imported boundary whose summary is the
+``isCompactSummary`` user record that follows it; the messages before it stay in the log.
+
+Dropped: records that are not conversation (progress, file-history-snapshot,
+queue-operation, legacy summary, other system records), sidechain records (subagent
+traffic, unless the whole file is a sidechain, as a subagent's own transcript is),
+synthetic API-error messages, whitespace-only text blocks (the API refuses them), thinking
+blocks without their signature, repeated records and blocks, and tool results whose call
+is unknown, already answered, or was compacted away — the store would refuse those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactstore.errors import InvalidMessageError
+from compactstore.formats import get_format
+from compactstore.importers import (
+    Record,
+    Transcript,
+    TranscriptBuilder,
+    parse_timestamp,
+)
+from compactstore.models import CompactTrigger
+from compactstore.store import ImportedBoundary
+
+__all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
+
+READ_TOOLS = frozenset({"Read"})
+WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+
+_FORMAT = get_format("anthropic")
+_TRIGGERS = {"auto": CompactTrigger.AUTO, "manual": CompactTrigger.MANUAL}
+
+
+@dataclass
+class _Call:
+    index: int  # message index of the assistant message making the call
+    name: str
+    input: dict[str, Any]
+    epoch: int  # how many boundaries preceded the call
+
+
+@dataclass
+class _Boundary:
+    where: str
+    first_kept_index: int
+    trigger: CompactTrigger
+    tokens_before: int | None
+    timestamp: float | None
+    summary: str | None = None
+
+
+@dataclass
+class _State:
+    out: TranscriptBuilder
+    calls: dict[str, _Call] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    seen_uuids: set[str] = field(default_factory=set)
+    epoch: int = 0
+    # The API message being grouped: its message.id and index (None until a block is kept).
+    group_id: str | None = None
+    group_index: int | None = None
+    boundary: _Boundary | None = None  # waiting for its summary record
+
+
+def convert(name: str, records: list[Record]) -> Transcript:
+    """Convert parsed Claude Code records (see the module docstring for what is kept)."""
+    state = _State(TranscriptBuilder(name, "claude-code", "anthropic"))
+    conversation = [(n, r) for n, r in records if _is_conversation(state.out, n, r)]
+    # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
+    main_only = any(not record.get("isSidechain") for _, record in conversation)
+    for number, record in conversation:
+        if main_only and record.get("isSidechain"):
+            continue
+        uuid = record.get("uuid")
+        if isinstance(uuid, str):
+            if uuid in state.seen_uuids:
+                continue  # written twice (resumed sessions repeat records)
+            state.seen_uuids.add(uuid)
+        where = f"line {number}"
+        if record.get("type") == "system":
+            _boundary(state, where, record)
+        elif record["type"] == "assistant":
+            _assistant(state, where, record)
+        else:
+            _user(state, where, record)
+    _flush_boundary(state)
+    return state.out.finish()
+
+
+def _is_conversation(out: TranscriptBuilder, number: int, record: dict[str, Any]) -> bool:
+    """User and assistant records and compact boundaries; checks their shape."""
+    kind = record.get("type")
+    if kind == "system":
+        return record.get("subtype") == "compact_boundary"
+    if kind not in ("user", "assistant"):
+        return False
+    message = record.get("message")
+    where = f"line {number}"
+    if not isinstance(message, dict):
+        raise out.error(where, f"a {kind} record needs a 'message' object")
+    content = message.get("content")
+    if not isinstance(content, str | list):
+        raise out.error(where, f"{kind} record: message 'content' must be a string or a list")
+    if isinstance(content, list) and not all(isinstance(block, dict) for block in content):
+        raise out.error(where, f"{kind} record: every content block must be an object")
+    return True
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def _boundary(state: _State, where: str, record: dict[str, Any]) -> None:
+    _flush_boundary(state)
+    meta = record.get("compactMetadata")
+    meta = meta if isinstance(meta, dict) else {}
+    pre = meta.get("preTokens")
+    state.boundary = _Boundary(
+        where=where,
+        first_kept_index=len(state.out.messages),
+        trigger=_TRIGGERS.get(str(meta.get("trigger")), CompactTrigger.AUTO),
+        tokens_before=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
+        timestamp=parse_timestamp(record.get("timestamp")),
+    )
+    state.epoch += 1
+    state.group_id = state.group_index = None
+
+
+def _flush_boundary(state: _State) -> None:
+    """Record the pending boundary, now that its summary (if any) has been read."""
+    pending, state.boundary = state.boundary, None
+    if pending is None:
+        return
+    summary = pending.summary
+    if summary is None:
+        summary = "[Conversation compacted: the transcript holds no summary of what came before]"
+    if pending.first_kept_index == 0:
+        # Nothing before it to summarise (a transcript resumed from a compacted one): the
+        # summary, if there is one, is simply the first thing the model saw.
+        if pending.summary is not None:
+            state.out.add(
+                {"role": "user", "content": summary},
+                where=pending.where,
+                timestamp=pending.timestamp,
+            )
+        return
+    state.out.add_boundary(
+        ImportedBoundary(
+            first_kept_index=pending.first_kept_index,
+            summary_text=summary,
+            trigger=pending.trigger,
+            tokens_before=pending.tokens_before,
+            timestamp=pending.timestamp,
+        ),
+        where=pending.where,
+    )
+
+
+def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
+    if record.get("isApiErrorMessage"):
+        return  # Claude Code's own error notice, never sent to the model
+    _flush_boundary(state)
+    message = record["message"]
+    message_id = message.get("id") if isinstance(message.get("id"), str) else None
+    blocks = [b for b in _blocks(message["content"]) if _keep_assistant_block(state, b)]
+    _check(state, where, "assistant", blocks)
+    same = message_id is not None and message_id == state.group_id
+    if not same:
+        state.group_id, state.group_index = message_id, None
+    if not blocks:
+        return
+    writes = _write_paths(blocks)
+    out = state.out
+    if state.group_index is None:
+        index = out.add(
+            {"role": "assistant", "content": blocks},
+            where=where,
+            timestamp=parse_timestamp(record.get("timestamp")),
+            usage=_usage(message.get("usage")),
+            write_paths=writes,
+        )
+        state.group_index = index if message_id is not None else None
+    else:
+        index = state.group_index
+        out.messages[index]["content"].extend(blocks)
+        out.write_paths[index].extend(p for p in writes if p not in out.write_paths[index])
+        if out.usage[index] is None:
+            out.usage[index] = _usage(message.get("usage"))
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            tool_input = block.get("input")
+            state.calls[block["id"]] = _Call(
+                index=index,
+                name=str(block.get("name")),
+                input=tool_input if isinstance(tool_input, dict) else {},
+                epoch=state.epoch,
+            )
+
+
+def _user(state: _State, where: str, record: dict[str, Any]) -> None:
+    content = record["message"]["content"]
+    timestamp = parse_timestamp(record.get("timestamp"))
+    if record.get("isCompactSummary") and state.boundary is not None:
+        state.boundary.summary = _text(content)
+        state.boundary.timestamp = state.boundary.timestamp or timestamp
+        _flush_boundary(state)
+        return
+    # A pending boundary stays open: its summary may follow other user records (hooks).
+    if isinstance(content, str):
+        if content.strip():
+            state.out.add({"role": "user", "content": content}, where=where, timestamp=timestamp)
+        return
+    kept: list[dict[str, Any]] = []
+    reads: list[str | None] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+            call = _result_call(state, block)
+            if call is None:
+                continue
+            reads.append(_read_path(call, block))
+        elif kind == "text" and not str(block.get("text", "")).strip():
+            continue
+        kept.append(block)
+    if not kept:
+        return
+    _check(state, where, "user", kept)
+    # A read path belongs to a message that carries exactly one result: that read's.
+    read_path = reads[0] if len(reads) == 1 and len(kept) == 1 else None
+    state.out.add(
+        {"role": "user", "content": kept}, where=where, timestamp=timestamp, read_path=read_path
+    )
+
+
+# -- blocks -------------------------------------------------------------------------------
+
+
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def _keep_assistant_block(state: _State, block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    if kind == "text":
+        return bool(str(block.get("text", "")).strip())
+    if kind == "tool_use":
+        # A repeated block (same id) is the same call written twice; a block without a
+        # string id is kept so that the shape check refuses it, naming the line.
+        call_id = block.get("id")
+        return not isinstance(call_id, str) or call_id not in state.calls
+    if kind == "thinking":
+        # The API takes a thinking block back only with its signature.
+        return (
+            isinstance(block.get("thinking"), str)
+            and isinstance(block.get("signature"), str)
+            and bool(block["signature"])
+            and _valid(block)
+        )
+    if kind == "redacted_thinking":
+        return isinstance(block.get("data"), str) and _valid(block)
+    return True
+
+
+def _check(state: _State, where: str, role: str, blocks: list[dict[str, Any]]) -> None:
+    """Refuse a malformed block at its own line (before it is merged into a message)."""
+    try:
+        _FORMAT.validate({"role": role, "content": blocks})
+    except InvalidMessageError as exc:
+        raise state.out.error(where, f"{role} record: {exc}") from None
+
+
+def _valid(block: dict[str, Any]) -> bool:
+    try:
+        _FORMAT.validate({"role": "assistant", "content": [block]})
+    except InvalidMessageError:
+        return False
+    return True
+
+
+def _result_call(state: _State, block: dict[str, Any]) -> _Call | None:
+    """The call a tool_result answers, when the store will accept the pair; marks it."""
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str):
+        return None
+    call = state.calls.get(call_id)
+    # Unknown: made in a dropped sidechain; other epoch: compacted away before the result.
+    if call is None or call_id in state.answered or call.epoch != state.epoch:
+        return None
+    state.answered.add(call_id)
+    return call
+
+
+def _read_path(call: _Call, block: dict[str, Any]) -> str | None:
+    if call.name not in READ_TOOLS or block.get("is_error") is True:
+        return None
+    path = call.input.get("file_path")
+    return path if isinstance(path, str) and path else None
+
+
+def _write_paths(blocks: list[dict[str, Any]]) -> list[str]:
+    paths: list[str] = []
+    for block in blocks:
+        if block.get("type") != "tool_use" or str(block.get("name")) not in WRITE_TOOLS:
+            continue
+        tool_input = block.get("input")
+        if not isinstance(tool_input, dict):
+            continue
+        path = tool_input.get("file_path") or tool_input.get("notebook_path")
+        if isinstance(path, str) and path and path not in paths:
+            paths.append(path)
+    return paths
+
+
+def _usage(usage: Any) -> int | None:
+    """The prompt size of the call: uncached, cache-write and cache-read input tokens."""
+    if not isinstance(usage, dict):
+        return None
+    total = 0
+    for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += value
+    # Synthetic messages (model "<synthetic>") report zero: no model call was made.
+    return total or None
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )

@@ -1,0 +1,419 @@
+"""Codex CLI rollout JSONL → ``openai`` messages.
+
+A rollout is a list of ``{timestamp, type, payload}`` records (older rollouts wrote the
+response items as bare records). What the model saw is in the ``response_item`` records:
+
+- ``message`` items become ``user``, ``developer``, ``system`` or ``assistant`` messages
+  (their ``input_text``/``output_text`` parts joined into text);
+- ``function_call`` items become ``tool_calls`` of an assistant message — consecutive calls
+  (parallel ones) and the assistant text before them form one message — and their
+  ``function_call_output`` becomes a ``tool`` message, paired by ``call_id``; the output
+  string is kept verbatim, as the model saw it;
+- ``custom_tool_call`` becomes a ``custom`` tool call, ``local_shell_call`` a function
+  call named ``local_shell`` whose arguments are the action;
+- a ``compacted`` record is a compaction Codex did: an imported boundary with its summary.
+
+Dropped: ``reasoning`` items (encrypted, and not part of the Chat Completions format),
+``event_msg`` records (they repeat the items for the UI; ``token_count`` events give each
+assistant message its prompt size), ``turn_context``, web searches, repeated calls and
+outputs whose call is unknown or already answered.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactstore.importers import Record, Transcript, TranscriptBuilder, parse_timestamp
+from compactstore.importers.jsonl import text_parts
+from compactstore.models import CompactTrigger
+from compactstore.store import ImportedBoundary
+
+__all__ = ["apply_patch_paths", "convert", "shell_read_path"]
+
+_CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+_OUTPUT_TYPES = frozenset(
+    {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+)
+_SHELL_TOOLS = frozenset(
+    {"shell", "container.exec", "local_shell", "shell_command", "exec_command"}
+)
+_SHELLS = frozenset({"bash", "zsh", "sh", "dash"})
+_PATCH_TARGET = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+?)\s*$", re.M)
+_SED_PRINT = re.compile(r"^\d+(,\d+)?p$")
+_EXIT_CODE = re.compile(r"^Exit code: (-?\d+)", re.M)
+
+
+@dataclass
+class _Call:
+    read_path: str | None
+    epoch: int
+
+
+@dataclass
+class _State:
+    out: TranscriptBuilder
+    cwd: str | None = None
+    calls: dict[str, _Call] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    epoch: int = 0
+    group: int | None = None  # index of the assistant message still taking items
+    pending_usage: int | None = None  # from a token_count event not yet given to a message
+    instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
+
+
+def convert(name: str, records: list[Record]) -> Transcript:
+    """Convert parsed rollout records (see the module docstring for what is kept)."""
+    state = _State(TranscriptBuilder(name, "codex", "openai"))
+    for number, record in records:
+        where = f"line {number}"
+        kind, payload = _unwrap(record)
+        if payload is None:
+            continue
+        if not isinstance(payload, dict):
+            raise state.out.error(where, f"{kind} record: 'payload' must be an object")
+        timestamp = parse_timestamp(record.get("timestamp") or payload.get("timestamp"))
+        if kind == "session_meta":
+            _session_meta(state, where, payload, timestamp)
+        elif kind == "turn_context":
+            if isinstance(payload.get("cwd"), str):
+                state.cwd = payload["cwd"]
+        elif kind == "event_msg":
+            _event(state, payload)
+        elif kind == "compacted":
+            _compacted(state, where, payload, timestamp)
+        elif kind == "response_item":
+            _item(state, where, payload, timestamp)
+    _prepend_instructions(state)
+    return state.out.finish()
+
+
+def _unwrap(record: dict[str, Any]) -> tuple[str, Any]:
+    """The record's kind and payload; old rollouts have no wrapper (None: nothing to use)."""
+    kind = record.get("type") if isinstance(record.get("type"), str) else None
+    if "payload" in record and kind is not None:
+        return kind, record["payload"]
+    if kind in _CALL_TYPES | _OUTPUT_TYPES | {"message", "reasoning"}:
+        return "response_item", record
+    if kind is None and "instructions" in record and "id" in record:
+        return "session_meta", record
+    return str(kind), None
+
+
+def _session_meta(
+    state: _State, where: str, payload: dict[str, Any], timestamp: float | None
+) -> None:
+    if isinstance(payload.get("cwd"), str):
+        state.cwd = payload["cwd"]
+    instructions = payload.get("instructions")
+    if isinstance(instructions, str) and instructions.strip():
+        state.instructions = (instructions, where, timestamp)
+
+
+def _prepend_instructions(state: _State) -> None:
+    """Session instructions as a leading system message, unless a message already has them.
+
+    Codex usually also sends them as a user message (``<user_instructions>``), which is
+    then kept where it was instead.
+    """
+    if state.instructions is None:
+        return
+    text, where, timestamp = state.instructions
+    out = state.out
+    wanted = text.strip()
+    if any(isinstance(m.get("content"), str) and wanted in m["content"] for m in out.messages):
+        return
+    out.messages.insert(0, {"role": "system", "content": text})
+    out.where.insert(0, where)
+    out.timestamps.insert(0, timestamp)
+    out.usage.insert(0, None)
+    out.read_paths.insert(0, None)
+    out.write_paths.insert(0, [])
+    out.boundaries = [
+        ImportedBoundary(
+            first_kept_index=b.first_kept_index + 1,
+            summary_text=b.summary_text,
+            trigger=b.trigger,
+            tokens_before=b.tokens_before,
+            timestamp=b.timestamp,
+        )
+        for b in out.boundaries
+    ]
+
+
+def _event(state: _State, payload: dict[str, Any]) -> None:
+    if payload.get("type") != "token_count":
+        return
+    info = payload.get("info")
+    last = info.get("last_token_usage") if isinstance(info, dict) else None
+    tokens = last.get("input_tokens") if isinstance(last, dict) else None
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+        return
+    out = state.out
+    # Newer Codex writes the count after the response's items, older before them.
+    if state.group is not None and out.usage[state.group] is None:
+        out.usage[state.group] = tokens
+    else:
+        state.pending_usage = tokens
+
+
+def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: float | None) -> None:
+    summary = payload.get("message")
+    state.group = None
+    state.epoch += 1
+    if not isinstance(summary, str) or not summary.strip() or not state.out.messages:
+        return
+    state.out.add_boundary(
+        ImportedBoundary(
+            first_kept_index=len(state.out.messages),
+            summary_text=summary,
+            trigger=CompactTrigger.AUTO,
+            timestamp=timestamp,
+        ),
+        where=where,
+    )
+
+
+def _item(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
+    kind = item.get("type") if isinstance(item.get("type"), str) else None
+    if kind == "message":
+        _message(state, where, item, timestamp)
+    elif kind in _CALL_TYPES:
+        _call(state, where, item, timestamp)
+    elif kind in _OUTPUT_TYPES:
+        _output(state, where, item, timestamp)
+
+
+def _message(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
+    role = item.get("role")
+    if role not in ("user", "assistant", "developer", "system"):
+        raise state.out.error(where, f"message item with unknown role {role!r}")
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "\n".join(text_parts(content))
+    else:
+        raise state.out.error(where, "message item: 'content' must be a list of parts or text")
+    if not text.strip():
+        return
+    out = state.out
+    if role != "assistant":
+        state.group = None
+        out.add({"role": role, "content": text}, where=where, timestamp=timestamp)
+        return
+    if state.group is not None:
+        message = out.messages[state.group]
+        earlier = message.get("content")
+        message["content"] = f"{earlier}\n\n{text}" if earlier else text
+        return
+    _open_group(state, where, timestamp, content=text)
+
+
+def _open_group(state: _State, where: str, timestamp: float | None, *, content: str | None) -> int:
+    state.group = state.out.add(
+        {"role": "assistant", "content": content},
+        where=where,
+        timestamp=timestamp,
+        usage=state.pending_usage,
+    )
+    state.pending_usage = None
+    return state.group
+
+
+def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
+    kind = item["type"]
+    call_id = item.get("call_id") or item.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise state.out.error(where, f"{kind} item without a 'call_id'")
+    if call_id in state.calls:
+        return  # the same call written twice
+    name: Any = "local_shell" if kind == "local_shell_call" else item.get("name")
+    arguments = item.get("action" if kind == "local_shell_call" else "arguments", item.get("input"))
+    if not isinstance(name, str) or not name:
+        raise state.out.error(where, f"{kind} item without a 'name'")
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    if kind == "custom_tool_call":
+        call = {"id": call_id, "type": "custom", "custom": {"name": name, "input": text}}
+    else:
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+    index = (
+        state.group
+        if state.group is not None
+        else _open_group(state, where, timestamp, content=None)
+    )
+    out = state.out
+    out.messages[index].setdefault("tool_calls", []).append(call)
+    parsed = _parse_arguments(arguments)
+    for path in _write_paths(name, parsed, text, state.cwd):
+        if path not in out.write_paths[index]:
+            out.write_paths[index].append(path)
+    state.calls[call_id] = _Call(read_path=_read_path(name, parsed, state.cwd), epoch=state.epoch)
+
+
+def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
+    state.group = None
+    call_id = item.get("call_id") or item.get("id")
+    call = state.calls.get(call_id) if isinstance(call_id, str) else None
+    # Unknown, answered twice, or compacted away: the store would refuse the result.
+    if call is None or call_id in state.answered or call.epoch != state.epoch:
+        return
+    assert isinstance(call_id, str)
+    state.answered.add(call_id)
+    text = _output_text(item.get("output"))
+    read = call.read_path if call.read_path is not None and _succeeded(text) else None
+    state.out.add(
+        {"role": "tool", "tool_call_id": call_id, "content": text},
+        where=where,
+        timestamp=timestamp,
+        read_path=read,
+    )
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "\n".join(text_parts(output))
+    if isinstance(output, dict) and isinstance(output.get("content"), str):
+        return str(output["content"])
+    return json.dumps(output, ensure_ascii=False)
+
+
+def _succeeded(output: str) -> bool:
+    """Whether a shell output says the command worked (no evidence of failure)."""
+    if output.startswith(("failed in sandbox", "execution error", "error:")):
+        return False
+    try:
+        parsed = json.loads(output)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        meta = parsed.get("metadata")
+        code = meta.get("exit_code") if isinstance(meta, dict) else None
+        return code in (None, 0)
+    match = _EXIT_CODE.search(output[:200])
+    return match is None or int(match.group(1)) == 0
+
+
+# -- what a call reads or writes ----------------------------------------------------------
+
+
+def _parse_arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments  # a custom tool's free-form input (apply_patch)
+    return arguments
+
+
+def _command(arguments: Any) -> tuple[list[str] | str | None, str | None]:
+    """A shell call's command (argv or script) and working directory."""
+    if not isinstance(arguments, dict):
+        return None, None
+    command = arguments.get("command", arguments.get("cmd"))
+    workdir = arguments.get("workdir", arguments.get("working_directory"))
+    if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        argv: list[str] | str | None = list(command)
+    elif isinstance(command, str):
+        argv = command
+    else:
+        argv = None
+    return argv, workdir if isinstance(workdir, str) else None
+
+
+def _script_argv(command: list[str] | str) -> list[str] | None:
+    """The argv of a single simple command (``bash -lc "cat f"`` included), else None."""
+    if isinstance(command, list):
+        if (
+            len(command) == 3
+            and posixpath.basename(command[0]) in _SHELLS
+            and command[1]
+            in (
+                "-lc",
+                "-c",
+            )
+        ):
+            command = command[2]
+        else:
+            return command
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return None
+    # Pipes, redirections, sequences: not a plain read of one file.
+    if any(token and set(token) <= set("();<>|&") for token in tokens):
+        return None
+    return tokens
+
+
+def _resolve(path: str, workdir: str | None, cwd: str | None) -> str:
+    base = workdir or cwd
+    if base and not posixpath.isabs(base) and cwd:
+        base = posixpath.join(cwd, base)
+    if base and not posixpath.isabs(path):
+        path = posixpath.join(base, path)
+    return posixpath.normpath(path) if posixpath.isabs(path) else path
+
+
+def shell_read_path(command: list[str] | str, workdir: str | None, cwd: str | None) -> str | None:
+    """The one file a ``cat FILE`` or ``sed -n 'A,Bp' FILE`` command reads, else None."""
+    argv = _script_argv(command)
+    if not argv:
+        return None
+    program, args = posixpath.basename(argv[0]), argv[1:]
+    files: list[str]
+    if program == "cat":
+        files = [a for a in args if not a.startswith("-")]
+        if len(files) != len(args):
+            return None
+    elif program == "sed":
+        if len(args) != 3 or args[0] != "-n" or not _SED_PRINT.match(args[1]):
+            return None
+        files = [args[2]]
+    else:
+        return None
+    if len(files) != 1:
+        return None
+    return _resolve(files[0], workdir, cwd)
+
+
+def _read_path(name: str, arguments: Any, cwd: str | None) -> str | None:
+    if name not in _SHELL_TOOLS:
+        return None
+    command, workdir = _command(arguments)
+    return None if command is None else shell_read_path(command, workdir, cwd)
+
+
+def apply_patch_paths(patch: str) -> list[str]:
+    """The files an ``apply_patch`` patch adds, updates, deletes or moves to."""
+    if "*** Begin Patch" not in patch:
+        return []
+    paths: list[str] = []
+    for match in _PATCH_TARGET.finditer(patch):
+        if match.group(1) not in paths:
+            paths.append(match.group(1))
+    return paths
+
+
+def _write_paths(name: str, arguments: Any, text: str, cwd: str | None) -> list[str]:
+    if name == "apply_patch":
+        patch = arguments.get("input") if isinstance(arguments, dict) else arguments
+        found = apply_patch_paths(patch if isinstance(patch, str) else text)
+        return [_resolve(p, None, cwd) for p in found]
+    if name not in _SHELL_TOOLS:
+        return []
+    command, workdir = _command(arguments)
+    if command is None:
+        return []
+    script = command if isinstance(command, str) else "\n".join(command)
+    if "apply_patch" not in script:
+        return []
+    return [_resolve(p, workdir, cwd) for p in apply_patch_paths(script)]

@@ -1,0 +1,224 @@
+"""Public data models: triggers, strategies, the compaction config and recorded results."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "BreakerState",
+    "CompactBoundary",
+    "CompactStrategy",
+    "CompactTrigger",
+    "CompactionConfig",
+    "CompactionResult",
+    "CompactionStep",
+    "MemoryEntry",
+    "SessionInfo",
+]
+
+
+class CompactTrigger(StrEnum):
+    """Why a compaction ran."""
+
+    MANUAL = "manual"
+    AUTO = "auto"
+    REACTIVE = "reactive"
+    MICROCOMPACT_TIME = "microcompact_time"
+    MICROCOMPACT_CACHED = "microcompact_cached"
+
+
+class CompactStrategy(StrEnum):
+    """What a compaction did."""
+
+    TOOL_BUDGET = "tool_budget"
+    READ_DEDUP = "read_dedup"
+    MICROCOMPACT = "microcompact"
+    SESSION_MEMORY = "session_memory"
+    FULL = "full"
+    REACTIVE = "reactive"
+    PARTIAL = "partial"
+
+
+# When several stages act in one call, the result's strategy is the heaviest of them.
+STRATEGY_WEIGHT: dict[CompactStrategy, int] = {
+    CompactStrategy.READ_DEDUP: 0,
+    CompactStrategy.TOOL_BUDGET: 1,
+    CompactStrategy.MICROCOMPACT: 2,
+    CompactStrategy.SESSION_MEMORY: 3,
+    CompactStrategy.PARTIAL: 4,
+    CompactStrategy.FULL: 5,
+    CompactStrategy.REACTIVE: 6,
+}
+
+
+class CompactionConfig(BaseModel):
+    """Every threshold of the pipeline. Defaults are the MiniCode article's numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Stage 2: tool-result budget.
+    tool_result_max_chars: int = Field(4_000, ge=1)
+    tool_result_preview_chars: int = Field(500, ge=100)
+    preview_head_lines: int = Field(8, ge=0)
+    preview_tail_lines: int = Field(3, ge=0)
+    preview_tail_after_lines: int = Field(12, ge=0)
+
+    # Stage 3: read dedup (at tool-execution time).
+    read_dedup_enabled: bool = True
+
+    # Stage 4: microcompact.
+    microcompact_interval_seconds: float = Field(3_600.0, gt=0)
+    microcompact_keep_recent: int = Field(5, ge=0)
+    cache_ttl_seconds: float | None = Field(None, gt=0)
+
+    # Stage 5: auto-compact check and circuit breaker.
+    auto_compact_threshold: float = Field(0.85, gt=0, le=1)
+    breaker_max_failures: int = Field(3, ge=1)
+
+    # Stage 6a: session-memory compact.
+    session_memory_max_tokens: int = Field(6_000, ge=0)
+    session_memory_min_tail_messages: int = Field(5, ge=1)
+    session_memory_min_tail_tokens: int = Field(10_000, ge=0)
+    session_memory_max_tail_tokens: int = Field(40_000, ge=0)
+    session_memory_max_after_ratio: float = Field(0.95, gt=0, le=1)
+
+    # Stage 6b: full compact (rule-based summary).
+    full_compact_keep_fraction: float = Field(1 / 3, gt=0, lt=1)
+    full_compact_max_tail_messages: int = Field(40, ge=1)
+    summary_request_chars: int = Field(2_000, ge=1)
+    summary_max_topics: int = Field(8, ge=0)
+    summary_topic_chars: int = Field(100, ge=1)
+    summary_max_files: int = Field(10, ge=0)
+    summary_max_errors: int = Field(3, ge=0)
+    summary_error_chars: int = Field(80, ge=1)
+
+    # Stage 7: reactive recovery.
+    reactive_blocking_ratio: float = Field(0.97, gt=0, le=1)
+    reactive_target_ratio: float = Field(0.9, gt=0, le=1)
+    reactive_keep_fractions: tuple[float, ...] = (0.4, 0.3, 0.2)
+    reactive_min_keep_messages: int = Field(3, ge=1)
+    reactive_min_keep_fraction: float = Field(0.15, ge=0, le=1)
+
+    # Token accounting (SPEC §6).
+    fixed_overhead_tokens: int = Field(0, ge=0)
+    token_factor: float = Field(1.0, gt=0, le=10)
+
+    # Input limits.
+    max_message_bytes: int = Field(32 * 1024 * 1024, ge=1_024)
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> CompactionConfig:
+        if self.session_memory_max_tail_tokens < self.session_memory_min_tail_tokens:
+            raise ValueError(
+                "session_memory_max_tail_tokens must be >= session_memory_min_tail_tokens"
+            )
+        if not self.reactive_keep_fractions or any(
+            not 0 < f < 1 for f in self.reactive_keep_fractions
+        ):
+            raise ValueError("reactive_keep_fractions must be fractions between 0 and 1")
+        return self
+
+    @property
+    def reactive_limit_ratio(self) -> float:
+        """Share of the window reactive recovery must get under (97% x 0.9 = 87.3%)."""
+        return self.reactive_blocking_ratio * self.reactive_target_ratio
+
+
+class CompactBoundary(BaseModel):
+    """A recorded cut of the active context: what was summarised and what was kept."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int | None = None
+    trigger: CompactTrigger
+    strategy: CompactStrategy
+    timestamp: float
+    tokens_before: int
+    tokens_after: int
+    messages_removed: int
+    preserved_segment: tuple[int, int] | None
+    summary_text: str = ""
+    parent_id: int | None = None
+    rolled_back_at: float | None = None
+
+
+class CompactionStep(BaseModel):
+    """One stage's share of a compaction call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    strategy: CompactStrategy
+    trigger: CompactTrigger
+    tokens_freed: int
+    success: bool = True
+    detail: str = ""
+
+
+class CompactionResult(BaseModel):
+    """The outcome of one call to process_request / reactive_recover / compact / replay."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int | None = None
+    success: bool
+    strategy: CompactStrategy | None
+    trigger: CompactTrigger | None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    boundary: CompactBoundary | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    tokens_freed: int = 0
+    summary_text: str = ""
+    steps: list[CompactionStep] = Field(default_factory=list)
+    created_at: float | None = None
+    rolled_back_at: float | None = None
+    removed_seqs: list[int] = Field(default_factory=list)
+    cleared_tool_use_ids: list[str] = Field(default_factory=list)
+    blob_ids: list[int] = Field(default_factory=list)
+    instructions: str | None = None
+    error: str | None = None
+
+    @property
+    def effective(self) -> bool:
+        """True when the call succeeded and actually freed tokens."""
+        return self.success and self.tokens_freed > 0
+
+
+class BreakerState(BaseModel):
+    """Circuit-breaker and reactive-recovery counters of a session."""
+
+    model_config = ConfigDict(frozen=True)
+
+    consecutive_failures: int = 0
+    tripped: bool = False
+    reactive_attempts: int = 0
+    last_microcompact_at: float | None = None
+
+
+class SessionInfo(BaseModel):
+    """A row of store.sessions()."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    format: str
+    context_window: int
+    created_at: float
+    message_count: int
+    config: CompactionConfig
+
+
+class MemoryEntry(BaseModel):
+    """A piece of memory used by session-memory compact."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int | None = None
+    kind: str
+    text: str
+    tokens: int
+    created_at: float
+    scope: str = "session"

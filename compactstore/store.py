@@ -1,0 +1,1501 @@
+"""CompactStore and Session: the facade that opens transactions and calls the engines.
+
+Every public method that writes runs in exactly one transaction: it locks the session,
+loads what it needs, lets pure engines decide, writes their outcome and commits — or
+leaves the database exactly as it was when anything raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
+
+from compactstore.context import ActiveContext
+from compactstore.db import repository as repo
+from compactstore.db.engine import (
+    create_engine_for,
+    normalize_url,
+    read_tx,
+    sqlite_path,
+    with_retry,
+    write_tx,
+)
+from compactstore.db.migrate import ensure_schema
+from compactstore.engines import full_compact, pipeline, read_dedup
+from compactstore.engines.base import Cut, EngineInputs, StageResult, Summarizer
+from compactstore.engines.pipeline import Outcome
+from compactstore.engines.session_memory import MemoryProvider, select_memory
+from compactstore.errors import (
+    ConflictError,
+    DatabaseError,
+    InvalidInputError,
+    InvalidMessageError,
+    NotFoundError,
+)
+from compactstore.formats import FORMAT_NAMES, MessageFormat, get_format
+from compactstore.models import (
+    BreakerState,
+    CompactBoundary,
+    CompactionConfig,
+    CompactionResult,
+    CompactionStep,
+    CompactStrategy,
+    CompactTrigger,
+    MemoryEntry,
+    SessionInfo,
+)
+from compactstore.tokens import TokenCounter, estimate_tokens
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_FORMAT",
+    "MEMORY_KINDS",
+    "CompactStore",
+    "ImportedBoundary",
+    "MemoryProvider",
+    "Session",
+    "Summarizer",
+]
+
+DEFAULT_FORMAT = "anthropic"
+DEFAULT_CONTEXT_WINDOW = 200_000
+MEMORY_KINDS = ("user_intent", "decision", "convention", "pattern", "fact")
+T = TypeVar("T")
+
+
+def _check_timestamp(value: Any, what: str = "timestamp") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(f"{what} must be a number of epoch seconds, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise InvalidInputError(f"{what} must be a finite, non-negative number, got {value!r}")
+    return number
+
+
+def _now(value: float | None, what: str = "now") -> float:
+    return time.time() if value is None else _check_timestamp(value, what)
+
+
+def _check_session_id(session_id: Any) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInputError(f"session id must be a non-empty string, got {session_id!r}")
+    if len(session_id) > 255:
+        raise InvalidInputError("session id is longer than 255 characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in session_id):
+        raise InvalidInputError(f"session id {session_id!r} contains control characters")
+    _check_utf8(session_id, "session id")
+    return session_id
+
+
+_MAX_NAME = 255  # tool ids and names live in VARCHAR(255) columns
+
+
+def _check_column_text(text: str, what: str, max_length: int | None = None) -> None:
+    """Text stored in its own column (not inside the JSON payload) must be storable on
+    every backend: PostgreSQL text cannot hold NUL, and VARCHAR columns have a length."""
+    if "\x00" in text:
+        raise InvalidInputError(f"{what} contains a NUL character")
+    if max_length is not None and len(text) > max_length:
+        raise InvalidInputError(f"{what} is longer than {max_length} characters")
+    _check_utf8(text, what)
+
+
+# Whole numbers stored in INTEGER columns must fit them on every backend.
+_MAX_INT = 2**31 - 1
+
+
+def _check_whole(value: Any, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be a whole number, got {value!r}")
+    if not minimum <= value <= _MAX_INT:
+        raise InvalidInputError(f"{what} must be between {minimum} and {_MAX_INT}, got {value}")
+    return value
+
+
+def _check_id(value: Any, what: str, session_id: str) -> None:
+    """A row id given by a caller: a whole number, and one that can exist."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} id must be a whole number, got {value!r}")
+    if not 0 < value <= _MAX_INT:
+        raise NotFoundError(f"no {what} {value} in session {session_id!r}")
+
+
+def _check_utf8(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start})"
+        ) from None
+
+
+def _wrap_db_errors(location: str, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
+        # Validation should have caught it; say what the database refused, not that it broke.
+        raise DatabaseError(f"the database {location} refused the data: {exc.orig}") from None
+    except sa_exc.DatabaseError as exc:
+        raise DatabaseError(
+            f"cannot use the database {location}: {exc.orig}. If it is not a compactstore "
+            f"database or is damaged, restore it from a backup or open another file"
+        ) from None
+
+
+class _ContextCache:
+    """Active contexts read by this process, per session, with the versions they were read
+    at: reused as is while the session is unchanged, extended with the new messages while
+    only appends happened; any compaction, rollback or config change (in any process)
+    bumps context_version and forces a rebuild from the rows."""
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[int, int, ActiveContext]] = OrderedDict()
+        self._max = max_sessions
+
+    def get(self, session_id: str) -> tuple[int, int, ActiveContext] | None:
+        with self._lock:
+            entry = self._entries.get(session_id)
+            if entry is not None:
+                self._entries.move_to_end(session_id)
+            return entry
+
+    def put(self, session_id: str, entry: tuple[int, int, ActiveContext]) -> None:
+        with self._lock:
+            self._entries[session_id] = entry
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedBoundary:
+    """A compaction found in an imported transcript."""
+
+    first_kept_index: int  # index (in the imported messages) of the first message after it
+    summary_text: str
+    trigger: CompactTrigger = CompactTrigger.AUTO
+    tokens_before: int | None = None  # the agent's own count, kept for reference
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A message that passed the format's checks, ready to be numbered and stored."""
+
+    message: dict[str, Any]
+    payload: str
+    created_at: float
+    pinned: bool = False
+    dedup_of_seq: int | None = None
+
+
+class CompactStore:
+    """A database of agent sessions and their compactions.
+
+    Open one with :meth:`open`; it is safe to share between threads of one process and to
+    open from many processes at once.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        location: str,
+        *,
+        token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+        memory_provider: MemoryProvider | None = None,
+    ) -> None:
+        self.engine = engine
+        self.location = location
+        self.token_counter: TokenCounter = token_counter or estimate_tokens
+        self.summarizer = summarizer
+        self.memory_provider = memory_provider
+        self._cache = _ContextCache()
+
+    @classmethod
+    def open(
+        cls,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        auto_migrate: bool = True,
+        token_counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+        memory_provider: MemoryProvider | None = None,
+    ) -> CompactStore:
+        """Open (and create or upgrade) a store.
+
+        Args:
+            db: a file path or SQLAlchemy URL; default ``$COMPACTSTORE_DB`` or
+                ``./compactstore.db``.
+            auto_migrate: upgrade an older schema; when False, refuse it instead.
+            token_counter: replaces :func:`estimate_tokens` for new messages.
+            summarizer: writes full-compact summaries instead of the rule-based one.
+            memory_provider: supplies the memory text of session-memory compact.
+
+        Raises:
+            SchemaError: the schema is newer than this code, or older and auto_migrate=False.
+            DatabaseError: the file is not a usable database.
+        """
+        url = normalize_url(
+            db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
+        )
+        path = sqlite_path(url)
+        location = str(path) if path is not None else _redact(url)
+        engine = create_engine_for(url)
+        try:
+            _wrap_db_errors(
+                location,
+                lambda: ensure_schema(engine, auto_migrate=auto_migrate, location=location),
+            )
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(
+            engine,
+            location,
+            token_counter=token_counter,
+            summarizer=summarizer,
+            memory_provider=memory_provider,
+        )
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.engine.dispose()
+
+    def __enter__(self) -> CompactStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CompactStore({self.location!r})"
+
+    def _write(self, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with write_tx(self.engine) as connection:
+                return fn(connection)
+
+        return _wrap_db_errors(self.location, lambda: with_retry(attempt))
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with read_tx(self.engine) as connection:
+                return fn(connection)
+
+        return _wrap_db_errors(self.location, lambda: with_retry(attempt))
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        context_window: int | None = None,
+        format: str | None = None,
+        config: CompactionConfig | None = None,
+        now: float | None = None,
+    ) -> Session:
+        """Open a session, creating it when it does not exist.
+
+        A new session takes the defaults (anthropic, 200,000 tokens, CompactionConfig())
+        for what is not given. For an existing one, a different format or context window is
+        an error; a new ``config`` replaces the stored one (each compaction records the
+        config it ran with). ``now`` is the creation time (epoch seconds): the microcompact
+        clock starts there.
+
+        Raises:
+            ConflictError: the session exists with another format or context window.
+            InvalidInputError: a bad id, format, window or config.
+        """
+        sid = _check_session_id(session_id)
+        if format is not None and format not in FORMAT_NAMES:
+            get_format(format)  # raises, naming the valid formats
+        if context_window is not None:
+            _check_whole(context_window, "context_window (tokens)", minimum=1_000)
+        if config is not None and not isinstance(config, CompactionConfig):
+            raise InvalidInputError("config must be a CompactionConfig")
+        created = _now(now)
+
+        def tx(connection: Connection) -> repo.SessionRow:
+            row = repo.get_session(connection, sid, lock=True)
+            if row is None:
+                repo.create_session(
+                    connection,
+                    sid,
+                    format=format or DEFAULT_FORMAT,
+                    context_window=context_window or DEFAULT_CONTEXT_WINDOW,
+                    config=config or CompactionConfig(),
+                    created_at=created,
+                )
+            else:
+                if format is not None and format != row.format:
+                    raise ConflictError(
+                        f"session {sid!r} exists with format {row.format!r}; it cannot be "
+                        f"reopened as {format!r} (use another session id)"
+                    )
+                if context_window is not None and context_window != row.context_window:
+                    raise ConflictError(
+                        f"session {sid!r} exists with context_window {row.context_window}; "
+                        f"it cannot be reopened with {context_window}"
+                    )
+                if config is not None and config != row.config:
+                    repo.update_session(
+                        connection, sid, structural=True, config=config.model_dump_json()
+                    )
+            found = repo.get_session(connection, sid)
+            assert found is not None
+            return found
+
+        return Session(self, self._write(tx))
+
+    def get_session(self, session_id: str) -> Session:
+        """Open an existing session; NotFoundError when there is none."""
+        sid = _check_session_id(session_id)
+        row = self._read(lambda c: repo.get_session(c, sid))
+        if row is None:
+            raise NotFoundError(f"no session {sid!r} in {self.location}")
+        return Session(self, row)
+
+    def import_session(
+        self,
+        session_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        format: str = DEFAULT_FORMAT,
+        context_window: int | None = None,
+        config: CompactionConfig | None = None,
+        timestamps: Sequence[float | None] | None = None,
+        boundaries: Sequence[ImportedBoundary] = (),
+    ) -> Session:
+        """Create a session from a whole transcript in one transaction: all or nothing.
+
+        ``boundaries`` are compactions the agent already did (e.g. Claude Code's
+        compact_boundary records): each becomes a boundary row whose summary stands for
+        the messages before ``first_kept_index``, as the agent continued after it.
+
+        Raises:
+            ConflictError: the session already exists.
+            InvalidMessageError: a message is invalid (the error names its index).
+        """
+        sid = _check_session_id(session_id)
+        get_format(format)
+        if timestamps is not None and len(timestamps) != len(messages):
+            raise InvalidInputError("timestamps must be a list as long as messages")
+        stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
+        order = sorted(boundaries, key=lambda b: b.first_kept_index)
+        for boundary in order:
+            if not 0 < boundary.first_kept_index <= len(messages):
+                raise InvalidInputError(
+                    f"imported boundary at message {boundary.first_kept_index} is outside the "
+                    f"transcript's {len(messages)} messages"
+                )
+        created = next((float(t) for t in stamps if t is not None), None)
+
+        def tx(connection: Connection) -> repo.SessionRow:
+            if repo.get_session(connection, sid, lock=True) is not None:
+                raise ConflictError(f"session {sid!r} already exists; import into a new session id")
+            repo.create_session(
+                connection,
+                sid,
+                format=format,
+                context_window=context_window or DEFAULT_CONTEXT_WINDOW,
+                config=config or CompactionConfig(),
+                created_at=_now(created),
+            )
+            row = repo.get_session(connection, sid)
+            assert row is not None
+            session = Session(self, row)
+            pending = [
+                session._prepare(m, t, index=i)
+                for i, (m, t) in enumerate(zip(messages, stamps, strict=True))
+            ]
+            start = 0
+            for boundary in [*order, None]:
+                end = len(pending) if boundary is None else boundary.first_kept_index
+                if end > start:
+                    session._insert(connection, session._locked(connection), pending[start:end])
+                    start = end
+                if boundary is not None:
+                    session._import_boundary(connection, boundary)
+            found = repo.get_session(connection, sid)
+            assert found is not None
+            return found
+
+        return Session(self, self._write(tx))
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first."""
+        rows = self._read(repo.list_sessions)
+        return [
+            SessionInfo(
+                id=row.id,
+                format=row.format,
+                context_window=row.context_window,
+                created_at=row.created_at,
+                message_count=count,
+                config=row.config,
+            )
+            for row, count in rows
+        ]
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+class Session:
+    """One agent conversation: its log, its active context and its compactions."""
+
+    def __init__(self, store: CompactStore, row: repo.SessionRow) -> None:
+        self.store = store
+        self.id = row.id
+        self.format = row.format
+        self.context_window = row.context_window
+        self.config = row.config
+        self.created_at = row.created_at
+        self.fmt: MessageFormat = get_format(row.format)
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _locked(self, connection: Connection) -> repo.SessionRow:
+        row = repo.get_session(connection, self.id, lock=True)
+        if row is None:
+            raise NotFoundError(f"session {self.id!r} no longer exists in {self.store.location}")
+        return row
+
+    def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
+        """The active context, from the store's cache when only appends happened since."""
+        row = row or repo.get_session(connection, self.id)
+        if row is None:
+            raise NotFoundError(f"session {self.id!r} no longer exists in {self.store.location}")
+        cached = self.store._cache.get(self.id)
+        if cached is not None and cached[0] == row.context_version and cached[1] == row.version:
+            base = cached[2]
+        elif cached is not None and cached[0] == row.context_version:
+            base = repo.extend_context(connection, cached[2], row)
+        else:
+            base = repo.load_context(connection, row, self.fmt, self.store.token_counter)
+        self.store._cache.put(self.id, (row.context_version, row.version, base))
+        return base.answered()
+
+    def _prepare(
+        self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
+    ) -> _Pending:
+        where = "" if index is None else f"message {index}: "
+        if not isinstance(message, dict):
+            raise InvalidMessageError(
+                f"{where}a message must be a dict, got {type(message).__name__}"
+            )
+        try:
+            self.fmt.validate(message)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"{where}{exc}") from None
+        try:
+            payload = repo.dumps(message)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessageError(f"{where}message is not JSON-serialisable: {exc}") from None
+        try:
+            size = len(payload.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidMessageError(
+                f"{where}message text is not valid Unicode "
+                f"(a lone surrogate at position {exc.start})"
+            ) from None
+        if size > self.config.max_message_bytes:
+            raise InvalidMessageError(
+                f"{where}message is {size} bytes, over the limit of "
+                f"{self.config.max_message_bytes} (CompactionConfig.max_message_bytes)"
+            )
+        if not isinstance(pinned, bool):
+            raise InvalidInputError(f"{where}pinned must be True or False")
+        if pinned and (self.fmt.tool_calls(message) or self.fmt.tool_results(message)):
+            raise InvalidMessageError(
+                f"{where}a message with tool calls or results cannot be pinned: pinning it "
+                f"would separate it from its pair"
+            )
+        created = _now(timestamp, "timestamp")
+        return _Pending(message, payload, created, pinned)
+
+    def _insert(
+        self, connection: Connection, row: repo.SessionRow, pending: Sequence[_Pending]
+    ) -> list[int]:
+        """Number, pin, pair-check and store messages. Raises before writing anything."""
+        fmt = self.fmt
+        last = repo.last_message(connection, self.id)
+        next_seq = 0 if last is None else last.seq + 1
+        leading_system = last is None or last.pinned == "system"
+        request_seq = row.request_seq
+
+        all_calls = [c for p in pending for c in fmt.tool_calls(p.message)]
+        all_results = [r for p in pending for r in fmt.tool_results(p.message)]
+        for result in all_results:
+            try:
+                _check_column_text(result.tool_use_id, "tool result id", _MAX_NAME)
+            except InvalidInputError as exc:
+                raise InvalidMessageError(f"{exc}: {result.tool_use_id[:40]!r}") from None
+        stored = repo.known_calls(
+            connection, self.id, [c.id for c in all_calls] + [r.tool_use_id for r in all_results]
+        )
+        boundary = repo.live_boundary(connection, self.id) if all_results else None
+        first_kept = boundary.first_kept_seq if boundary is not None else 0
+
+        rows: list[repo.MessageRow] = []
+        new_calls: list[tuple[Any, int]] = []
+        results: list[tuple[str, int]] = []
+        batch_calls: dict[str, int] = {}
+        batch_moves: list[int] = []  # seqs of the batch's messages that are not tool results
+        answered: set[str] = set()
+        for offset, item in enumerate(pending):
+            seq = next_seq + offset
+            where = f"message {offset}: " if len(pending) > 1 else ""
+            for result in fmt.tool_results(item.message):
+                call_id = result.tool_use_id
+                known = stored.get(call_id)
+                if call_id in answered or (known is not None and known.result_seq is not None):
+                    raise InvalidMessageError(f"{where}tool call {call_id!r} already has a result")
+                if known is None and call_id not in batch_calls:
+                    raise InvalidMessageError(
+                        f"{where}tool result for {call_id!r}, but no tool call with that id was "
+                        f"made in session {self.id!r}"
+                    )
+                call_seq = known.call_seq if known is not None else batch_calls[call_id]
+                if (
+                    known is not None and repo.moved_on_after(connection, self.id, call_seq)
+                ) or any(call_seq < other < seq for other in batch_moves):
+                    raise InvalidMessageError(
+                        f"{where}tool result for {call_id!r} arrives after the conversation "
+                        f"moved on past its call (seq {call_seq}); the call was already "
+                        f"answered as interrupted, so this result can no longer be paired"
+                    )
+                if known is not None and known.call_seq < first_kept:
+                    raise InvalidMessageError(
+                        f"{where}tool call {call_id!r} (seq {known.call_seq}) was compacted out "
+                        f"of the active context; its result can no longer be paired with it"
+                    )
+                answered.add(call_id)
+                results.append((call_id, seq))
+            for call in fmt.tool_calls(item.message):
+                try:
+                    _check_column_text(call.id, "tool call id", _MAX_NAME)
+                    _check_column_text(call.name, "tool name", _MAX_NAME)
+                except InvalidInputError as exc:
+                    raise InvalidMessageError(f"{where}{exc}: {call.id[:40]!r}") from None
+                if call.id in stored or call.id in batch_calls:
+                    raise InvalidMessageError(
+                        f"{where}duplicate tool call id {call.id!r} in session {self.id!r}"
+                    )
+                batch_calls[call.id] = seq
+                new_calls.append((call, seq))
+            kind = fmt.kind(item.message)
+            if kind != "tool":
+                batch_moves.append(seq)
+            pin: str | None = None
+            if kind == "system" and leading_system:
+                pin = "system"
+            else:
+                leading_system = False
+                if request_seq is None and fmt.is_request(item.message):
+                    pin, request_seq = "request", seq
+                elif item.pinned:
+                    pin = "user"
+            rows.append(
+                repo.MessageRow(
+                    seq=seq,
+                    role=str(item.message.get("role")),
+                    kind=kind,
+                    payload=item.payload,
+                    tokens=self.store.token_counter(fmt.token_text(item.message)),
+                    created_at=item.created_at,
+                    pinned=pin,
+                    dedup_of_seq=item.dedup_of_seq,
+                )
+            )
+        repo.insert_messages(connection, self.id, rows)
+        repo.insert_calls(connection, self.id, new_calls)
+        repo.mark_results(connection, self.id, results)
+        repo.update_session(connection, self.id, request_seq=request_seq, last_seq=rows[-1].seq)
+        return [r.seq for r in rows]
+
+    # -- appending ----------------------------------------------------------------------
+
+    def append(
+        self, message: dict[str, Any], timestamp: float | None = None, pinned: bool = False
+    ) -> int:
+        """Append one message; returns its seq (0-based, per session).
+
+        Raises:
+            InvalidMessageError: the message does not fit the session's format, its tool
+                result has no call, a call id repeats, or it is over max_message_bytes.
+        """
+        pending = self._prepare(message, timestamp, pinned=pinned)
+        return self.store._write(lambda c: self._insert(c, self._locked(c), [pending])[0])
+
+    def extend(
+        self,
+        messages: Sequence[dict[str, Any]],
+        timestamps: Sequence[float | None] | None = None,
+    ) -> list[int]:
+        """Append several messages atomically: all are stored, or none."""
+        if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
+            raise InvalidInputError("extend() takes a list of messages")
+        if timestamps is not None and (
+            not isinstance(timestamps, Sequence) or len(timestamps) != len(messages)
+        ):
+            raise InvalidInputError("timestamps must be a list as long as messages")
+        stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
+        pending = [
+            self._prepare(m, stamp, index=i)
+            for i, (m, stamp) in enumerate(zip(messages, stamps, strict=True))
+        ]
+        if not pending:
+            return []
+        return self.store._write(lambda c: self._insert(c, self._locked(c), pending))
+
+    def append_tool_result(
+        self,
+        tool_use_id: str,
+        content: str,
+        *,
+        tool_name: str,
+        file_path: str | None = None,
+        is_error: bool = False,
+        timestamp: float | None = None,
+    ) -> int:
+        """Append the result of a tool call, built in the session's format.
+
+        When ``file_path`` is given the result is a read of that file: an unchanged re-read
+        whose earlier content is still in the active context in full is stored as a short
+        stub pointing at it (read dedup). Returns the new message's seq.
+        """
+        for name, value in (("tool_use_id", tool_use_id), ("tool_name", tool_name)):
+            if not isinstance(value, str) or not value:
+                raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+        if not isinstance(content, str):
+            raise InvalidInputError(
+                f"tool result content must be a string, got {type(content).__name__}"
+            )
+        if file_path is not None and (not isinstance(file_path, str) or not file_path):
+            raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
+        if not isinstance(is_error, bool):
+            raise InvalidInputError("is_error must be True or False")
+        _check_utf8(content, "tool result content")
+        _check_column_text(tool_name, "tool_name", _MAX_NAME)
+        if file_path is not None:
+            _check_column_text(file_path, "file_path")
+        digest = read_dedup.content_hash(content)
+        dedup = file_path is not None and not is_error and self.config.read_dedup_enabled
+
+        def tx(connection: Connection) -> int:
+            row = self._locked(connection)
+            earlier = (
+                repo.dedup_entry(connection, self.id, file_path) if dedup and file_path else None
+            )
+            text, dedup_of = content, None
+            if earlier is not None and read_dedup.should_deduplicate(
+                earlier.content_hash,
+                digest,
+                previous_in_context_in_full=self._in_context_in_full(connection, earlier.seq),
+            ):
+                text, dedup_of = read_dedup.dedup_stub(earlier.file_path, earlier.seq), earlier.seq
+            message = self.fmt.tool_result_message(
+                tool_use_id, text, tool_name=tool_name, is_error=is_error
+            )
+            pending = self._prepare(message, timestamp)
+            pending = _Pending(
+                pending.message, pending.payload, pending.created_at, False, dedup_of
+            )
+            seq = self._insert(connection, row, [pending])[0]
+            if dedup and file_path and dedup_of is None:
+                repo.set_dedup_entry(
+                    connection, self.id, file_path, digest, seq, pending.created_at
+                )
+            return seq
+
+        return self.store._write(tx)
+
+    def _in_context_in_full(self, connection: Connection, seq: int) -> bool:
+        boundary = repo.live_boundary(connection, self.id)
+        if boundary is not None and seq < boundary.first_kept_seq:
+            return False
+        return not repo.has_live_edit(connection, self.id, seq)
+
+    def invalidate(self, file_path: str) -> bool:
+        """Forget the registered read of a path (after a write or edit of that file).
+
+        Returns whether a read was registered.
+        """
+        if not isinstance(file_path, str) or not file_path:
+            raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
+        _check_column_text(file_path, "file_path")
+
+        def tx(connection: Connection) -> bool:
+            self._locked(connection)
+            return repo.delete_dedup_entry(connection, self.id, file_path) > 0
+
+        return self.store._write(tx)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def context(self) -> ActiveContext:
+        """The active context with per-message detail (seq, tokens, state)."""
+        return self.store._read(self._context)
+
+    def active_context(self) -> list[dict[str, Any]]:
+        """What to send to the model, in the session's format."""
+        return self.context().messages()
+
+    def token_usage(self) -> int:
+        """Estimated tokens of the active context (calibrated by record_usage)."""
+        return self.context().usage
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole log, verbatim, including what compaction removed from the context."""
+        rows = self.store._read(lambda c: repo.log_messages(c, self.id))
+        return [json.loads(row.payload) for row in rows]
+
+    # -- calibration --------------------------------------------------------------------
+
+    def record_usage(self, input_tokens: int) -> None:
+        """Report the real prompt size the API counted for the current active context.
+
+        Usage then follows the real count: the offset to the estimate is stored and the
+        correction factor is learnt from consecutive real counts. A model call that went
+        through also resets the reactive-recovery counter.
+        """
+        _check_whole(input_tokens, "input_tokens")
+
+        def tx(connection: Connection) -> None:
+            row = self._locked(connection)
+            context = self._context(connection, row)
+            raw = sum(item.tokens for item in context.items)
+            factor = row.token_factor
+            if row.real_tokens is not None and row.real_estimate is not None:
+                grown_raw = raw - row.real_estimate
+                grown_real = input_tokens - row.real_tokens
+                if grown_raw >= _MIN_CALIBRATION_GROWTH and grown_real > 0:
+                    observed = min(_MAX_FACTOR, max(_MIN_FACTOR, grown_real / grown_raw))
+                    factor = (
+                        observed
+                        if factor is None
+                        else (1 - _SMOOTHING) * factor + _SMOOTHING * observed
+                    )
+            used = factor if factor is not None else self.config.token_factor
+            offset = input_tokens - self.config.fixed_overhead_tokens - round(used * raw)
+            repo.update_session(
+                connection,
+                self.id,
+                token_factor=factor,
+                usage_offset=offset,
+                real_tokens=input_tokens,
+                real_estimate=raw,
+            )
+            repo.set_breaker(connection, self.id, reactive_attempts=0)
+
+        self.store._write(tx)
+
+    # -- compaction ---------------------------------------------------------------------
+
+    def process_request(
+        self,
+        *,
+        now: float | None = None,
+        enable_tool_budget: bool = True,
+        enable_read_dedup: bool = True,
+        enable_microcompact: bool = True,
+        enable_auto_compact: bool = True,
+    ) -> CompactionResult:
+        """Run the pipeline before a model call, in one transaction.
+
+        Tool-result budget, microcompact, then the auto-compact check (session memory,
+        then full compact). Read dedup happens when a tool result is appended, so
+        ``enable_read_dedup`` only exists for symmetry (turn dedup off with
+        ``CompactionConfig(read_dedup_enabled=False)``). Always returns a result; when
+        nothing happened, success is False and strategy None.
+        """
+        del enable_read_dedup  # dedup runs in append_tool_result
+        at = _now(now)
+        flags = {
+            "enable_tool_budget": bool(enable_tool_budget),
+            "enable_microcompact": bool(enable_microcompact),
+            "enable_auto_compact": bool(enable_auto_compact),
+        }
+
+        def run(context: ActiveContext, inputs: EngineInputs) -> Outcome:
+            return pipeline.process(context, inputs, **flags)
+
+        result = self._compaction(at, run, kind="process", extra=flags)
+        assert result is not None
+        return result
+
+    def reactive_recover(
+        self, error_message: str, *, now: float | None = None
+    ) -> CompactionResult | None:
+        """Recover after the API said the prompt is too long; None once attempts run out.
+
+        Attempt 1 forces a full compact; if usage is still not below 87.3% of the window,
+        and on attempts 2 and 3, the kept messages are truncated to the newest 40/30/20%.
+        The attempt counter resets on success and when record_usage() reports a call.
+        """
+        if not isinstance(error_message, str):
+            raise InvalidInputError("error_message must be the API's error text (a string)")
+        at = _now(now)
+        return self._compaction(at, pipeline.recover, kind="reactive", error=error_message)
+
+    def compact(
+        self,
+        *,
+        instructions: str | None = None,
+        up_to_seq: int | None = None,
+        now: float | None = None,
+    ) -> CompactionResult:
+        """Compact now (trigger manual): a full compact, or with ``up_to_seq`` a partial one
+        that summarises only the messages up to that seq and keeps the rest verbatim.
+        ``instructions`` go to the summarizer and are recorded.
+        """
+        if instructions is not None and not isinstance(instructions, str):
+            raise InvalidInputError("instructions must be a string")
+        if up_to_seq is not None:
+            _check_whole(up_to_seq, "up_to_seq (a message seq)")
+        at = _now(now)
+
+        def run(context: ActiveContext, inputs: EngineInputs) -> Outcome:
+            if up_to_seq is not None and up_to_seq > context.last_seq:
+                raise InvalidInputError(
+                    f"up_to_seq {up_to_seq} is past the last message (seq {context.last_seq})"
+                )
+            if up_to_seq is not None and up_to_seq < context.first_kept_seq:
+                raise InvalidInputError(
+                    f"up_to_seq {up_to_seq} is already summarised: the active context starts "
+                    f"at seq {context.first_kept_seq}"
+                )
+            return pipeline.manual(context, inputs, up_to_seq=up_to_seq)
+
+        result = self._compaction(
+            at, run, kind="manual", instructions=instructions, extra={"up_to_seq": up_to_seq}
+        )
+        assert result is not None
+        return result
+
+    def _inputs(
+        self, connection: Connection, context: ActiveContext, now: float, instructions: str | None
+    ) -> EngineInputs:
+        breaker = repo.get_breaker(connection, self.id)
+        entries = [
+            MemoryEntry(
+                id=r.id,
+                kind=r.kind,
+                text=r.text,
+                tokens=r.tokens,
+                created_at=r.created_at,
+                scope=r.scope,
+            )
+            for r in repo.memory_rows(connection, self.id)
+        ]
+        budget = context.config.session_memory_max_tokens
+        provider = self.store.memory_provider
+        memory_text = (
+            provider(self.id, entries, budget)
+            if provider is not None
+            else select_memory(entries, budget, self.store.token_counter)
+        )
+        return EngineInputs(
+            now=now,
+            next_blob_id=repo.next_blob_id(connection, self.id),
+            memory_text=memory_text,
+            memory_count=len(entries),
+            last_microcompact_at=breaker.last_microcompact_at,
+            consecutive_failures=breaker.consecutive_failures,
+            tripped=bool(breaker.tripped),
+            reactive_attempts=breaker.reactive_attempts,
+            summary_state=context.boundary.summary_state if context.boundary is not None else {},
+            summarizer=self.store.summarizer,
+            instructions=instructions,
+        )
+
+    def _compaction(
+        self,
+        now: float,
+        run: Callable[[ActiveContext, EngineInputs], Outcome | None],
+        *,
+        kind: str,
+        instructions: str | None = None,
+        error: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> CompactionResult | None:
+        def tx(connection: Connection) -> CompactionResult | None:
+            row = self._locked(connection)
+            context = self._context(connection, row)
+            inputs = self._inputs(connection, context, now, instructions)
+            outcome = run(context, inputs)
+            if outcome is None:
+                return None
+            recorded = {
+                "kind": kind,
+                "now": now,
+                "last_seq": context.last_seq,
+                "next_blob_id": inputs.next_blob_id,
+                "memory_text": inputs.memory_text,
+                "memory_count": inputs.memory_count,
+                "last_microcompact_at": inputs.last_microcompact_at,
+                "consecutive_failures": inputs.consecutive_failures,
+                "tripped": inputs.tripped,
+                "reactive_attempts": inputs.reactive_attempts,
+                "usage_offset": context.usage_offset,
+                "token_factor": context.token_factor,
+                **(extra or {}),
+            }
+            return self._record(
+                connection, outcome, recorded, instructions=instructions, error=error
+            )
+
+        return self.store._write(tx)
+
+    def _record(
+        self,
+        connection: Connection,
+        outcome: Outcome,
+        recorded: dict[str, Any],
+        *,
+        instructions: str | None,
+        error: str | None,
+        replay_of: int | None = None,
+    ) -> CompactionResult:
+        """Write what the engines decided: boundary, compaction row, edits, blobs, counters."""
+        now = float(recorded["now"])
+        breaker: dict[str, Any] = {}
+        if outcome.consecutive_failures is not None:
+            breaker["consecutive_failures"] = outcome.consecutive_failures
+            breaker["tripped"] = bool(outcome.tripped)
+        if outcome.reactive_attempts is not None:
+            breaker["reactive_attempts"] = outcome.reactive_attempts
+        if outcome.last_microcompact_at is not None:
+            breaker["last_microcompact_at"] = outcome.last_microcompact_at
+        if breaker:
+            repo.set_breaker(connection, self.id, **breaker)
+        final = outcome.context
+        if not outcome.recorded:
+            if breaker:
+                repo.update_session(connection, self.id)
+            return _unrecorded(outcome, now, instructions)
+        cut, cut_stage = outcome.cut, outcome.cut_stage
+        start = outcome.start
+        boundary: CompactBoundary | None = None
+        if cut is not None and cut_stage is not None:
+            summary = final.summary
+            assert summary is not None
+            values = {
+                "trigger": cut_stage.trigger.value,
+                "strategy": cut_stage.strategy.value,
+                "created_at": now,
+                "tokens_before": outcome.tokens_before,
+                "tokens_after": outcome.tokens_after,
+                "messages_removed": len(cut.removed_seqs),
+                "first_kept_seq": cut.first_kept_seq,
+                "last_kept_seq": cut.last_kept_seq,
+                "summary_text": cut.summary_text,
+                "summary_message": repo.dumps(summary.message),
+                "summary_tokens": summary.tokens,
+                "summary_state": repo.dumps(cut.summary_state),
+                "parent_id": start.boundary.id if start.boundary is not None else None,
+            }
+            boundary_id = repo.insert_boundary(connection, self.id, **values)
+            boundary = boundary_model(_Row(id=boundary_id, rolled_back_at=None, **values))
+        steps = outcome.steps()
+        edits, blobs = outcome.edits, outcome.blobs
+        cleared = [tool_use_id for edit in edits for tool_use_id in edit.tool_use_ids]
+        removed = list(cut.removed_seqs) if cut is not None else []
+        strategy, trigger = outcome.strategy, outcome.trigger
+        compaction_id = repo.insert_compaction(
+            connection,
+            self.id,
+            trigger=None if trigger is None else trigger.value,
+            strategy=None if strategy is None else strategy.value,
+            success=outcome.success,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            tokens_freed=outcome.tokens_before - outcome.tokens_after,
+            summary_text=cut.summary_text if cut is not None else "",
+            boundary_id=boundary.id if boundary is not None else None,
+            created_at=now,
+            steps=repo.dumps([step.model_dump(mode="json") for step in steps]),
+            config=final.config.model_dump_json(),
+            removed_seqs=repo.dumps(removed),
+            cleared_tool_use_ids=repo.dumps(cleared),
+            blob_ids=repo.dumps([blob.id for blob in blobs]),
+            instructions=instructions,
+            error=error,
+            inputs=repo.dumps(recorded),
+            replay_of=replay_of,
+        )
+        repo.insert_edits(
+            connection,
+            self.id,
+            [
+                {
+                    "seq": edit.seq,
+                    "compaction_id": compaction_id,
+                    "kind": edit.kind,
+                    "tool_use_ids": repo.dumps(list(edit.tool_use_ids)),
+                    "payload": repo.dumps(edit.message),
+                    "tokens": edit.tokens,
+                }
+                for edit in edits
+            ],
+        )
+        repo.insert_blobs(
+            connection,
+            self.id,
+            [
+                {
+                    "id": blob.id,
+                    "seq": blob.seq,
+                    "tool_use_id": blob.tool_use_id,
+                    "tool_name": blob.tool_name,
+                    "compaction_id": compaction_id,
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "content": data,
+                    "created_at": now,
+                }
+                for blob in blobs
+                for data in [blob.content.encode("utf-8")]
+            ],
+        )
+        # The context changed, so the last real count no longer describes it.
+        changed = {"real_tokens": None, "real_estimate": None} if outcome.success else {}
+        repo.update_session(connection, self.id, structural=True, **changed)
+        return CompactionResult(
+            id=compaction_id,
+            success=outcome.success,
+            strategy=strategy,
+            trigger=trigger,
+            messages=final.messages(),
+            boundary=boundary,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            tokens_freed=outcome.tokens_before - outcome.tokens_after,
+            summary_text=cut.summary_text if cut is not None else "",
+            steps=steps,
+            created_at=now,
+            removed_seqs=removed,
+            cleared_tool_use_ids=cleared,
+            blob_ids=[blob.id for blob in blobs],
+            instructions=instructions,
+            error=error,
+        )
+
+    def _import_boundary(self, connection: Connection, boundary: ImportedBoundary) -> None:
+        """Record a compaction the agent did itself, cutting just before the next message."""
+        row = self._locked(connection)
+        context = self._context(connection, row)
+        at = _check_timestamp(boundary.timestamp) if boundary.timestamp is not None else time.time()
+        index = len(context.kept)
+        removed = [item for item in context.kept if not item.pinned]
+        state = full_compact.fold_state(
+            context.boundary.summary_state if context.boundary is not None else {}, removed, context
+        )
+        after = context.cut(index, boundary.summary_text)
+        stage = StageResult(
+            strategy=CompactStrategy.FULL,
+            trigger=boundary.trigger,
+            success=True,
+            context=after,
+            tokens_before=context.usage,
+            tokens_after=after.usage,
+            cut=Cut.of(after, removed, boundary.summary_text, state),
+            detail="imported from the transcript",
+        )
+        outcome = Outcome(start=context, context=after, stages=[stage])
+        recorded = {
+            "kind": "import",
+            "now": at,
+            "last_seq": context.last_seq,
+            "pre_tokens": boundary.tokens_before,
+        }
+        self._record(connection, outcome, recorded, instructions=None, error=None)
+
+    # -- rollback and replay ------------------------------------------------------------
+
+    def rollback(
+        self, boundary_id: int | None = None, *, now: float | None = None
+    ) -> list[CompactBoundary]:
+        """Undo the latest live boundary, or the given one and every compaction after it.
+
+        Rows are marked rolled back, never deleted. Afterwards active_context() is exactly
+        what it was before that compaction plus whatever was appended since. Returns the
+        boundaries rolled back.
+
+        Raises:
+            NotFoundError: no such boundary in this session, or nothing to roll back.
+            ConflictError: the boundary is already rolled back.
+        """
+        if boundary_id is not None:
+            _check_id(boundary_id, "boundary", self.id)
+        at = _now(now)
+
+        def tx(connection: Connection) -> list[CompactBoundary]:
+            self._locked(connection)
+            target = self._target_boundary(connection, boundary_id)
+            if target.rolled_back_at is not None:
+                raise ConflictError(
+                    f"boundary {target.id} of session {self.id!r} is already rolled back"
+                )
+            return self._roll_back(connection, target, at)
+
+        return self.store._write(tx)
+
+    def _target_boundary(self, connection: Connection, boundary_id: int | None) -> Any:
+        if boundary_id is None:
+            row = repo.live_boundary(connection, self.id)
+            if row is None:
+                raise NotFoundError(f"session {self.id!r} has no live boundary to roll back")
+            return row
+        row = repo.get_boundary(connection, self.id, boundary_id)
+        if row is None:
+            raise NotFoundError(f"no boundary {boundary_id} in session {self.id!r}")
+        return row
+
+    def _roll_back(self, connection: Connection, target: Any, at: float) -> list[CompactBoundary]:
+        compaction = repo.compaction_of_boundary(connection, self.id, target.id)
+        assert compaction is not None, "every boundary is written with its compaction"
+        live = [
+            row
+            for row in repo.boundary_rows(connection, self.id, include_rolled_back=False)
+            if row.id >= target.id
+        ]
+        repo.roll_back(connection, self.id, target.id, compaction.id, at)
+        # The context changed, so the last real count no longer describes it.
+        repo.update_session(
+            connection, self.id, structural=True, real_tokens=None, real_estimate=None
+        )
+        return [boundary_model(_Row(**{**row._asdict(), "rolled_back_at": at})) for row in live]
+
+    def replay(
+        self,
+        boundary_id: int,
+        *,
+        config: CompactionConfig | None = None,
+        apply: bool = False,
+    ) -> CompactionResult:
+        """Run a recorded compaction again on the context as it stood just before it.
+
+        With the recorded config (or ``config``) and the recorded ``now``, the same inputs
+        give a byte-identical boundary and summary. ``apply=True`` records the result as a
+        new compaction: allowed on the latest live boundary (which it replaces) or on a
+        rolled-back one whose parent is the live boundary again.
+
+        Raises:
+            NotFoundError: no such boundary in this session.
+            ConflictError: apply=True where the replayed result cannot take its place.
+        """
+        _check_id(boundary_id, "boundary", self.id)
+        if config is not None and not isinstance(config, CompactionConfig):
+            raise InvalidInputError("config must be a CompactionConfig")
+
+        def run(connection: Connection) -> CompactionResult:
+            row = self._locked(connection) if apply else repo.get_session(connection, self.id)
+            assert row is not None
+            target = self._target_boundary(connection, boundary_id)
+            compaction = repo.compaction_of_boundary(connection, self.id, target.id)
+            assert compaction is not None
+            recorded = json.loads(compaction.inputs)
+            used_config = config or CompactionConfig.model_validate_json(compaction.config)
+            as_of = repo.AsOf(
+                compaction_id=compaction.id,
+                boundary_id=target.parent_id,
+                last_seq=int(recorded["last_seq"]),
+                usage_offset=int(recorded["usage_offset"]),
+                token_factor=recorded["token_factor"],
+                config=used_config,
+            )
+            context = repo.load_context(
+                connection, row, self.fmt, self.store.token_counter, as_of=as_of
+            ).answered()
+            inputs = self._recorded_inputs(context, recorded, compaction.instructions)
+            if apply:
+                live = repo.live_boundary(connection, self.id)
+                if target.rolled_back_at is None:
+                    if live is None or live.id != target.id:
+                        raise ConflictError(
+                            f"boundary {target.id} is not the latest live boundary; roll back "
+                            f"the later ones first or replay without apply"
+                        )
+                    self._roll_back(connection, target, inputs.now)
+                elif (live.id if live is not None else None) != target.parent_id:
+                    raise ConflictError(
+                        f"boundary {target.id} was rolled back, but the live boundary is no "
+                        f"longer its parent ({target.parent_id}); replay without apply"
+                    )
+                inputs = replace(inputs, next_blob_id=repo.next_blob_id(connection, self.id))
+            outcome = self._rerun(recorded, context, inputs)
+            if not apply:
+                return _unrecorded(outcome, inputs.now, compaction.instructions)
+            recorded = {**recorded, "replay_of": compaction.id}
+            return self._record(
+                connection,
+                outcome,
+                recorded,
+                instructions=compaction.instructions,
+                error=compaction.error,
+                replay_of=compaction.id,
+            )
+
+        return self.store._write(run) if apply else self.store._read(run)
+
+    def _recorded_inputs(
+        self, context: ActiveContext, recorded: dict[str, Any], instructions: str | None
+    ) -> EngineInputs:
+        return EngineInputs(
+            now=float(recorded["now"]),
+            next_blob_id=int(recorded["next_blob_id"]),
+            memory_text=str(recorded["memory_text"]),
+            memory_count=int(recorded["memory_count"]),
+            last_microcompact_at=float(recorded["last_microcompact_at"]),
+            consecutive_failures=int(recorded["consecutive_failures"]),
+            tripped=bool(recorded["tripped"]),
+            reactive_attempts=int(recorded["reactive_attempts"]),
+            summary_state=context.boundary.summary_state if context.boundary is not None else {},
+            summarizer=self.store.summarizer,
+            instructions=instructions,
+        )
+
+    @staticmethod
+    def _rerun(recorded: dict[str, Any], context: ActiveContext, inputs: EngineInputs) -> Outcome:
+        kind = recorded["kind"]
+        if kind == "import":
+            raise ConflictError(
+                "this boundary was imported from a transcript: the agent that wrote it did the "
+                "compaction, so there is nothing recorded to replay"
+            )
+        if kind == "process":
+            return pipeline.process(
+                context,
+                inputs,
+                enable_tool_budget=bool(recorded["enable_tool_budget"]),
+                enable_microcompact=bool(recorded["enable_microcompact"]),
+                enable_auto_compact=bool(recorded["enable_auto_compact"]),
+            )
+        if kind == "manual":
+            return pipeline.manual(context, inputs, up_to_seq=recorded["up_to_seq"])
+        outcome = pipeline.recover(context, inputs)
+        if outcome is None:
+            raise ConflictError(
+                "the recorded reactive attempt would now give up; nothing to replay"
+            )
+        return outcome
+
+    # -- memory, breaker, blobs ---------------------------------------------------------
+
+    def remember(
+        self, kind: str, text: str, *, scope: str = "session", now: float | None = None
+    ) -> int:
+        """Add a memory entry for session-memory compact; returns its id."""
+        if kind not in MEMORY_KINDS:
+            raise InvalidInputError(
+                f"unknown memory kind {kind!r}; expected one of: {', '.join(MEMORY_KINDS)}"
+            )
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("memory text must be a non-empty string")
+        if not isinstance(scope, str) or not scope:
+            raise InvalidInputError("scope must be a non-empty string of at most 32 characters")
+        _check_column_text(scope, "scope", 32)
+        _check_column_text(text, "memory text")
+        created = _now(now)
+        tokens = self.store.token_counter(text)
+
+        def tx(connection: Connection) -> int:
+            self._locked(connection)
+            entry_id = repo.insert_memory(
+                connection,
+                self.id,
+                kind=kind,
+                text=text,
+                tokens=tokens,
+                created_at=created,
+                scope=scope,
+            )
+            repo.update_session(connection, self.id)
+            return entry_id
+
+        return self.store._write(tx)
+
+    def memories(self) -> list[MemoryEntry]:
+        """The stored memory entries, oldest first."""
+        rows = self.store._read(lambda c: repo.memory_rows(c, self.id))
+        return [
+            MemoryEntry(
+                id=r.id,
+                kind=r.kind,
+                text=r.text,
+                tokens=r.tokens,
+                created_at=r.created_at,
+                scope=r.scope,
+            )
+            for r in rows
+        ]
+
+    def breaker(self) -> BreakerState:
+        """The circuit-breaker and reactive-recovery counters."""
+        row = self.store._read(lambda c: repo.get_breaker(c, self.id))
+        return BreakerState(
+            consecutive_failures=row.consecutive_failures,
+            tripped=bool(row.tripped),
+            reactive_attempts=row.reactive_attempts,
+            last_microcompact_at=row.last_microcompact_at,
+        )
+
+    def reset_breaker(self) -> None:
+        """Clear the breaker's failure count and the reactive-attempt counter."""
+
+        def tx(connection: Connection) -> None:
+            self._locked(connection)
+            repo.set_breaker(
+                connection, self.id, consecutive_failures=0, tripped=False, reactive_attempts=0
+            )
+            repo.update_session(connection, self.id)
+
+        self.store._write(tx)
+
+    def get_blob(self, blob_id: int) -> str:
+        """The full content of a persisted tool result, byte-exact.
+
+        Raises:
+            NotFoundError: no blob with that id belongs to this session.
+        """
+        _check_id(blob_id, "blob", self.id)
+        row = self.store._read(lambda c: repo.get_blob(c, self.id, blob_id))
+        if row is None:
+            raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
+        return bytes(row.content).decode("utf-8")
+
+    # -- history ------------------------------------------------------------------------
+
+    def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
+        """The recorded boundaries, oldest first."""
+        rows = self.store._read(
+            lambda c: repo.boundary_rows(c, self.id, include_rolled_back=include_rolled_back)
+        )
+        return [boundary_model(row) for row in rows]
+
+    def compactions(self) -> list[CompactionResult]:
+        """The recorded compactions, oldest first (rolled-back ones included, marked)."""
+
+        def read(connection: Connection) -> list[CompactionResult]:
+            boundaries = {
+                row.id: boundary_model(row)
+                for row in repo.boundary_rows(connection, self.id, include_rolled_back=True)
+            }
+            return [
+                compaction_model(row, boundaries)
+                for row in repo.compaction_rows(connection, self.id)
+            ]
+
+        return self.store._read(read)
+
+
+# Calibration (SPEC §6): how much growth a factor is learnt from, its bounds and smoothing.
+_MIN_CALIBRATION_GROWTH = 200
+_MIN_FACTOR, _MAX_FACTOR = 0.5, 4.0
+_SMOOTHING = 0.3
+
+
+def _unrecorded(outcome: Outcome, now: float, instructions: str | None) -> CompactionResult:
+    """The result of a call that wrote no compactions row (nothing to do, or a dry replay)."""
+    cut, stage = outcome.cut, outcome.cut_stage
+    boundary = None
+    if cut is not None and stage is not None:
+        boundary = CompactBoundary(
+            trigger=stage.trigger,
+            strategy=stage.strategy,
+            timestamp=now,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            messages_removed=len(cut.removed_seqs),
+            preserved_segment=None
+            if cut.last_kept_seq is None
+            else (cut.first_kept_seq, cut.last_kept_seq),
+            summary_text=cut.summary_text,
+            parent_id=outcome.start.boundary.id if outcome.start.boundary is not None else None,
+        )
+    return CompactionResult(
+        success=outcome.success,
+        strategy=outcome.strategy,
+        trigger=outcome.trigger,
+        messages=outcome.context.messages(),
+        boundary=boundary,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        tokens_freed=outcome.tokens_before - outcome.tokens_after if outcome.recorded else 0,
+        summary_text=cut.summary_text if cut is not None else "",
+        steps=outcome.steps(),
+        created_at=now,
+        removed_seqs=list(cut.removed_seqs) if cut is not None else [],
+        cleared_tool_use_ids=[i for edit in outcome.edits for i in edit.tool_use_ids],
+        blob_ids=[blob.id for blob in outcome.blobs],
+        instructions=instructions,
+    )
+
+
+class _Row:
+    """Attribute access over a dict, so freshly written values and read rows share a model."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def boundary_model(row: Any) -> CompactBoundary:
+    """A boundary row as the public model."""
+    return CompactBoundary(
+        id=row.id,
+        trigger=CompactTrigger(row.trigger),
+        strategy=CompactStrategy(row.strategy),
+        timestamp=row.created_at,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        messages_removed=row.messages_removed,
+        preserved_segment=(
+            None if row.last_kept_seq is None else (row.first_kept_seq, row.last_kept_seq)
+        ),
+        summary_text=row.summary_text,
+        parent_id=row.parent_id,
+        rolled_back_at=row.rolled_back_at,
+    )
+
+
+def compaction_model(row: Any, boundaries: dict[int, CompactBoundary]) -> CompactionResult:
+    """A compactions row as the public model (messages are not stored with it)."""
+    return CompactionResult(
+        id=row.id,
+        success=bool(row.success),
+        strategy=None if row.strategy is None else CompactStrategy(row.strategy),
+        trigger=None if row.trigger is None else CompactTrigger(row.trigger),
+        boundary=boundaries.get(row.boundary_id) if row.boundary_id is not None else None,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        tokens_freed=row.tokens_freed,
+        summary_text=row.summary_text,
+        steps=[CompactionStep.model_validate(step) for step in json.loads(row.steps)],
+        created_at=row.created_at,
+        rolled_back_at=row.rolled_back_at,
+        removed_seqs=json.loads(row.removed_seqs),
+        cleared_tool_use_ids=json.loads(row.cleared_tool_use_ids),
+        blob_ids=json.loads(row.blob_ids),
+        instructions=row.instructions,
+        error=row.error,
+    )

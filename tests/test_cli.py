@@ -1,0 +1,1009 @@
+"""The command line (SPEC §8) on SQLite and PostgreSQL: every command's table and --json
+output, the errors (one `Error: ...` line, exit 1; usage errors exit 2; nothing written),
+confirmation before a rollback, rollback + replay --apply round trips, byte-exact blobs,
+COMPACTSTORE_DB and -h everywhere.
+
+Sessions are built through the library with a small window and big tool results, so they
+have blobs (tool-result budget), a read-dedup stub and two boundaries (a full and a partial
+manual compact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import Engine, create_engine, text, update
+from sqlalchemy.engine import make_url
+
+from compactstore import CompactStore, Session
+from compactstore.cli import _progress, cli
+from compactstore.db.schema import breaker_state
+from tests.conftest import BACKENDS, PG_URL, Snapshot, _pg_admin_url
+
+Message = dict[str, Any]
+
+T0 = 1_700_000_000.0
+REQUEST = "Please fix the failing payment tests"
+COMPACTION_KEYS = {
+    "id",
+    "success",
+    "strategy",
+    "trigger",
+    "boundary",
+    "tokens_before",
+    "tokens_after",
+    "tokens_freed",
+    "summary_text",
+    "steps",
+    "created_at",
+    "rolled_back_at",
+    "removed_seqs",
+    "cleared_tool_use_ids",
+    "blob_ids",
+    "instructions",
+    "error",
+    "effective",
+}
+BOUNDARY_KEYS = {
+    "id",
+    "trigger",
+    "strategy",
+    "timestamp",
+    "tokens_before",
+    "tokens_after",
+    "messages_removed",
+    "preserved_segment",
+    "summary_text",
+    "parent_id",
+    "rolled_back_at",
+}
+
+
+# -- building sessions through the library --------------------------------------------------
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def read_call(index: int, path: str) -> Message:
+    return {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": f"Reading {path}"},
+            {"type": "tool_use", "id": f"t{index}", "name": "read_file", "input": {"path": path}},
+        ],
+    }
+
+
+def big_file(index: int) -> str:
+    """A tool result over the 4,000-character budget, with non-ASCII text and CRLF lines."""
+    return "\r\n".join(f"{index}:{j} def handler_{j}(): return 'é' * {j}" for j in range(200))
+
+
+def build_session(store: CompactStore, session_id: str = "s1") -> Session:
+    """Blobs 1-3, a read-dedup stub, boundary 1 (full) and boundary 2 (partial, live)."""
+    sess = store.session(session_id, context_window=8_000, now=T0)
+    t = T0
+    sess.append(user(REQUEST), timestamp=t)
+    for i in range(4):
+        t += 10
+        path = f"src/f{i}.py"
+        sess.append(read_call(i, path), timestamp=t)
+        content = big_file(i) if i % 2 == 0 else f"small file {i}\n"
+        sess.append_tool_result(
+            f"t{i}", content, tool_name="read_file", file_path=path, timestamp=t + 1
+        )
+        sess.process_request(now=t + 2)
+    sess.compact(now=t + 3)
+    t += 10
+    sess.append(assistant("Now the gateway."), timestamp=t)
+    mark = sess.append(user("Also check the retry logic."), timestamp=t + 1)
+    for i, path in ((4, "src/gateway.py"), (5, "src/small.py"), (6, "src/small.py")):
+        t += 10
+        sess.append(read_call(i, path), timestamp=t)
+        content = big_file(i) if i == 4 else "tiny file\n"
+        sess.append_tool_result(
+            f"t{i}", content, tool_name="read_file", file_path=path, timestamp=t + 1
+        )
+        sess.process_request(now=t + 2)
+    sess.compact(up_to_seq=mark, instructions="keep the retry request", now=t + 3)
+    sess.append(assistant("Done."), timestamp=t + 4)
+    return sess
+
+
+def build_store(store: CompactStore) -> None:
+    """s1 (see build_session), then two more sessions: other (openai) and empty."""
+    build_session(store)
+    store.session("other", format="openai", context_window=50_000, now=T0 + 10_000)
+    store.session("empty", now=T0 + 20_000)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def template(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A database holding the fixture sessions, built once per backend and module.
+
+    Tests that only read use it as it is (`shared`); tests that write get a copy (`copy`).
+    """
+    if request.param == "sqlite":
+        url = str(tmp_path_factory.mktemp("template") / "template.db")
+    else:
+        if not PG_URL:
+            pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
+        url = _pg_create(f"cs_cli_template_{os.getpid()}_{uuid.uuid4().hex[:6]}")
+    with CompactStore.open(url) as store:
+        build_store(store)
+    yield url
+    if request.param == "postgres":
+        _pg_drop(url)
+
+
+def _pg_admin() -> Engine:
+    return create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
+
+
+def _pg_create(name: str, template: str | None = None) -> str:
+    admin = _pg_admin()
+    try:
+        with admin.connect() as connection:
+            source = "" if template is None else f' TEMPLATE "{make_url(template).database}"'
+            connection.execute(text(f'CREATE DATABASE "{name}"{source}'))
+    finally:
+        admin.dispose()
+    return make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+
+
+def _pg_drop(url: str) -> None:
+    admin = _pg_admin()
+    try:
+        with admin.connect() as connection:
+            name = make_url(url).database
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def shared(template: str) -> Iterator[CompactStore]:
+    """The template database, opened for a test that must not change it."""
+    with CompactStore.open(template) as store:
+        yield store
+
+
+@pytest.fixture
+def copy(template: str, tmp_path: Path) -> Iterator[str]:
+    """A private copy of the template database, for a test that writes."""
+    if "://" not in template:
+        target = tmp_path / "copy.db"
+        for suffix in ("", "-wal"):
+            source = Path(template + suffix)
+            if source.exists():
+                shutil.copyfile(source, str(target) + suffix)
+        yield str(target)
+        return
+    url = _pg_create(f"cs_cli_copy_{os.getpid()}_{uuid.uuid4().hex[:8]}", template)
+    try:
+        yield url
+    finally:
+        _pg_drop(url)
+
+
+@pytest.fixture
+def copy_store(copy: str) -> Iterator[CompactStore]:
+    with CompactStore.open(copy) as store:
+        yield store
+
+
+def invoke(
+    db: str | None,
+    *args: str,
+    input: str | None = None,
+    env: dict[str, str | None] | None = None,
+) -> Result:
+    """Run the CLI as `compactstore ARGS --db DB`, never reading the caller's COMPACTSTORE_DB."""
+    full = [*args, "--db", db] if db is not None else list(args)
+    return CliRunner().invoke(cli, full, input=input, env={"COMPACTSTORE_DB": None, **(env or {})})
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+def fails(result: Result, message: str, *, code: int = 1) -> Result:
+    """The command failed with exit ``code`` and one `Error: ...` line naming the problem."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    assert message in errors[0]
+    return result
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(ok(result).stdout)
+
+
+# -- help, usage errors, the database option ------------------------------------------------
+
+COMMANDS = [
+    [],
+    ["demo"],
+    ["sessions"],
+    ["show"],
+    ["history"],
+    ["compact"],
+    ["rollback"],
+    ["replay"],
+    ["blob"],
+    ["breaker"],
+    ["import"],
+    ["export"],
+    ["stats"],
+    ["db"],
+    ["db", "upgrade"],
+    ["db", "current"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "compactstore")
+def test_dash_h_prints_help_with_an_example_on_every_command(command: list[str]) -> None:
+    result = ok(CliRunner().invoke(cli, [*command, "-h"]))
+    assert result.stdout.startswith("Usage: ")
+    assert "Example:" in result.stdout
+    if command and command != ["db"]:
+        assert "--db" in result.stdout
+        assert "COMPACTSTORE_DB" in result.stdout
+
+
+def test_every_data_command_takes_json() -> None:
+    for command in COMMANDS:
+        if command in ([], ["db"], ["export"]):
+            continue
+        assert "--json" in ok(CliRunner().invoke(cli, [*command, "-h"])).stdout, command
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "compactstore", "-h"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout
+    assert "rollback" in done.stdout
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_is_a_live_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with _progress("Importing x.jsonl") as report:
+        for done in range(1, 11):
+            report(done, 10)
+    drawn = terminal.getvalue()
+    assert "Importing x.jsonl" in drawn
+    assert "100%" in drawn
+    assert drawn.endswith("\n")
+
+
+def test_progress_elsewhere_is_one_line_after_success_and_nothing_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with _progress("Replaying boundary 3") as report:
+        report(0, 1)
+        report(1, 1)
+    assert log.getvalue() == "Replaying boundary 3: 1 of 1\n"
+    log.seek(0)
+    log.truncate()
+    with pytest.raises(ValueError), _progress("Importing bad.jsonl") as report:
+        report(2, 4)
+        raise ValueError("line 3")
+    assert log.getvalue() == ""
+
+
+def test_usage_errors_exit_2(template: str) -> None:
+    assert invoke(template, "show").exit_code == 2  # missing SESSION
+    assert invoke(template, "compact", "s1", "--up-to", "x").exit_code == 2
+    assert invoke(template, "replay", "s1").exit_code == 2  # --boundary is required
+    assert invoke(template, "blob", "s1", "one").exit_code == 2
+    assert invoke(template, "nonsense").exit_code == 2
+    result = invoke(template, "show", "s1", "--bogus")
+    assert result.exit_code == 2
+    assert "No such option" in result.stderr
+
+
+def test_compactstore_db_env_var_is_the_default_database(template: str) -> None:
+    listed = as_json(invoke(None, "sessions", "--json", env={"COMPACTSTORE_DB": template}))
+    assert [s["id"] for s in listed] == ["s1", "other", "empty"]
+    shown = as_json(invoke(None, "show", "s1", "--json", env={"COMPACTSTORE_DB": template}))
+    assert shown["session"] == "s1"
+
+
+def test_without_db_or_env_the_default_is_compactstore_db_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ok(invoke(None, "sessions"))
+    assert (tmp_path / "compactstore.db").exists()
+
+
+def test_an_unknown_session_is_one_error_line_and_is_not_created(
+    template: str, shared: CompactStore, db_snapshot: Snapshot
+) -> None:
+    before = db_snapshot(shared)
+    for command in (
+        ["show", "nope"],
+        ["history", "nope"],
+        ["compact", "nope"],
+        ["rollback", "nope", "--yes"],
+        ["replay", "nope", "--boundary", "1"],
+        ["blob", "nope", "1"],
+        ["breaker", "nope", "--reset"],
+        ["export", "nope"],
+    ):
+        result = fails(invoke(template, *command), "no session 'nope' in")
+        assert result.stderr.count("\n") == 1, (command, result.stderr)
+        assert result.stdout == ""
+    assert db_snapshot(shared) == before
+
+
+def test_a_library_error_is_one_line_and_changes_nothing(
+    template: str, shared: CompactStore, db_snapshot: Snapshot
+) -> None:
+    before = db_snapshot(shared)
+    result = fails(invoke(template, "compact", "s1", "--up-to", "999"), "past the last message")
+    assert result.stderr.count("\n") == 1
+    assert db_snapshot(shared) == before
+
+
+def test_an_unusable_database_is_one_error_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database" * 100)
+    result = fails(invoke(str(junk), "sessions"), "junk.db")
+    assert result.stderr.count("\n") == 1
+
+
+# -- sessions, show, history ----------------------------------------------------------------
+
+
+def test_sessions_lists_every_session(template: str) -> None:
+    table = ok(invoke(template, "sessions")).stdout.splitlines()
+    assert [row.split() for row in table] == [
+        ["session", "format", "window", "messages"],
+        ["s1", "anthropic", "8000", "18"],
+        ["other", "openai", "50000", "0"],
+        ["empty", "anthropic", "200000", "0"],
+    ]
+    data = as_json(invoke(template, "sessions", "--json"))
+    assert data[0] == {
+        "id": "s1",
+        "format": "anthropic",
+        "context_window": 8_000,
+        "created_at": T0,
+        "message_count": 18,
+    }
+
+
+def test_show_prints_the_active_context_with_seq_role_tokens_and_state(
+    template: str, shared: CompactStore
+) -> None:
+    context = shared.get_session("s1").context()
+    lines = ok(invoke(template, "show", "s1")).stdout.splitlines()
+    assert lines[0] == (
+        f"session s1 (anthropic): {len(context.items)} messages, {context.usage:,} of 8,000 "
+        f"tokens ({context.usage / 8_000:.0%}), boundary 2"
+    )
+    assert lines[1].split() == ["seq", "role", "tokens", "state", "content"]
+    rows = lines[2:]
+    assert len(rows) == len(context.items)
+    for row, item in zip(rows, context.items, strict=True):
+        seq, role, tokens, state = row.split()[:4]
+        assert seq == ("-" if item.seq is None else str(item.seq))
+        assert role == item.message["role"]
+        assert tokens == f"{item.tokens:,}"
+        assert state == item.state
+    states = [row.split()[3] for row in rows]
+    assert states[:2] == ["pinned", "summary"]
+    assert {"original", "persisted", "deduplicated"} <= set(states)
+    assert rows[0].endswith(REQUEST)
+    assert all(len(row) < 120 for row in rows)  # one line each: long contents are cut
+
+
+def test_show_full_prints_whole_contents(template: str, shared: CompactStore) -> None:
+    sess = shared.get_session("s1")
+    out = ok(invoke(template, "show", "s1", "--full")).stdout.splitlines()
+    summary = sess.context().summary
+    assert summary is not None
+    start = out.index(next(line for line in out if line.split()[-1:] == ["summary"]))
+    text = sess.fmt.text(summary.message).splitlines()
+    assert out[start + 1 : start + 1 + len(text)] == [f"        {t}".rstrip() for t in text]
+    assert all(line == line.rstrip() for line in out)
+
+
+def test_show_json(template: str, shared: CompactStore) -> None:
+    sess = shared.get_session("s1")
+    context = sess.context()
+    data = as_json(invoke(template, "show", "s1", "--json"))
+    assert set(data) == {"session", "format", "context_window", "usage", "boundary_id", "messages"}
+    assert (data["session"], data["format"], data["context_window"]) == ("s1", "anthropic", 8_000)
+    assert data["usage"] == context.usage
+    assert data["boundary_id"] == 2
+    assert [m["seq"] for m in data["messages"]] == [item.seq for item in context.items]
+    assert [m["state"] for m in data["messages"]] == [item.state for item in context.items]
+    assert data["messages"][0] == {
+        "seq": 0,
+        "role": "user",
+        "kind": "user",
+        "tokens": context.items[0].tokens,
+        "state": "pinned",
+        "text": REQUEST,
+        "message": None,
+    }
+    full = as_json(invoke(template, "show", "s1", "--json", "--full"))
+    assert [m["message"] for m in full["messages"]] == sess.active_context()
+    assert full["messages"][1]["text"] == sess.fmt.text(context.items[1].message)
+
+
+def test_history_has_a_row_per_compaction_and_what_was_lost(
+    template: str, shared: CompactStore
+) -> None:
+    compactions = shared.get_session("s1").compactions()
+    lines = ok(invoke(template, "history", "s1")).stdout.splitlines()
+    assert lines[0].split()[:4] == ["id", "time", "(UTC)", "trigger"]
+    assert "tokens before → after" in lines[0]
+    rows, lost = lines[1::2], lines[2::2]
+    assert len(rows) == len(compactions) == 5
+    full = compactions[2]
+    assert full.strategy is not None and full.strategy.value == "full"
+    assert rows[2].split()[:6] == [
+        str(full.id),
+        "2023-11-14",
+        "22:14:03",  # T0 + 43 s, in UTC
+        "manual",
+        "full",
+        "yes",
+    ]
+    assert f"{full.tokens_before:,} → {full.tokens_after:,}" in rows[2]
+    assert rows[2].split()[-4:] == [f"{full.tokens_freed:,}", "1", "4", "-"]
+    assert lost[2].strip() == (
+        "lost: seqs 1-4; 0 tool results cleared or persisted; blobs -; kept seq 5-8"
+    )
+    assert lost[0].strip() == "lost: seqs -; 1 tool result cleared or persisted; blobs 1"
+    assert rows[4].split()[3:5] == ["manual", "partial"]
+
+
+def test_history_of_a_session_without_compactions(template: str) -> None:
+    assert ok(invoke(template, "history", "empty")).stdout == "no compactions recorded\n"
+    assert as_json(invoke(template, "history", "empty", "--json")) == {
+        "session": "empty",
+        "compactions": [],
+    }
+
+
+def test_history_json(template: str, shared: CompactStore) -> None:
+    data = as_json(invoke(template, "history", "s1", "--json"))
+    assert set(data) == {"session", "compactions"}
+    assert data["session"] == "s1"
+    compactions = shared.get_session("s1").compactions()
+    assert [c["id"] for c in data["compactions"]] == [c.id for c in compactions]
+    for item in data["compactions"]:
+        assert set(item) == COMPACTION_KEYS
+    partial = data["compactions"][-1]
+    assert partial["strategy"] == "partial"
+    assert partial["instructions"] == "keep the retry request"
+    assert set(partial["boundary"]) == BOUNDARY_KEYS
+    assert partial["boundary"]["id"] == 2
+    assert partial["boundary"]["preserved_segment"] == [11, 16]
+    assert partial["removed_seqs"] == [5, 6, 7, 8, 9, 10]
+    assert data["compactions"][0]["blob_ids"] == [1]
+    assert data["compactions"][0]["cleared_tool_use_ids"] == ["t0"]
+
+
+# -- compact, rollback, replay --------------------------------------------------------------
+
+
+def test_compact_runs_a_manual_full_compact(copy: str, copy_store: CompactStore) -> None:
+    sess = copy_store.get_session("s1")
+    before = sess.token_usage()
+    out = ok(invoke(copy, "compact", "s1", "--instructions", "focus on retries")).stdout
+    last = sess.compactions()[-1]
+    assert last.strategy is not None and last.strategy.value == "full"
+    assert last.instructions == "focus on retries"
+    assert last.boundary is not None and last.boundary.preserved_segment is not None
+    first, end = last.boundary.preserved_segment
+    assert out == (
+        f"compaction {last.id}: full (manual) freed {last.tokens_freed:,} tokens "
+        f"({before:,} → {last.tokens_after:,}); boundary 3 summarised "
+        f"{last.boundary.messages_removed} messages and keeps seq {first}-{end}\n"
+    )
+
+
+def test_compact_up_to_is_a_partial_compact_and_json(copy: str, copy_store: CompactStore) -> None:
+    sess = copy_store.get_session("empty")
+    for i in range(6):
+        sess.append(user(f"question {i} " + "word " * 50), timestamp=T0 + i)
+        sess.append(assistant(f"answer {i} " + "word " * 50), timestamp=T0 + i)
+    data = as_json(invoke(copy, "compact", "empty", "--up-to", "5", "--json"))
+    assert set(data) == COMPACTION_KEYS
+    assert (data["strategy"], data["trigger"], data["success"]) == ("partial", "manual", True)
+    assert data["boundary"]["preserved_segment"] == [6, 11]
+    assert data["effective"] is True
+    assert data["tokens_freed"] == data["tokens_before"] - data["tokens_after"] > 0
+    assert len(sess.boundaries()) == 1
+
+
+def test_a_compact_that_cannot_cut_says_why_and_is_recorded_as_failed(
+    copy: str, copy_store: CompactStore
+) -> None:
+    sess = copy_store.get_session("empty")
+    sess.append(user("hello"), timestamp=T0 + 20_001)
+    out = ok(invoke(copy, "compact", "empty")).stdout
+    failed = sess.compactions()[-1]
+    assert not failed.success and failed.boundary is None
+    why = failed.steps[0].detail
+    assert why
+    assert out == f"compaction {failed.id}: full (manual) compacted nothing: {why}\n"
+    history = ok(invoke(copy, "history", "empty")).stdout.splitlines()
+    assert history[1].split()[3:6] == ["manual", "full", "no"]
+    assert history[2].strip().endswith(f"; failed: {why}")
+
+
+def test_rollback_yes_undoes_the_latest_boundary(copy: str, copy_store: CompactStore) -> None:
+    sess = copy_store.get_session("s1")
+    out = ok(invoke(copy, "rollback", "s1", "--yes")).stdout.splitlines()
+    assert out[0].startswith("rolled back boundary 2 (partial, manual, ")
+    assert out[-1] == f"active context: {sess.token_usage():,} tokens"
+    assert [b.id for b in sess.boundaries()] == [1]
+    # --json, and a given boundary rolls back every one after it too.
+    ok(invoke(copy, "compact", "s1"))
+    data = as_json(invoke(copy, "rollback", "s1", "--boundary", "1", "--yes", "--json"))
+    assert set(data) == {"session", "rolled_back", "usage"}
+    assert [b["id"] for b in data["rolled_back"]] == [1, 3]
+    assert all(set(b) == BOUNDARY_KEYS and b["rolled_back_at"] for b in data["rolled_back"])
+    assert data["usage"] == sess.token_usage()
+    assert sess.boundaries() == []
+
+
+def test_rollback_asks_and_answering_no_changes_nothing(
+    copy: str, copy_store: CompactStore, db_snapshot: Snapshot
+) -> None:
+    before = db_snapshot(copy_store)
+    for answer in ("n\n", "\n"):  # no is the default
+        result = invoke(copy, "rollback", "s1", input=answer)
+        assert result.exit_code == 1
+        assert "Roll back boundary 2 (partial, " in result.stderr
+        assert "Aborted" in result.stderr
+        assert result.stdout == ""
+    assert db_snapshot(copy_store) == before
+    # Answering yes goes ahead.
+    result = ok(invoke(copy, "rollback", "s1", "--boundary", "1", input="y\n"))
+    assert (
+        "Roll back boundary 1 (full, 2023-11-14 22:14:03 UTC) and 1 later boundary of session s1?"
+        in result.stderr
+    )
+    assert copy_store.get_session("s1").boundaries() == []
+
+
+def test_rollback_errors(copy: str, copy_store: CompactStore, db_snapshot: Snapshot) -> None:
+    before = db_snapshot(copy_store)
+    # Nothing would change, so nothing is asked: the error comes straight away.
+    fails(invoke(copy, "rollback", "s1", "--boundary", "99"), "no boundary 99 in session 's1'")
+    fails(invoke(copy, "rollback", "empty"), "has no live boundary")
+    assert db_snapshot(copy_store) == before
+    ok(invoke(copy, "rollback", "s1", "--yes"))
+    fails(invoke(copy, "rollback", "s1", "--boundary", "2"), "already rolled back")
+
+
+def test_rollback_then_replay_apply_restores_the_active_context(
+    copy: str, copy_store: CompactStore
+) -> None:
+    sess = copy_store.get_session("s1")
+    before = sess.active_context()
+    ok(invoke(copy, "rollback", "s1", "--yes"))
+    assert sess.active_context() != before
+    out = ok(invoke(copy, "replay", "s1", "--boundary", "2", "--apply")).stdout.splitlines()
+    assert out[0] == "identical: the replay of boundary 2 gives the recorded summary and kept range"
+    assert out[1].startswith("applied: compaction 6: partial (manual) freed ")
+    assert sess.active_context() == before
+    assert [b.id for b in sess.boundaries()] == [1, 3]
+
+
+def test_replay_of_the_recording_is_identical(template: str) -> None:
+    result = ok(invoke(template, "replay", "s1", "--boundary", "1"))
+    assert result.stdout == (
+        "identical: the replay of boundary 1 gives the recorded summary and kept range\n"
+    )
+    assert result.stderr == "Replaying boundary 1: 1 of 1\n"  # progress goes to stderr
+    data = as_json(invoke(template, "replay", "s1", "--boundary", "2", "--json"))
+    assert set(data) == {
+        "session",
+        "boundary_id",
+        "applied",
+        "identical",
+        "diff",
+        "recorded",
+        "replayed",
+        "result",
+    }
+    assert (data["identical"], data["diff"], data["applied"]) == (True, "", False)
+    assert data["recorded"] == data["replayed"]
+    assert set(data["recorded"]) == {
+        "kept",
+        "messages_removed",
+        "tokens_before",
+        "tokens_after",
+        "summary_text",
+    }
+    assert data["recorded"]["kept"] == [11, 16]
+    assert set(data["result"]) == COMPACTION_KEYS
+    assert data["result"]["id"] is None  # a dry replay records nothing
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("keep-more.json", json.dumps({"full_compact_keep_fraction": 0.6})),
+        ("keep-more.toml", "full_compact_keep_fraction = 0.6\n"),
+    ],
+)
+def test_replay_with_another_config_shows_a_unified_diff(
+    template: str,
+    shared: CompactStore,
+    db_snapshot: Snapshot,
+    tmp_path: Path,
+    name: str,
+    text: str,
+) -> None:
+    config = tmp_path / name
+    config.write_text(text)
+    before = db_snapshot(shared)
+    args = ["replay", "s1", "--boundary", "1", "--config", str(config)]
+    out = ok(invoke(template, *args)).stdout
+    lines = out.splitlines()
+    assert lines[:3] == ["--- recorded (boundary 1)", "+++ replayed", lines[2]]
+    assert lines[2].startswith("@@ ")
+    assert "-kept: seq 5-8" in lines
+    assert "+kept: seq 3-8" in lines
+    data = as_json(invoke(template, *args, "--json"))
+    assert data["identical"] is False
+    assert data["diff"] == out.rstrip("\n")
+    assert (data["recorded"]["kept"], data["replayed"]["kept"]) == ([5, 8], [3, 8])
+    assert db_snapshot(shared) == before  # without --apply nothing is written
+
+
+def test_replay_errors(
+    template: str, shared: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    before = db_snapshot(shared)
+    result = fails(invoke(template, "replay", "s1", "--boundary", "99"), "no boundary 99")
+    assert result.stderr.count("\n") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"summary_max_files": -1, "bogus": 1}))
+    result = fails(
+        invoke(template, "replay", "s1", "--boundary", "1", "--config", str(bad)),
+        "invalid config in",
+    )
+    assert "summary_max_files" in result.stderr and "bogus" in result.stderr
+    assert result.stderr.count("\n") == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    fails(invoke(template, "replay", "s1", "--boundary", "1", "--config", str(broken)), "broken")
+    missing = str(tmp_path / "missing.json")
+    assert invoke(template, "replay", "s1", "--boundary", "1", "--config", missing).exit_code == 2
+    # --apply on a boundary that is not the latest live one is refused.
+    fails(invoke(template, "replay", "s1", "--boundary", "1", "--apply"), "not the latest live")
+    assert db_snapshot(shared) == before
+
+
+# -- blob, breaker --------------------------------------------------------------------------
+
+
+def test_blob_prints_the_persisted_tool_result_byte_exact(template: str) -> None:
+    result = ok(invoke(template, "blob", "s1", "1"))
+    assert result.stdout_bytes == big_file(0).encode("utf-8")
+
+
+def test_blob_output_file_is_byte_exact(template: str, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "blob.txt"
+    target.parent.mkdir()
+    out = ok(invoke(template, "blob", "s1", "3", "-o", str(target))).stdout
+    data = big_file(4).encode("utf-8")
+    assert target.read_bytes() == data
+    assert out == f"wrote {len(data):,} bytes to {target}\n"
+    assert [p.name for p in target.parent.iterdir()] == ["blob.txt"]  # no temporary file left
+
+
+def test_blob_json(template: str, tmp_path: Path) -> None:
+    data = big_file(2).encode("utf-8")
+    assert as_json(invoke(template, "blob", "s1", "2", "--json")) == {
+        "session": "s1",
+        "blob_id": 2,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "output": None,
+        "content": big_file(2),
+    }
+    target = tmp_path / "b.txt"
+    saved = as_json(invoke(template, "blob", "s1", "2", "-o", str(target), "--json"))
+    assert (saved["output"], saved["content"], saved["bytes"]) == (str(target), None, len(data))
+    assert target.read_bytes() == data
+
+
+def test_blob_errors(template: str, tmp_path: Path) -> None:
+    fails(invoke(template, "blob", "s1", "99"), "no blob 99 in session 's1'")
+    fails(invoke(template, "blob", "other", "1"), "no blob 1 in session 'other'")
+    nowhere = tmp_path / "missing-dir" / "blob.txt"
+    fails(invoke(template, "blob", "s1", "1", "-o", str(nowhere)), "cannot write")
+    assert not nowhere.parent.exists()
+
+
+def _trip_breaker(store: CompactStore, session_id: str) -> None:
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(breaker_state)
+            .where(breaker_state.c.session_id == session_id)
+            .values(consecutive_failures=3, tripped=True, reactive_attempts=2)
+        )
+
+
+def test_breaker_shows_and_resets_the_counters(copy: str, copy_store: CompactStore) -> None:
+    sess = copy_store.get_session("s1")
+    _trip_breaker(copy_store, "s1")
+    lines = ok(invoke(copy, "breaker", "s1")).stdout.splitlines()
+    assert lines == [
+        "consecutive failures: 3",
+        "tripped:              yes",
+        "reactive attempts:    2",
+        f"last microcompact:    {_utc(sess.breaker().last_microcompact_at)} UTC",
+    ]
+    data = as_json(invoke(copy, "breaker", "s1", "--json"))
+    assert data == {
+        "session": "s1",
+        "consecutive_failures": 3,
+        "tripped": True,
+        "reactive_attempts": 2,
+        "last_microcompact_at": sess.breaker().last_microcompact_at,
+        "reset": False,
+    }
+    data = as_json(invoke(copy, "breaker", "s1", "--reset", "--json"))
+    assert (data["consecutive_failures"], data["tripped"], data["reactive_attempts"]) == (
+        0,
+        False,
+        0,
+    )
+    assert data["reset"] is True
+    state = sess.breaker()
+    assert (state.consecutive_failures, state.tripped, state.reactive_attempts) == (0, False, 0)
+    _trip_breaker(copy_store, "s1")
+    out = ok(invoke(copy, "breaker", "s1", "--reset")).stdout
+    assert out.startswith("breaker of session s1 reset\nconsecutive failures: 0\n")
+
+
+def _utc(timestamp: float | None) -> str:
+    assert timestamp is not None
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -- import, export -------------------------------------------------------------------------
+
+TRANSCRIPT: list[Message] = [
+    user("Add a retry to the gateway client"),
+    read_call(1, "src/gateway.py"),
+    {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "class Gateway: ..."}],
+    },
+    assistant("The client has no retry; adding one."),
+]
+
+
+def _jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_import_jsonl_of_messages(db_url: str, store: CompactStore, tmp_path: Path) -> None:
+    file = _jsonl(tmp_path / "chat.jsonl", TRANSCRIPT)
+    result = ok(invoke(db_url, "import", str(file), "--session", "imp", "--format", "anthropic"))
+    assert result.stdout == (
+        "imported 4 messages into session imp (anthropic, 200,000 tokens, 0 boundaries)\n"
+    )
+    assert result.stderr == "Importing chat.jsonl: 4 of 4\n"  # progress, on stderr
+    assert store.get_session("imp").messages() == TRANSCRIPT
+    # --json: the format is detected and the session is named after the file.
+    other = _jsonl(tmp_path / "chat2.jsonl", TRANSCRIPT)
+    data = as_json(invoke(db_url, "import", str(other), "--context-window", "50000", "--json"))
+    assert data == {
+        "session": "chat2",
+        "format": "anthropic",
+        "context_window": 50_000,
+        "messages": 4,
+        "boundaries": 0,
+    }
+
+
+def test_a_malformed_import_file_names_the_line_and_stores_nothing(
+    db_url: str, store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    file = tmp_path / "bad.jsonl"
+    lines = [json.dumps(m) for m in TRANSCRIPT]
+    lines[2] = '{"role": "user", "content": [oops'
+    file.write_text("\n".join(lines) + "\n")
+    before = db_snapshot(store)
+    result = fails(invoke(db_url, "import", str(file), "--session", "bad"), "line 3")
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1  # no progress line before the error
+    assert db_snapshot(store) == before
+    # A line that is JSON but not a valid message fails the same way.
+    lines[2] = json.dumps({"role": "user", "content": [{"type": "tool_result"}]})
+    file.write_text("\n".join(lines) + "\n")
+    fails(invoke(db_url, "import", str(file), "--session", "bad"), "line 3")
+    assert db_snapshot(store) == before
+
+
+def test_import_errors(template: str, shared: CompactStore, tmp_path: Path) -> None:
+    file = _jsonl(tmp_path / "chat.jsonl", TRANSCRIPT)
+    fails(invoke(template, "import", str(file), "--session", "s1"), "already exists")
+    result = invoke(template, "import", str(file), "--format", "klingon")
+    assert result.exit_code == 2
+    assert "klingon" in result.stderr
+    assert invoke(template, "import", str(tmp_path / "missing.jsonl")).exit_code == 2
+    assert [i.id for i in shared.sessions()] == ["s1", "other", "empty"]
+
+
+def test_export_writes_the_log_as_jsonl(template: str, shared: CompactStore) -> None:
+    sess = shared.get_session("s1")
+    out = ok(invoke(template, "export", "s1")).stdout
+    lines = out.splitlines()
+    assert out.endswith("\n")
+    assert len(lines) == len(sess.messages())
+    assert all(isinstance(json.loads(line), dict) for line in lines)
+    assert REQUEST in lines[0]
+
+
+def test_export_active_writes_the_active_context(
+    template: str, shared: CompactStore, tmp_path: Path
+) -> None:
+    out = ok(invoke(template, "export", "s1", "--active")).stdout
+    assert len(out.splitlines()) == len(shared.get_session("s1").active_context())
+    target = tmp_path / "active.jsonl"
+    assert ok(invoke(template, "export", "s1", "--active", "-o", str(target))).stdout == ""
+    assert target.read_text(encoding="utf-8") == out
+
+
+def test_export_then_import_round_trips_the_log(
+    copy: str, copy_store: CompactStore, tmp_path: Path
+) -> None:
+    target = tmp_path / "log.jsonl"
+    ok(invoke(copy, "export", "s1", "-o", str(target)))
+    ok(invoke(copy, "import", str(target), "--session", "copy"))
+    assert copy_store.get_session("copy").messages() == copy_store.get_session("s1").messages()
+
+
+# -- demo, stats, db ------------------------------------------------------------------------
+
+
+def test_demo_simulates_a_session_then_prints_its_history_and_audit_queries(
+    db_url: str, store: CompactStore
+) -> None:
+    from compactstore.demo import audit_queries
+
+    result = ok(invoke(db_url, "demo", "--steps", "30"))
+    assert result.stderr == "Simulating 30 agent steps: 30 of 30\n"  # progress, on stderr
+    out = result.stdout
+    compactions = store.get_session("demo").compactions()
+    assert compactions
+    assert out.startswith("Simulated 30 steps into session demo of ")
+    assert "Stages fired: " in out
+    assert f"{'id':>5}  time (UTC)" in out
+    for c in compactions:
+        assert any(line.split()[:1] == [str(c.id)] for line in out.splitlines())
+    assert "Audit it with SQL: paste these into " in out
+    for title, sql in audit_queries():
+        assert f"-- {title}\n" in out
+        assert sql.strip().rstrip(";") + ";" in out
+    # --json: the progress bar did not leak into stdout.
+    data = as_json(invoke(db_url, "demo", "--steps", "8", "--session", "d2", "--json"))
+    assert set(data) == {"report", "compactions", "audit_queries"}
+    assert set(data["report"]) == {
+        "session_id",
+        "steps",
+        "messages",
+        "fired",
+        "compactions",
+        "tokens_freed",
+        "peak_usage",
+        "context_window",
+    }
+    assert (data["report"]["session_id"], data["report"]["steps"]) == ("d2", 8)
+    assert [c["id"] for c in data["compactions"]] == [
+        c.id for c in store.get_session("d2").compactions()
+    ]
+    assert data["audit_queries"] == [{"title": t, "sql": q} for t, q in audit_queries()]
+
+
+def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> None:
+    data = as_json(invoke(copy, "stats", "--json"))
+    assert set(data) == {
+        "location",
+        "backend",
+        "sessions",
+        "messages",
+        "compactions",
+        "boundaries",
+        "blobs",
+        "memory_entries",
+        "db_file_bytes",
+        "wal_file_bytes",
+    }
+    assert data["sessions"] == 3
+    assert data["messages"]["count"] == 18
+    assert data["compactions"] == {
+        "total": 5,
+        "rolled_back": 0,
+        "by_strategy": {"full": 1, "partial": 1, "tool_budget": 3},
+    }
+    assert data["boundaries"] == {"live": 2, "rolled_back": 0}
+    blobs = [big_file(0), big_file(2), big_file(4)]
+    assert data["blobs"] == {"count": 3, "bytes": sum(len(b.encode("utf-8")) for b in blobs)}
+    assert data["memory_entries"] == 0
+    if data["backend"] == "sqlite":
+        assert data["db_file_bytes"] == Path(copy).stat().st_size > 0
+    else:
+        assert (data["db_file_bytes"], data["wal_file_bytes"]) == (None, None)
+
+    ok(invoke(copy, "rollback", "s1", "--yes"))
+    data = as_json(invoke(copy, "stats", "--json"))
+    assert data["boundaries"] == {"live": 1, "rolled_back": 1}
+    assert data["compactions"]["rolled_back"] == 1
+
+    lines = ok(invoke(copy, "stats")).stdout.splitlines()
+    assert lines[1:5] == [
+        "sessions:       3",
+        f"messages:       18 ({data['messages']['tokens']:,} tokens)",
+        "compactions:    5 (1 rolled back): full 1, partial 1, tool_budget 3",
+        "boundaries:     1 live, 1 rolled back",
+    ]
+
+
+def test_db_upgrade_and_current(db_url: str) -> None:
+    from compactstore.db.migrate import head_revision
+
+    assert as_json(invoke(db_url, "db", "current", "--json")) == {
+        "current": None,
+        "head": head_revision(),
+        "up_to_date": False,
+    }
+    out = ok(invoke(db_url, "db", "upgrade")).stdout
+    assert out.endswith(f": schema at {head_revision()}\n")
+    assert as_json(invoke(db_url, "db", "upgrade", "--json"))["revision"] == head_revision()
+    assert ok(invoke(db_url, "db", "current")).stdout == (
+        f"current: {head_revision()}\nhead:    {head_revision()}\n"
+    )

@@ -1,0 +1,825 @@
+"""Importing transcripts (issue: Import): Claude Code, Codex CLI rollouts, SWE-agent
+trajectories and plain JSONL, on the real dev corpus and on both backends.
+
+The corpus is read from ../shared/corpus/dev at test time; malformed inputs are small files
+written to tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel, TypeAdapter
+
+from compactstore import (
+    CompactStore,
+    CompactTrigger,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+)
+from compactstore.formats import get_format
+from compactstore.importers import (
+    SOURCES,
+    Transcript,
+    detect,
+    import_file,
+    read_transcript,
+)
+from compactstore.importers.codex import apply_patch_paths, shell_read_path
+from tests.conftest import CORPUS_DEV, Snapshot
+
+Message = dict[str, Any]
+
+SPOTTER = CORPUS_DEV / "claude-code" / "spotter-258c7280.jsonl"
+
+# Tool calls per dev transcript, as counted in SOURCES.md (SWE-agent: 11 calls, some
+# reusing an id, which the importer makes unique).
+EXPECTED_CALLS = {
+    "agentcmd-full-session-four.jsonl": 27,
+    "spotter-258c7280.jsonl": 186,
+    "spotter-4d5611e5.compaction-agent-acompact-e1f845.jsonl": 0,
+    "spotter-4d5611e5.jsonl": 150,
+    "spotter-4d5611e5.subagent-a2898e3.jsonl": 33,
+    "agentcmd-rollout-2025-09-24T19-22-20.jsonl": 123,
+    "agentcmd-rollout-2025-09-25T08-02-05.jsonl": 57,
+    "sweagent-marshmallow-1867-function_calling.traj": 11,
+}
+SOURCE_OF_DIR = {"claude-code": "claude-code", "codex": "codex", "swe-agent": "swe-agent"}
+CORPUS_FILES = sorted(p for p in CORPUS_DEV.glob("*/*") if p.parent.name in SOURCE_OF_DIR)
+
+_SDK: dict[str, TypeAdapter[Any]] = {
+    "anthropic": TypeAdapter(list[MessageParam]),
+    "openai": TypeAdapter(list[ChatCompletionMessageParam]),
+}
+
+
+def _drain(value: Any) -> None:
+    """Consume the SDK types' lazily validated iterables."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _drain(item)
+    elif isinstance(value, Iterable) and not isinstance(value, str | bytes | BaseModel):
+        for item in value:
+            _drain(item)
+
+
+def check_sdk(format_name: str, messages: list[Message]) -> None:
+    """The official SDK's request type accepts these messages (minicode has no SDK)."""
+    adapter = _SDK.get(format_name)
+    if adapter is not None:
+        _drain(adapter.validate_python(messages))
+
+
+def check_pairing(format_name: str, messages: list[Message]) -> None:
+    """Every tool result answers a call made earlier, once; call ids are unique."""
+    fmt = get_format(format_name)
+    called: set[str] = set()
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        for result in fmt.tool_results(message):
+            assert result.tool_use_id in called, f"message {index}: result without its call"
+            assert result.tool_use_id not in answered, f"message {index}: second result"
+            answered.add(result.tool_use_id)
+        for call in fmt.tool_calls(message):
+            assert call.id not in called, f"message {index}: duplicate call id"
+            called.add(call.id)
+
+
+def calls_in(transcript: Transcript) -> int:
+    fmt = get_format(transcript.format)
+    return sum(len(fmt.tool_calls(m)) for m in transcript.messages)
+
+
+def raw_records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def blocks_of(content: Any) -> list[Message]:
+    """Content as blocks, without the whitespace-only text blocks the API refuses."""
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return [b for b in blocks if not (b.get("type") == "text" and not b["text"].strip())]
+
+
+def write_lines(path: Path, lines: Iterable[Any]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
+    return path
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+# -- the real dev corpus ------------------------------------------------------------------
+
+
+def test_the_dev_corpus_is_there() -> None:
+    assert {p.name for p in CORPUS_FILES} == set(EXPECTED_CALLS), "dev corpus changed"
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
+def test_dev_transcript_reads_and_detects(path: Path) -> None:
+    assert detect(path) == SOURCE_OF_DIR[path.parent.name]
+    transcript = read_transcript(path)
+    n = len(transcript.messages)
+    assert n > 0
+    lists = (
+        transcript.timestamps,
+        transcript.usage,
+        transcript.read_paths,
+        transcript.write_paths,
+    )
+    assert all(len(values) == n for values in lists)
+    assert calls_in(transcript) == EXPECTED_CALLS[path.name]
+    # Every call of these finished runs got its result, so results == calls.
+    fmt = get_format(transcript.format)
+    results = sum(len(fmt.tool_results(m)) for m in transcript.messages)
+    assert results == EXPECTED_CALLS[path.name]
+    check_pairing(transcript.format, transcript.messages)
+    check_sdk(transcript.format, transcript.messages)
+    assert sum(u is not None for u in transcript.usage) <= sum(
+        fmt.kind(m) == "assistant" for m in transcript.messages
+    )
+
+
+def test_dev_corpus_imports_on_both_backends(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """Every dev transcript imports; a new process sees a valid, paired active context."""
+    transcripts = {path.stem: read_transcript(path) for path in CORPUS_FILES}
+    for path in CORPUS_FILES:
+        session = import_file(store, path)
+        assert session.id == path.stem
+        assert session.format == transcripts[path.stem].format
+    fresh = reopen()
+    assert sorted(info.id for info in fresh.sessions()) == sorted(transcripts)
+    for sid, transcript in transcripts.items():
+        session = fresh.get_session(sid)
+        assert session.messages() == transcript.messages
+        assert len(session.boundaries()) == len(transcript.boundaries)
+        active = session.active_context()
+        check_pairing(session.format, active)
+        check_sdk(session.format, active)
+        if not transcript.boundaries:
+            assert active == transcript.messages
+
+
+def test_corpus_sources_produce_their_formats() -> None:
+    formats = {p.parent.name: read_transcript(p).format for p in CORPUS_FILES}
+    assert formats == {"claude-code": "anthropic", "codex": "openai", "swe-agent": "openai"}
+
+
+# -- Claude Code --------------------------------------------------------------------------
+
+
+def test_spotter_active_context_is_what_claude_code_continued_with(store: CompactStore) -> None:
+    """After its auto compaction Claude Code continued with its summary, then the records
+    after the boundary: the imported session's active context is exactly that (preceded only
+    by the original request, which the store pins, SPEC §4)."""
+    records = raw_records(SPOTTER)
+    at = next(i for i, r in enumerate(records) if r.get("subtype") == "compact_boundary")
+    boundary_record = records[at]
+    summary_record = next(r for r in records[at:] if r.get("isCompactSummary"))
+    after = [
+        r
+        for r in records[at + 1 :]
+        if r.get("type") in ("user", "assistant")
+        and not r.get("isSidechain")
+        and not r.get("isCompactSummary")
+    ]
+    assert after, "the transcript goes on after its compaction"
+
+    session = import_file(store, SPOTTER)
+
+    [boundary] = session.boundaries()
+    meta = boundary_record["compactMetadata"]
+    assert boundary.trigger == CompactTrigger(meta["trigger"]) == CompactTrigger.AUTO
+    assert boundary.summary_text == summary_record["message"]["content"]
+    assert boundary.timestamp == pytest.approx(epoch(boundary_record["timestamp"]))
+    # Everything stays in the log; the summary record is a boundary, not a message.
+    log = session.messages()
+    assert not any(
+        m["content"] == summary_record["message"]["content"] for m in log if m["role"] == "user"
+    )
+
+    context = session.context()
+    states = [item.state for item in context.items]
+    s = states.index("summary")
+    assert context.items[s].message == {
+        "role": "user",
+        "content": [{"type": "text", "text": summary_record["message"]["content"]}],
+    }
+    assert set(states[:s]) == {"pinned"}
+    assert [item.message for item in context.items[:s]] == [
+        {"role": "user", "content": "Implement spotter-gqc"}
+    ]
+    kept = [item.message for item in context.items[s + 1 :]]
+    first_kept = context.items[s + 1].seq
+    assert first_kept is not None
+    assert kept == log[first_kept:]
+    # The kept messages carry exactly the blocks of the records after the boundary (the
+    # importer regroups them into API messages, so compare as multisets).
+    expected = Counter(
+        json.dumps(block, sort_keys=True)
+        for record in after
+        for block in blocks_of(record["message"]["content"])
+    )
+    got = Counter(
+        json.dumps(block, sort_keys=True) for m in kept for block in blocks_of(m["content"])
+    )
+    assert got == expected
+    # The records before the boundary are kept in the log, before the cut.
+    before = [
+        r
+        for r in records[:at]
+        if r.get("type") in ("user", "assistant") and not r.get("isSidechain")
+    ]
+    before_ids = {b["id"] for r in before for b in blocks_of(r["message"]["content"]) if "id" in b}
+    logged_ids = {b["id"] for m in log[:first_kept] for b in blocks_of(m["content"]) if b.get("id")}
+    assert before_ids == logged_ids
+    assert len(before_ids) > 100
+
+
+def test_blocks_of_one_api_message_are_regrouped() -> None:
+    """Records sharing message.id form one assistant message even when the results of its
+    parallel tool calls were written between them; the results follow it."""
+    records = raw_records(SPOTTER)
+    by_message: dict[str, list[str]] = {}
+    for record in records:
+        if record.get("type") != "assistant" or record.get("isSidechain"):
+            continue
+        message = record["message"]
+        for block in blocks_of(message["content"]):
+            if block.get("type") == "tool_use":
+                by_message.setdefault(message["id"], []).append(block["id"])
+    interleaved = [ids for ids in by_message.values() if len(ids) > 1]
+    assert len(interleaved) >= 5
+
+    transcript = read_transcript(SPOTTER)
+    fmt = get_format("anthropic")
+    call_index = {c.id: i for i, m in enumerate(transcript.messages) for c in fmt.tool_calls(m)}
+    result_index = {
+        r.tool_use_id: i for i, m in enumerate(transcript.messages) for r in fmt.tool_results(m)
+    }
+    for ids in interleaved:
+        [index] = {call_index[i] for i in ids}
+        assert [c.id for c in fmt.tool_calls(transcript.messages[index])] == ids
+        assert all(result_index[i] > index for i in ids)
+    # One assistant message per API message.
+    assert sum(m["role"] == "assistant" for m in transcript.messages) == len(
+        {
+            r["message"]["id"]
+            for r in records
+            if r.get("type") == "assistant" and not r.get("isSidechain")
+        }
+    )
+
+
+def test_claude_code_timestamps_usage_and_paths() -> None:
+    records = raw_records(SPOTTER)
+    transcript = read_transcript(SPOTTER)
+    first = next(r for r in records if r.get("type") == "user")
+    assert transcript.timestamps[0] == pytest.approx(epoch(first["timestamp"]))
+    assert all(t is not None for t in transcript.timestamps)
+
+    first_assistant = next(r for r in records if r.get("type") == "assistant")
+    usage = first_assistant["message"]["usage"]
+    index = next(i for i, m in enumerate(transcript.messages) if m["role"] == "assistant")
+    assert transcript.usage[index] == (
+        usage["input_tokens"]
+        + usage["cache_creation_input_tokens"]
+        + usage["cache_read_input_tokens"]
+    )
+    assert all(
+        (u is None) == (m["role"] != "assistant")
+        for u, m in zip(transcript.usage, transcript.messages, strict=True)
+    )
+
+    reads = {
+        b["id"]: b["input"]["file_path"]
+        for r in records
+        if r.get("type") == "assistant"
+        for b in blocks_of(r["message"]["content"])
+        if b.get("type") == "tool_use" and b["name"] == "Read"
+    }
+    fmt = get_format("anthropic")
+    for message, path in zip(transcript.messages, transcript.read_paths, strict=True):
+        results = fmt.tool_results(message)
+        ok_reads = [r for r in results if r.tool_use_id in reads and not r.is_error]
+        assert path == (reads[ok_reads[0].tool_use_id] if ok_reads else None)
+    assert sum(p is not None for p in transcript.read_paths) > 10
+    written = {p for paths in transcript.write_paths for p in paths}
+    assert written and all(p.startswith("/home/USER/") for p in written)
+
+
+def _cc(kind: str, content: Any, *, uuid: str, message_id: str | None = None, **extra: Any) -> Any:
+    message: Message = {"role": kind, "content": content}
+    if message_id is not None:
+        message["id"] = message_id
+    return {
+        "type": kind,
+        "uuid": uuid,
+        "sessionId": "s",
+        "isSidechain": False,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": message,
+        **extra,
+    }
+
+
+def _use(call_id: str, name: str = "Bash", **input_: Any) -> Message:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": input_}
+
+
+def _result(call_id: str, text: str = "ok") -> Message:
+    return {"type": "tool_result", "tool_use_id": call_id, "content": text}
+
+
+def test_claude_code_drops_what_the_store_would_refuse(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {}},
+            _cc("user", "do it", uuid="u1"),
+            _cc("assistant", [{"type": "text", "text": "\n\n"}], uuid="a1", message_id="m1"),
+            _cc("assistant", [_use("t1")], uuid="a2", message_id="m1"),
+            {"type": "progress", "uuid": "p1", "sessionId": "s", "data": {}},
+            _cc("user", [_result("t1")], uuid="u2"),
+            _cc("assistant", [_use("t2", name="Task")], uuid="a3", message_id="m1"),
+            # The subagent's traffic: a sidechain, with its own call and result.
+            _cc("assistant", [_use("side1")], uuid="s1", message_id="ms", isSidechain=True),
+            _cc("user", [_result("side1")], uuid="s2", isSidechain=True),
+            _cc("user", [_result("t2"), _result("side1")], uuid="u3"),
+            _cc("user", [_result("t2", "again")], uuid="u4"),  # a second result
+            _cc("user", [_result("ghost")], uuid="u5"),  # its call was never made
+            _cc("user", [_result("t1")], uuid="u2"),  # a repeated record
+            _cc(
+                "assistant",
+                [
+                    {"type": "thinking", "thinking": "hmm"},  # no signature: refused by the API
+                    {"type": "thinking", "thinking": "ok", "signature": "sig"},
+                    {"type": "text", "text": "done"},
+                ],
+                uuid="a4",
+                message_id="m2",
+            ),
+            _cc(
+                "assistant",
+                [{"type": "text", "text": "API Error"}],
+                uuid="a5",
+                message_id="m3",
+                isApiErrorMessage=True,
+            ),
+            {"type": "system", "subtype": "turn_duration", "uuid": "x", "sessionId": "s"},
+        ],
+    )
+    transcript = read_transcript(path)
+    assert transcript.source == "claude-code"
+    assert transcript.messages == [
+        {"role": "user", "content": "do it"},
+        {"role": "assistant", "content": [_use("t1"), _use("t2", name="Task")]},
+        {"role": "user", "content": [_result("t1")]},
+        {"role": "user", "content": [_result("t2")]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "ok", "signature": "sig"},
+                {"type": "text", "text": "done"},
+            ],
+        },
+    ]
+    check_sdk("anthropic", transcript.messages)
+
+
+def test_a_subagent_transcript_is_its_own_conversation() -> None:
+    """A file that is all sidechain (a subagent's transcript) keeps its records."""
+    path = CORPUS_DEV / "claude-code" / "spotter-4d5611e5.subagent-a2898e3.jsonl"
+    assert all(r.get("isSidechain") for r in raw_records(path) if "isSidechain" in r)
+    assert calls_in(read_transcript(path)) == 33
+
+
+def test_claude_code_boundary_without_summary_and_results_across_it(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            _cc("user", "first", uuid="u1"),
+            _cc("assistant", [_use("t1")], uuid="a1", message_id="m1"),
+            {
+                "type": "system",
+                "subtype": "compact_boundary",
+                "uuid": "b1",
+                "sessionId": "s",
+                "timestamp": "2026-01-01T01:00:00Z",
+                "compactMetadata": {"trigger": "manual", "preTokens": 1234},
+            },
+            _cc("user", [_result("t1")], uuid="u2"),  # its call is on the other side
+            _cc("user", "next", uuid="u3"),
+        ],
+    )
+    transcript = read_transcript(path)
+    assert transcript.messages == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [_use("t1")]},
+        {"role": "user", "content": "next"},
+    ]
+    [boundary] = transcript.boundaries
+    assert boundary.first_kept_index == 2
+    assert boundary.trigger == CompactTrigger.MANUAL
+    assert boundary.tokens_before == 1234
+    assert boundary.timestamp == pytest.approx(epoch("2026-01-01T01:00:00+00:00"))
+    assert "no summary" in boundary.summary_text
+
+
+# -- Codex --------------------------------------------------------------------------------
+
+
+def test_codex_rollout_pairs_calls_and_outputs() -> None:
+    path = CORPUS_DEV / "codex" / "agentcmd-rollout-2025-09-24T19-22-20.jsonl"
+    records = raw_records(path)
+    transcript = read_transcript(path)
+    items = [r["payload"] for r in records if r["type"] == "response_item"]
+    calls = {i["call_id"]: i for i in items if i["type"] == "function_call"}
+    outputs = {i["call_id"]: i["output"] for i in items if i["type"] == "function_call_output"}
+    tools = [m for m in transcript.messages if m["role"] == "tool"]
+    assert {m["tool_call_id"]: m["content"] for m in tools} == outputs
+    made = [c for m in transcript.messages for c in m.get("tool_calls", [])]
+    assert [c["id"] for c in made] == list(calls)
+    assert all(
+        c["function"] == {"name": calls[c["id"]]["name"], "arguments": calls[c["id"]]["arguments"]}
+        for c in made
+    )
+    roles = Counter(m["role"] for m in transcript.messages)
+    user_items = sum(1 for i in items if i["type"] == "message" and i["role"] == "user")
+    assert roles["user"] == user_items
+    assert set(roles) == {"user", "assistant", "tool"}
+    # Prompt sizes come from token_count events, one per model call.
+    counts = [
+        r["payload"]["info"]["last_token_usage"]["input_tokens"]
+        for r in records
+        if r["type"] == "event_msg" and r["payload"]["type"] == "token_count"
+    ]
+    assert [u for u in transcript.usage if u is not None] == counts[: roles["assistant"]]
+    assert all(
+        (u is not None) <= (m["role"] == "assistant")
+        for u, m in zip(transcript.usage, transcript.messages, strict=True)
+    )
+    # Reads of one file by `sed -n`/`cat`, writes by apply_patch, resolved against the cwd.
+    reads = [p for p in transcript.read_paths if p is not None]
+    assert len(reads) >= 10
+    assert all(p.startswith("/Users/jnarowski/Dev/spectora/") for p in reads)
+    writes = {p for paths in transcript.write_paths for p in paths}
+    assert any(p.endswith("settings/teams/components/TeamSheet.tsx") for p in writes)
+
+
+def test_codex_read_and_patch_detection() -> None:
+    cwd = "/repo"
+    assert shell_read_path(["bash", "-lc", "sed -n '1,200p' src/a.ts"], None, cwd) == (
+        "/repo/src/a.ts"
+    )
+    assert shell_read_path(["zsh", "-lc", "cat b.md"], "/repo/docs", cwd) == "/repo/docs/b.md"
+    assert shell_read_path(["cat", "/etc/x"], None, None) == "/etc/x"
+    assert shell_read_path("cat a | head", None, cwd) is None
+    assert shell_read_path(["bash", "-lc", "cat a b"], None, cwd) is None
+    assert shell_read_path(["bash", "-lc", "sed -i 's/a/b/' f"], None, cwd) is None
+    assert shell_read_path(["bash", "-lc", "rg foo"], None, cwd) is None
+    patch = "*** Begin Patch\n*** Add File: a.py\n+x\n*** Update File: b.py\n*** Move to: c.py\n"
+    assert apply_patch_paths(patch + "*** Delete File: d.py\n*** End Patch") == [
+        "a.py",
+        "b.py",
+        "c.py",
+        "d.py",
+    ]
+    assert apply_patch_paths("*** Update File: x") == []
+
+
+def _rollout(kind: str, payload: Message) -> Message:
+    return {"timestamp": "2025-09-25T14:02:05.435Z", "type": kind, "payload": payload}
+
+
+def test_codex_variants_map_into_openai(tmp_path: Path) -> None:
+    patch = "*** Begin Patch\n*** Update File: x.py\n@@\n-a\n+b\n*** End Patch"
+    path = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            _rollout("session_meta", {"id": "1", "cwd": "/w", "instructions": "Be brief."}),
+            _rollout(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "developer",
+                    "content": [{"type": "input_text", "text": "sandboxed"}],
+                },
+            ),
+            _rollout(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "go"}],
+                },
+            ),
+            _rollout("response_item", {"type": "reasoning", "summary": [], "content": None}),
+            _rollout(
+                "response_item",
+                {
+                    "type": "custom_tool_call",
+                    "call_id": "c1",
+                    "name": "apply_patch",
+                    "input": patch,
+                },
+            ),
+            _rollout(
+                "response_item",
+                {
+                    "type": "local_shell_call",
+                    "call_id": "c2",
+                    "status": "completed",
+                    "action": {"type": "exec", "command": ["cat", "y.py"]},
+                },
+            ),
+            _rollout(
+                "event_msg",
+                {"type": "token_count", "info": {"last_token_usage": {"input_tokens": 777}}},
+            ),
+            _rollout(
+                "response_item",
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
+            ),
+            _rollout(
+                "response_item", {"type": "function_call_output", "call_id": "c2", "output": "y"}
+            ),
+            _rollout(
+                "response_item", {"type": "function_call_output", "call_id": "zz", "output": "?"}
+            ),
+            _rollout(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "ok"}],
+                },
+            ),
+        ],
+    )
+    transcript = read_transcript(path)
+    assert transcript.source == "codex"
+    assert transcript.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": "sandboxed"},
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": patch}},
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {
+                        "name": "local_shell",
+                        "arguments": json.dumps({"type": "exec", "command": ["cat", "y.py"]}),
+                    },
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "Done"},
+        {"role": "tool", "tool_call_id": "c2", "content": "y"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    assert transcript.usage == [None, None, None, 777, None, None, None]
+    assert transcript.write_paths[3] == ["/w/x.py"]
+    assert transcript.read_paths == [None, None, None, None, None, "/w/y.py", None]
+    check_sdk("openai", transcript.messages)
+
+
+# -- SWE-agent ----------------------------------------------------------------------------
+
+
+def test_swe_agent_history_becomes_openai_messages() -> None:
+    path = CORPUS_DEV / "swe-agent" / "sweagent-marshmallow-1867-function_calling.traj"
+    history = json.loads(path.read_text("utf-8"))["history"]
+    transcript = read_transcript(path)
+    assert [m["role"] for m in transcript.messages] == [m["role"] for m in history]
+    assert [m.get("content") for m in transcript.messages] == [m["content"] for m in history]
+    # Reused call ids become unique, and each observation answers the call just before it.
+    for call_message, result in zip(
+        transcript.messages[2::2], transcript.messages[3::2], strict=True
+    ):
+        assert [c["id"] for c in call_message["tool_calls"]] == [result["tool_call_id"]]
+    assert all(
+        set(m) <= {"role", "content", "tool_calls", "tool_call_id"} for m in transcript.messages
+    )
+    assert "src/marshmallow/fields.py" in transcript.read_paths
+    assert ["src/marshmallow/fields.py"] in transcript.write_paths
+
+
+# -- plain JSONL --------------------------------------------------------------------------
+
+PLAIN = {
+    "anthropic": [
+        {"role": "user", "content": "read a.py"},
+        {"role": "assistant", "content": [_use("t1", name="read_file", path="a.py")]},
+        {"role": "user", "content": [_result("t1", "print(1)")]},
+        {"role": "assistant", "content": "done"},
+    ],
+    "openai": [
+        {"role": "user", "content": "read a.py"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path":"a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "print(1)"},
+        {"role": "assistant", "content": "done"},
+    ],
+    "minicode": [
+        {"role": "user", "content": "read a.py"},
+        {"role": "assistant", "content": [_use("t1", name="read_file", path="a.py")]},
+        {
+            "role": "tool_result",
+            "content": "print(1)",
+            "toolName": "read_file",
+            "toolUseId": "t1",
+            "isError": False,
+        },
+        {"role": "assistant", "content": "done"},
+    ],
+}
+
+
+@pytest.mark.parametrize("format_name", list(PLAIN))
+def test_plain_jsonl_format_is_detected(tmp_path: Path, format_name: str) -> None:
+    path = write_lines(tmp_path / "plain.jsonl", PLAIN[format_name])
+    assert detect(path) == "jsonl"
+    transcript = read_transcript(path)
+    assert (transcript.source, transcript.format) == ("jsonl", format_name)
+    assert transcript.messages == PLAIN[format_name]
+    assert read_transcript(path, format=format_name).messages == PLAIN[format_name]
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "anthropic"),
+        ([{"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"}], "openai"),
+        ([{"role": "developer", "content": "x"}, {"role": "user", "content": "hi"}], "openai"),
+    ],
+)
+def test_plain_text_jsonl_detection(tmp_path: Path, messages: list[Message], expected: str) -> None:
+    path = write_lines(tmp_path / "plain.jsonl", messages)
+    assert read_transcript(path).format == expected
+
+
+def test_plain_jsonl_in_the_wrong_format_names_the_line(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "plain.jsonl", PLAIN["openai"])
+    with pytest.raises(InvalidInputError, match=r"plain\.jsonl line 2: not a valid anthropic"):
+        read_transcript(path, format="anthropic")
+    with pytest.raises(InvalidInputError, match="imports as format 'anthropic', not 'openai'"):
+        read_transcript(SPOTTER, format="openai")
+
+
+def test_explicit_source_overrides_detection(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "plain.jsonl", PLAIN["anthropic"])
+    with pytest.raises(InvalidInputError, match="holds no conversation messages"):
+        read_transcript(path, source="codex")  # as a rollout, it has no conversation
+    with pytest.raises(InvalidInputError, match="unknown transcript source"):
+        read_transcript(path, source="cursor")
+
+
+def test_a_pretty_printed_trajectory_is_detected_by_content(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    path.write_text(json.dumps({"history": history}, indent=2), "utf-8")
+    assert detect(path) == "swe-agent"
+    assert read_transcript(path).messages == history
+
+
+def test_progress_is_reported(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    read_transcript(SPOTTER, progress=lambda done, total: seen.append((done, total)))
+    total = len(SPOTTER.read_text("utf-8").splitlines())
+    assert seen[-1] == (total, total)
+    assert len(seen) > 10
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+    traj = CORPUS_DEV / "swe-agent" / "sweagent-marshmallow-1867-function_calling.traj"
+    steps: list[tuple[int, int]] = []
+    read_transcript(traj, progress=lambda done, total: steps.append((done, total)))
+    assert steps[-1] == (24, 24)
+
+
+# -- errors leave the database unchanged --------------------------------------------------
+
+
+def _malformed(tmp_path: Path) -> list[tuple[Path, str]]:
+    good = json.dumps({"role": "user", "content": "hi"})
+    cases: list[tuple[Path, str]] = []
+
+    def case(name: str, data: bytes, expected: str) -> None:
+        path = tmp_path / name
+        path.write_bytes(data)
+        cases.append((path, expected))
+
+    case(
+        "bad.jsonl",
+        f'{good}\n{good}\n{{"role": "user" "content": 1}}\n'.encode(),
+        (r"bad\.jsonl line 3: not valid JSON \(Expecting ',' delimiter at column 17\)"),
+    )
+    case(
+        "latin1.jsonl",
+        f'{good}\n{{"role":"user","content":"caf'.encode() + b'\xe9"}\n',
+        (r"latin1\.jsonl is not UTF-8 text \(byte 0xe9 at offset 63\)"),
+    )
+    case("empty.jsonl", b"", r"empty\.jsonl is empty")
+    case("blank.jsonl", b"\n  \n", r"blank\.jsonl is empty")
+    case(
+        "array.jsonl", f"{good}\n[1, 2]\n".encode(), r"array\.jsonl line 2: expected a JSON object"
+    )
+    case("number.jsonl", b"42\n", r"number\.jsonl line 1: expected a JSON object, got a number")
+    case("odd.jsonl", b'{"kind": "x"}\n', r"cannot tell what kind of transcript odd\.jsonl is")
+    case(
+        "orphan.jsonl",
+        (good + "\n" + json.dumps({"role": "tool", "tool_call_id": "x", "content": "r"})).encode(),
+        r"orphan\.jsonl line 2: tool result for 'x', but no earlier tool call",
+    )
+    case(
+        "cc.jsonl",
+        json.dumps(_cc("user", "hi", uuid="u1")).encode()
+        + b"\n"
+        + json.dumps({"type": "assistant", "uuid": "a", "sessionId": "s", "message": "x"}).encode(),
+        r"cc\.jsonl line 2: a assistant record needs a 'message' object",
+    )
+    case(
+        "noid.jsonl",
+        json.dumps(_cc("user", "hi", uuid="u1")).encode()
+        + b"\n"
+        + json.dumps(
+            _cc("assistant", [{"type": "tool_use", "name": "Bash", "input": {}}], uuid="a")
+        ).encode(),
+        r"noid\.jsonl line 2: assistant record: content\[0\]: tool_use block needs a string 'id'",
+    )
+    case(
+        "nothing.jsonl",
+        json.dumps({"type": "progress", "uuid": "p", "sessionId": "s"}).encode(),
+        r"nothing\.jsonl holds no conversation messages",
+    )
+    case("bad.traj", b'{"history": [\n{"role": "user",\n"content": }]}', r"bad\.traj line 3")
+    case(
+        "role.traj",
+        json.dumps({"history": [{"role": "robot", "content": "x"}]}).encode(),
+        r"role\.traj history\[0\]: unknown role 'robot'",
+    )
+    return cases
+
+
+def test_malformed_files_fail_naming_the_place_and_store_nothing(
+    store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    import_file(store, write_lines(tmp_path / "existing.jsonl", PLAIN["anthropic"]))
+    before = db_snapshot(store)
+    for path, expected in _malformed(tmp_path):
+        with pytest.raises(InvalidInputError, match=expected):
+            import_file(store, path)
+        with pytest.raises(NotFoundError):
+            store.get_session(path.stem)
+    # A real transcript whose write was cut short 1,500 lines in.
+    lines = SPOTTER.read_text("utf-8").splitlines(keepends=True)
+    lines[1499] = lines[1499][: len(lines[1499]) // 2] + "\n"
+    broken = tmp_path / "spotter.jsonl"
+    broken.write_text("".join(lines), "utf-8")
+    with pytest.raises(InvalidInputError, match=r"^spotter\.jsonl line 1500: not valid JSON"):
+        import_file(store, broken)
+    assert db_snapshot(store) == before
+
+
+def test_import_options_and_an_existing_session(
+    store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    assert set(SOURCES) == {"claude-code", "codex", "swe-agent", "jsonl"}
+    path = write_lines(tmp_path / "plain.jsonl", PLAIN["openai"])
+    session = import_file(store, path, session_id="mine", context_window=50_000)
+    assert (session.id, session.format, session.context_window) == ("mine", "openai", 50_000)
+    # ``format`` takes a source or a message format.
+    minicode = write_lines(tmp_path / "mc.jsonl", PLAIN["minicode"])
+    assert import_file(store, minicode, session_id="a", format="jsonl").format == "minicode"
+    assert import_file(store, minicode, session_id="b", format="minicode").format == "minicode"
+    before = db_snapshot(store)
+    with pytest.raises(InvalidInputError, match="unknown import format 'yaml'"):
+        import_file(store, minicode, session_id="c", format="yaml")
+    with pytest.raises(ConflictError, match="already exists"):
+        import_file(store, path, session_id="mine")
+    assert db_snapshot(store) == before

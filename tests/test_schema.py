@@ -1,0 +1,253 @@
+"""The schema is owned by Alembic (SPEC §1, §4): models and migrations agree, the repository's
+`alembic` command works, out-of-date and foreign databases are refused with a clear error,
+and SQLite files are private and opened with the documented pragmas.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
+
+import compactstore
+from compactstore import CompactStore, DatabaseError, SchemaError
+from compactstore.db.migrate import current_revision, head_revision
+from compactstore.db.schema import metadata
+
+REPO = Path(__file__).resolve().parents[1]
+UNKNOWN_REVISION = "ffffffffffff"
+
+TABLES = {
+    "sessions",
+    "messages",
+    "tool_calls",
+    "compactions",
+    "compact_boundaries",
+    "message_edits",
+    "tool_result_blobs",
+    "read_dedup_entries",
+    "breaker_state",
+    "memory_entries",
+}
+
+
+def _alembic(*args: str, env_db: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m alembic ARGS` from the repository root, as a developer would."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("COMPACTSTORE_DB", None)
+    if env_db is not None:
+        env["COMPACTSTORE_DB"] = env_db
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _alembic_ok(*args: str, db_url: str) -> None:
+    # SQLite: the database comes from COMPACTSTORE_DB; PostgreSQL: from `-x db=URL`.
+    if "://" in db_url:
+        result = _alembic("-x", f"db={db_url}", *args)
+    else:
+        result = _alembic(*args, env_db=db_url)
+    assert result.returncode == 0, result.stderr
+
+
+def _view_names(url: str) -> set[str]:
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        return set(inspect(engine).get_view_names())
+    finally:
+        engine.dispose()
+
+
+def _table_names(url: str) -> set[str]:
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+# -- models and migrations ------------------------------------------------------------------
+
+
+def test_models_and_migrations_agree(store: CompactStore) -> None:
+    with store.engine.connect() as connection:
+        context = MigrationContext.configure(
+            connection, opts={"compare_type": True, "compare_server_default": True}
+        )
+        assert compare_metadata(context, metadata) == []
+
+
+def test_a_new_database_is_created_at_head_with_every_table_and_the_history_view(
+    store: CompactStore,
+) -> None:
+    assert current_revision(store.engine) == head_revision()
+    names = set(inspect(store.engine).get_table_names())
+    assert names >= TABLES
+    assert "compaction_history" in set(inspect(store.engine).get_view_names())
+    assert store.sessions() == []
+
+
+def test_alembic_upgrade_downgrade_upgrade_from_the_repository_root(db_url: str) -> None:
+    _alembic_ok("upgrade", "head", db_url=db_url)
+    assert _table_names(db_url) >= TABLES
+    assert "compaction_history" in _view_names(db_url)
+
+    _alembic_ok("downgrade", "base", db_url=db_url)
+    assert _table_names(db_url) & TABLES == set()
+    assert "compaction_history" not in _view_names(db_url)
+
+    _alembic_ok("upgrade", "head", db_url=db_url)
+    assert "compaction_history" in _view_names(db_url)
+    with CompactStore.open(db_url, auto_migrate=False) as opened:
+        assert current_revision(opened.engine) == head_revision()
+        opened.session("s1", now=1.0).append({"role": "user", "content": "hi"}, timestamp=1.0)
+
+
+# -- revisions the code cannot use ---------------------------------------------------------
+
+
+def test_a_schema_newer_than_the_code_is_refused_naming_both_revisions(db_url: str) -> None:
+    CompactStore.open(db_url).close()
+    engine = create_engine(db_url if "://" in db_url else f"sqlite:///{db_url}")
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE alembic_version SET version_num = :v"), {"v": UNKNOWN_REVISION}
+        )
+    engine.dispose()
+
+    with pytest.raises(SchemaError) as caught:
+        CompactStore.open(db_url)
+    message = str(caught.value)
+    assert UNKNOWN_REVISION in message
+    assert head_revision() in message
+    assert "newer" in message
+
+
+def test_auto_migrate_false_refuses_an_empty_database_and_names_the_command(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(SchemaError, match=r"db upgrade") as caught:
+        CompactStore.open(path, auto_migrate=False)
+    assert str(path) in str(caught.value)
+    assert head_revision() in str(caught.value)
+    assert _table_names(str(path)) & TABLES == set()
+
+
+def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(
+    db_url: str,
+) -> None:
+    CompactStore.open(db_url).close()
+    _alembic_ok("downgrade", "base", db_url=db_url)
+
+    with pytest.raises(SchemaError, match=r"db upgrade"):
+        CompactStore.open(db_url, auto_migrate=False)
+
+    with CompactStore.open(db_url) as upgraded:
+        assert current_revision(upgraded.engine) == head_revision()
+
+
+def test_tables_without_a_revision_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "foreign.db"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE sessions (id TEXT PRIMARY KEY)"))
+    engine.dispose()
+    with pytest.raises(SchemaError, match=r"no schema revision"):
+        CompactStore.open(path)
+
+
+# -- files that are not databases -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"just some notes, not a database\n" * 40, id="text"),
+        pytest.param(bytes(range(256)) * 16, id="binary"),
+        pytest.param(b"hello", id="tiny"),
+    ],
+)
+def test_a_file_that_is_not_sqlite_raises_DatabaseError_naming_it(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(content)
+    with pytest.raises(DatabaseError) as caught:
+        CompactStore.open(path)
+    assert type(caught.value) is compactstore.DatabaseError
+    message = str(caught.value)
+    assert str(path) in message
+    assert "not a database" in message
+    # One line a person can act on, not a driver's exception dump.
+    assert "\n" not in message
+    assert "sqlalche.me" not in message
+    assert "(sqlite3." not in message
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+    # The file is left as it was.
+    assert path.read_bytes() == content
+
+
+def test_a_directory_is_not_a_database(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError) as caught:
+        CompactStore.open(tmp_path)
+    assert str(tmp_path) in str(caught.value)
+
+
+# -- SQLite file and connection settings ----------------------------------------------------
+
+
+def test_a_new_sqlite_file_is_private_to_its_owner(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "dir" / "agent.db"
+    with CompactStore.open(path) as opened:
+        opened.session("s1", now=1.0).append({"role": "user", "content": "hi"}, timestamp=1.0)
+        for name in ("agent.db", "agent.db-wal", "agent.db-shm"):
+            file = path.parent / name
+            if file.exists():
+                assert stat.S_IMODE(file.stat().st_mode) == 0o600, name
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_sqlite_connections_use_wal_foreign_keys_normal_sync_and_a_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    with CompactStore.open(tmp_path / "agent.db") as opened, opened.engine.connect() as connection:
+
+        def pragma(name: str) -> object:
+            return connection.exec_driver_sql(f"PRAGMA {name}").scalar()
+
+        assert pragma("journal_mode") == "wal"
+        assert pragma("foreign_keys") == 1
+        assert pragma("synchronous") == 1  # NORMAL
+        busy = pragma("busy_timeout")
+        assert isinstance(busy, int)
+        assert busy >= 1_000
+
+
+def test_foreign_keys_are_enforced_on_sqlite(tmp_path: Path) -> None:
+    with (
+        CompactStore.open(tmp_path / "agent.db") as opened,
+        pytest.raises(IntegrityError, match=r"FOREIGN KEY"),
+        opened.engine.begin() as connection,
+    ):
+        connection.execute(
+            text(
+                "INSERT INTO messages (session_id, seq, role, kind, payload, tokens, created_at) "
+                "VALUES ('nobody', 0, 'user', 'user', '{}', 0, 0)"
+            )
+        )
