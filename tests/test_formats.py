@@ -165,13 +165,15 @@ INVALID: list[tuple[MessageFormat, Any, str]] = [
     (
         ANTHROPIC,
         {"role": "robot", "content": "x"},
-        "unknown role 'robot' for format anthropic (expected one of: assistant, user)",
+        "unknown role 'robot' for format anthropic (expected one of: assistant, system, user)",
     ),
     (
         ANTHROPIC,
-        {"role": "system", "content": "x"},
-        "role 'system' is not accepted by format anthropic: the Anthropic API takes the "
-        "system prompt as the separate 'system' request parameter",
+        {
+            "role": "system",
+            "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}],
+        },
+        "tool_use blocks are only allowed in assistant messages",
     ),
     (ANTHROPIC, {"role": "user"}, "message has no 'content'"),
     (

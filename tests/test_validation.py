@@ -175,7 +175,7 @@ CASES = [
         "anthropic",
         lambda s: s.append({"role": "robot", "content": "x"}),
         InvalidMessageError,
-        r"unknown role 'robot' for format anthropic \(expected one of: assistant, user\)",
+        r"unknown role 'robot' for format anthropic \(expected one of: assistant, system, user\)",
         "unknown-role",
     ),
     _case(
@@ -187,10 +187,10 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.append({"role": "system", "content": "be nice"}),
+        lambda s: s.append({"role": "system", "content": [{"type": "text", "text": 3}]}),
         InvalidMessageError,
-        r"role 'system' is not accepted by format anthropic.*'system' request parameter",
-        "system-role-in-anthropic",
+        r"text block needs a string 'text', got int",
+        "system-text-not-a-string-in-anthropic",
     ),
     _case(
         "anthropic",

@@ -1,8 +1,10 @@
 """The Anthropic Messages API format.
 
 Tool calls are ``tool_use`` content blocks of assistant messages; tool results are
-``tool_result`` content blocks of user messages. The system prompt is not a message in this
-API (it is the separate ``system`` request parameter), so role ``system`` is rejected.
+``tool_result`` content blocks of user messages. A leading ``system`` message is accepted, as
+the SDK's ``MessageParam`` type and most agent loops keep the system prompt with the
+conversation; it is pinned, and an application sending to the Messages API passes it as the
+separate ``system`` parameter.
 
 The block helpers here are shared with the minicode format, whose assistant messages carry
 ``tool_use`` blocks exactly as Anthropic's do.
@@ -18,7 +20,7 @@ from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult,
 
 __all__ = ["AnthropicFormat"]
 
-_ROLES = ("assistant", "user")
+_ROLES = ("assistant", "system", "user")
 
 
 def type_name(value: Any) -> str:
@@ -207,11 +209,6 @@ class AnthropicFormat(MessageFormat):
     name = "anthropic"
 
     def validate(self, message: Any) -> None:
-        if isinstance(message, dict) and message.get("role") == "system":
-            raise self.fail(
-                "role 'system' is not accepted by format anthropic: the Anthropic API takes "
-                "the system prompt as the separate 'system' request parameter, not as a message"
-            )
         role = check_role(message, _ROLES, self.name)
         if "content" not in message:
             raise self.fail("message has no 'content'")
@@ -220,6 +217,8 @@ class AnthropicFormat(MessageFormat):
     def kind(self, message: dict[str, Any]) -> Kind:
         if message.get("role") == "assistant":
             return "assistant"
+        if message.get("role") == "system":
+            return "system"
         blocks = content_blocks(message)
         content = message.get("content")
         # An empty list must not count as "all results": it carries none.
