@@ -734,6 +734,94 @@ def import_(
     )
 
 
+@cli.command(short_help="Replay a transcript through compaction and measure it.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--window",
+    type=click.IntRange(min=1_000),
+    default=200_000,
+    show_default=True,
+    help="Context window of the simulated model, in tokens.",
+)
+@click.option(
+    "--format",
+    "format_",
+    metavar="FORMAT",
+    help="The transcript's source or plain-JSONL message format; default: detected.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A CompactionConfig as JSON (or TOML for a .toml file).",
+)
+@click.option(
+    "--no-usage",
+    is_flag=True,
+    help="Ignore the provider's token counts in the transcript: the window then applies to "
+    "the messages as the store estimates them.",
+)
+@click.option(
+    "--db",
+    default=None,
+    metavar="URL",
+    help="Keep the simulated session in this database (default: a temporary file).",
+)
+@json_option
+@_library_errors
+def simulate(
+    file: Path,
+    window: int,
+    format_: str | None,
+    config_file: Path | None,
+    no_usage: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Replay a transcript as a live agent would have produced it, compacting before every
+    model call, and print what compaction did and how good the contexts were.
+
+    Prints every compaction as it happens, tokens freed per stage, peak usage, and the
+    quality of every model call's context: validity (pairs by id, SDK request types when
+    installed), fit, the original request kept, file recall, agreement with the agent's own
+    compactions, and the store's token count against the provider's.
+
+    Example: compactstore simulate ~/.claude/projects/app/1234.jsonl --window 64000
+    """
+    from compactstore import simulate as sim
+    from compactstore.importers import read_transcript
+
+    config = _read_config(config_file) if config_file is not None else None
+
+    def show(event: sim.CompactionEvent) -> None:
+        if not as_json:
+            click.echo(sim.stage_rows([event])[0])
+
+    with _progress(f"Reading {file.name}") as report:
+        transcript = read_transcript(file, format=format_, progress=report)
+    store = CompactStore.open(db) if db is not None else None
+    try:
+        with _progress(f"Simulating {file.name}") as report:
+            result = sim.simulate_transcript(
+                transcript,
+                name=str(file),
+                window=window,
+                config=config,
+                progress=report,
+                on_compaction=show,
+                store=store,
+                use_usage=not no_usage,
+            )
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        _echo_json(result.to_dict())
+        return
+    for line in sim.summary_lines(result):
+        click.echo(line)
+
+
 @cli.command(short_help="Export a session as JSONL.")
 @click.argument("session_id", metavar="SESSION")
 @click.option("--active", is_flag=True, help="Export the active context, not the whole log.")

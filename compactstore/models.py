@@ -88,10 +88,16 @@ class CompactionConfig(BaseModel):
     # Stage 6b: full compact (rule-based summary).
     full_compact_keep_fraction: float = Field(1 / 3, gt=0, lt=1)
     full_compact_max_tail_messages: int = Field(40, ge=1)
+    # The kept tail is also cut so usage after a full compact stays within this share of
+    # the window (fixed overhead, pins and summary included), so one compaction leaves room
+    # to work instead of triggering again on the next turn.
+    full_compact_target_share: float = Field(0.5, gt=0, le=1)
     summary_request_chars: int = Field(2_000, ge=1)
     summary_max_topics: int = Field(8, ge=0)
     summary_topic_chars: int = Field(100, ge=1)
     summary_max_files: int = Field(10, ge=0)
+    # Older files beyond the newest ten, listed compactly so none is forgotten outright.
+    summary_max_earlier_files: int = Field(50, ge=0)
     summary_max_errors: int = Field(3, ge=0)
     summary_error_chars: int = Field(80, ge=1)
 

@@ -11,16 +11,28 @@ instead; when it raises, the rule-based summary is used and the step says why.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from compactstore.context import ActiveContext, ContextMessage, legal_cuts
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
 from compactstore.errors import SummarizerError
+from compactstore.formats import ToolCall
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
 
-__all__ = ["continuing", "fold_state", "original_request", "render_state", "run", "summarise"]
+__all__ = [
+    "PATH_PATTERN",
+    "continuing",
+    "files_of",
+    "fold_state",
+    "original_request",
+    "render_files",
+    "render_state",
+    "run",
+    "summarise",
+]
 
 # Tool-call input keys that name a file the tool read or wrote.
 FILE_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file")
@@ -34,25 +46,40 @@ def original_request(context: ActiveContext) -> str | None:
     return None
 
 
-def _files_of(item: ContextMessage) -> list[str]:
+# A path-like token inside a command or pattern: a directory part and a file extension.
+PATH_PATTERN = re.compile(
+    r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}"
+)
+
+
+def files_of(calls: Iterable[ToolCall]) -> list[str]:
+    """Files that tool calls name: file arguments, and paths inside commands."""
     files: list[str] = []
-    for call in item.calls:
+    for call in calls:
         arguments: Any = call.input
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
             except ValueError:
-                continue
-        if isinstance(arguments, dict):
-            for key in FILE_KEYS:
-                value = arguments.get(key)
-                if isinstance(value, str) and value.strip():
-                    files.append(value.strip())
+                arguments = {"command": arguments}
+        if not isinstance(arguments, dict):
+            continue
+        for key in FILE_KEYS:
+            value = arguments.get(key)
+            if isinstance(value, str) and value.strip():
+                files.append(value.strip())
+        for key, value in arguments.items():
+            if key not in FILE_KEYS and isinstance(value, str):
+                files.extend(match.group(0) for match in PATH_PATTERN.finditer(value))
     return files
 
 
 def _is_error(text: str, flagged: bool) -> bool:
     return flagged or text.startswith("Error: ")
+
+
+# Tokens a new summary is expected to add on top of the previous one.
+_SUMMARY_ALLOWANCE = 1_000
 
 
 def continuing(state: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +107,7 @@ def fold_state(
                 topics.append(text[: config.summary_topic_chars])
         for call in item.calls:
             tools.add(call.name)
-        for path in _files_of(item):
+        for path in files_of(item.calls):
             if path in files:
                 files.remove(path)
             files.append(path)  # newest last
@@ -91,7 +118,9 @@ def fold_state(
         "original_request": request,
         "topics": topics[-config.summary_max_topics :] if config.summary_max_topics else [],
         "tools": sorted(tools),
-        "files": files[-config.summary_max_files :] if config.summary_max_files else [],
+        "files": files[-(config.summary_max_files + config.summary_max_earlier_files) :]
+        if config.summary_max_files
+        else [],
         "errors": errors[-config.summary_max_errors :] if config.summary_max_errors else [],
         "compactions": int(previous.get("compactions", 0)) + 1,
         "messages_removed": int(previous.get("messages_removed", 0)) + len(removed),
@@ -111,11 +140,23 @@ def render_state(state: dict[str, Any], config: CompactionConfig) -> str:
         parts.append("## Topics discussed\n" + "\n".join(f"- {t}" for t in state["topics"]))
     if state["tools"]:
         parts.append("## Tools used\n" + ", ".join(state["tools"]))
-    if state["files"]:
-        parts.append("## Files touched\n" + "\n".join(f"- {f}" for f in state["files"]))
+    parts.extend(render_files(state, config))
     if state["errors"]:
         parts.append("## Errors encountered\n" + "\n".join(f"- {e}" for e in state["errors"]))
     return "\n\n".join(parts)
+
+
+def render_files(state: dict[str, Any], config: CompactionConfig) -> list[str]:
+    """The files sections: the newest ten as a list, older ones on one line."""
+    files: list[str] = state.get("files", [])
+    if not files or not config.summary_max_files:
+        return []
+    newest = files[-config.summary_max_files :]
+    earlier = files[: -config.summary_max_files]
+    parts = ["## Files touched\n" + "\n".join(f"- {f}" for f in newest)]
+    if earlier:
+        parts.append("## Earlier files\n" + ", ".join(earlier))
+    return parts
 
 
 def header(label: str, now: float) -> str:
@@ -173,6 +214,15 @@ def run(
             ),
         )
         target = len(kept) - tail
+        kept_tokens = context.factor * sum(item.tokens for item in kept)
+        # Everything that stays besides the tail: overhead, pins, and the summary (the
+        # previous one, already in the head, plus what this compaction adds to it).
+        fixed = context.usage - kept_tokens + _SUMMARY_ALLOWANCE
+        budget = config.full_compact_target_share * context.context_window - fixed
+        tail_tokens = context.factor * sum(item.tokens for item in kept[target:])
+        while target < len(kept) - 1 and tail_tokens > budget:
+            tail_tokens -= context.factor * kept[target].tokens
+            target += 1
     else:
         target = next(
             (i for i, item in enumerate(kept) if item.seq is not None and item.seq > up_to_seq),

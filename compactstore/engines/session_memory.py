@@ -16,7 +16,7 @@ from typing import Protocol
 
 from compactstore.context import ActiveContext, legal_cuts
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
-from compactstore.engines.full_compact import fold_state, header
+from compactstore.engines.full_compact import fold_state, header, render_files
 from compactstore.models import CompactStrategy, CompactTrigger, MemoryEntry
 from compactstore.tokens import TokenCounter
 
@@ -104,8 +104,7 @@ def run(
             "## Original request\n"
             + state["original_request"][: context.config.summary_request_chars]
         )
-    if state["files"]:
-        carried.append("## Files touched\n" + "\n".join(f"- {f}" for f in state["files"]))
+    carried.extend(render_files(state, context.config))
     text = "\n\n".join(
         [
             header("Session Memory", inputs.now),

@@ -1,0 +1,597 @@
+"""Replay a real transcript through compactstore as a live agent would, and measure it.
+
+The transcript's raw log is appended message by message into a fresh session (compactions
+already recorded in the file are ignored): ``process_request(now=<timestamp>)`` before every
+assistant turn (each one is a model call), ``reactive_recover`` whenever the context would
+not fit the window, reads routed through ``append_tool_result(file_path=...)`` so read dedup
+applies, and writes invalidating their path. Every model call is measured: is the context
+one a real API accepts, how full is it, is the original request still there, and what
+happened to the files that compaction removed.
+
+Real prompt sizes. Where the transcript reports the provider's prompt size for its calls
+(Claude Code ``usage``, Codex ``token_count``), the real tokens of each message are learnt
+from it: the growth between two consecutive calls is shared among the messages appended in
+between, in proportion to their estimates, and the first call's excess over its messages is
+the fixed overhead (system prompt and tool definitions). The real size of *our* context at a
+call is then overhead + the real tokens of the messages in it (the summary counted at the
+transcript's average ratio). The simulator calls ``record_usage`` with it after each call, as
+a live agent would with the API's answer, and compares what the store predicted before it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from compactstore.context import ActiveContext, pairing_problems
+from compactstore.engines.full_compact import PATH_PATTERN, files_of
+from compactstore.formats import get_format
+from compactstore.importers import Transcript, read_transcript
+from compactstore.models import CompactionConfig, CompactionResult
+from compactstore.store import CompactStore, Session
+
+__all__ = ["Progress", "SimulationReport", "simulate", "simulate_transcript"]
+
+Progress = Callable[[int, int], None]
+
+_STAGE_KEYS = (
+    "tool_budget",
+    "read_dedup",
+    "microcompact",
+    "session_memory",
+    "full",
+    "partial",
+    "reactive",
+)
+
+
+@dataclass
+class CompactionEvent:
+    """One recorded compaction of the replay."""
+
+    call: int  # model call number (1-based) before which it ran
+    message_index: int  # index in the transcript of the message about to be produced
+    trigger: str
+    strategy: str
+    tokens_before: int
+    tokens_after: int
+    messages_removed: int
+    steps: list[dict[str, Any]]
+
+
+@dataclass
+class SimulationReport:
+    """Everything the simulator measured. ``to_dict()`` gives plain JSON."""
+
+    file: str
+    source: str
+    format: str
+    window: int
+    messages: int
+    calls: int
+    compactions: list[CompactionEvent] = field(default_factory=list)
+    freed: dict[str, int] = field(default_factory=dict)
+    peak_usage: int = 0
+    # Quality, over every model call of the replay.
+    valid_calls: int = 0
+    invalid_examples: list[str] = field(default_factory=list)
+    sdk_checked: bool = False
+    fit_max: float = 0.0
+    fit_after_auto_max: float | None = None
+    request_retained: int = 0
+    files_removed: int = 0
+    files_recalled: int = 0
+    loops: int = 0
+    reactive_calls: int = 0
+    gave_up: int = 0
+    # Reference agreement (transcripts with their own compactions).
+    reference_points: list[dict[str, Any]] = field(default_factory=list)
+    reference_files: int = 0
+    reference_files_named: int = 0
+    # Token counts against the provider's (where the transcript has them).
+    usage_calls: int = 0
+    usage_errors: list[float] = field(default_factory=list)
+    raw_errors: list[float] = field(default_factory=list)
+    missed_threshold_over_window: int = 0
+    raw_missed_threshold_over_window: int = 0
+    real_over_window: int = 0
+    overhead_tokens: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def validity(self) -> float:
+        return self.valid_calls / self.calls if self.calls else 1.0
+
+    @property
+    def request_share(self) -> float:
+        return self.request_retained / self.calls if self.calls else 1.0
+
+    @property
+    def file_recall(self) -> float | None:
+        return self.files_recalled / self.files_removed if self.files_removed else None
+
+    @property
+    def reference_agreement(self) -> float | None:
+        return self.reference_files_named / self.reference_files if self.reference_files else None
+
+    def error_stats(self, errors: Sequence[float]) -> dict[str, float] | None:
+        """Median and p90 of |relative error|, and the share of calls within 5%."""
+        if not errors:
+            return None
+        absolute = sorted(abs(e) for e in errors)
+        return {
+            "median": statistics.median(absolute),
+            "p90": absolute[min(len(absolute) - 1, int(0.9 * len(absolute)))],
+            "within_5pct": sum(1 for e in absolute if e <= 0.05) / len(absolute),
+            "median_signed": statistics.median(errors),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("usage_errors")
+        data.pop("raw_errors")
+        data.update(
+            validity=self.validity,
+            request_share=self.request_share,
+            file_recall=self.file_recall,
+            reference_agreement=self.reference_agreement,
+            calibrated_error=self.error_stats(self.usage_errors),
+            raw_error=self.error_stats(self.raw_errors),
+        )
+        return data
+
+
+def _paths_in_text(text: str) -> set[str]:
+    return {match.group(0).lstrip("./") for match in PATH_PATTERN.finditer(text)}
+
+
+class _SdkCheck:
+    """Validate contexts against the official SDK request types when they are installed."""
+
+    def __init__(self, format_name: str) -> None:
+        self.adapter: Any = None
+        try:
+            from pydantic import TypeAdapter
+
+            if format_name == "anthropic":
+                from anthropic.types import MessageParam
+
+                self.adapter = TypeAdapter(list[MessageParam])
+            elif format_name == "openai":
+                from openai.types.chat import ChatCompletionMessageParam
+
+                self.adapter = TypeAdapter(list[ChatCompletionMessageParam])
+        except ImportError:
+            self.adapter = None
+
+    def problem(self, messages: list[dict[str, Any]]) -> str | None:
+        if self.adapter is None:
+            return None
+        try:
+            _consume(self.adapter.validate_python(messages))
+        except Exception as exc:  # any refusal by the SDK types is a finding, not a crash
+            return f"SDK type check: {str(exc).splitlines()[0]}"
+        return None
+
+
+def _consume(value: Any) -> None:
+    """Walk a validated value: the SDK types use Iterable fields, validated only when read."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _consume(item)
+    elif isinstance(value, str | bytes | int | float | bool) or value is None:
+        return
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            return
+        for item in items:
+            _consume(item)
+
+
+class _RealTokens:
+    """The provider's token count of any context, learnt from the transcript's usage."""
+
+    def __init__(self, transcript: Transcript, estimates: list[int]) -> None:
+        self.real: list[float | None] = [None] * len(transcript.messages)
+        calls = [(i, u) for i, u in enumerate(transcript.usage) if u is not None]
+        self.overhead: float | None = None
+        self.ratio = 1.0
+        if not calls:
+            return
+        boundaries = sorted(b.first_kept_index for b in transcript.boundaries)
+        first_index, first_usage = calls[0]
+        before = sum(estimates[:first_index])
+        # Ratio of the whole run: real growth over estimated growth, for the first call's
+        # messages and the summary. The first call's excess over them is the overhead.
+        growth_real = growth_est = 0.0
+        previous_index, previous_usage = first_index, first_usage
+        for index, usage in calls[1:]:
+            if any(previous_index < b <= index for b in boundaries):
+                previous_index, previous_usage = index, usage
+                continue
+            span = range(previous_index, index)
+            est = sum(estimates[k] for k in span)
+            if est > 0 and usage > previous_usage:
+                share = (usage - previous_usage) / est
+                for k in span:
+                    self.real[k] = estimates[k] * share
+                growth_real += usage - previous_usage
+                growth_est += est
+            previous_index, previous_usage = index, usage
+        self.ratio = growth_real / growth_est if growth_est else 1.0
+        self.overhead = max(0.0, first_usage - self.ratio * before)
+        for k in range(len(self.real)):
+            if self.real[k] is None:
+                self.real[k] = estimates[k] * self.ratio
+
+    @property
+    def known(self) -> bool:
+        return self.overhead is not None
+
+    def of(self, context: ActiveContext, index_of_seq: dict[int, int]) -> int:
+        """Real prompt size of a context of ours."""
+        assert self.overhead is not None
+        total = self.overhead
+        for item in context.items:
+            source = index_of_seq.get(item.seq) if item.seq is not None else None
+            if source is not None and item.state in ("original", "pinned"):
+                real = self.real[source]
+                total += real if real is not None else item.tokens * self.ratio
+            else:
+                total += item.tokens * self.ratio
+        return round(total)
+
+
+def simulate(
+    path: str | Path,
+    *,
+    window: int = 200_000,
+    format: str | None = None,
+    config: CompactionConfig | None = None,
+    progress: Progress | None = None,
+    on_compaction: Callable[[CompactionEvent], None] | None = None,
+    use_usage: bool = True,
+) -> SimulationReport:
+    """Replay a transcript file (any format ``import`` reads) and measure compaction.
+
+    With ``use_usage`` (the default) the provider's counts in the transcript drive
+    ``record_usage`` and the real prompt size decides when the context does not fit;
+    without it the store's own estimate of the messages does.
+    """
+    transcript = read_transcript(path, format=format)
+    return simulate_transcript(
+        transcript,
+        name=str(path),
+        window=window,
+        config=config,
+        progress=progress,
+        on_compaction=on_compaction,
+        use_usage=use_usage,
+    )
+
+
+def simulate_transcript(
+    transcript: Transcript,
+    *,
+    name: str = "transcript",
+    window: int = 200_000,
+    config: CompactionConfig | None = None,
+    progress: Progress | None = None,
+    on_compaction: Callable[[CompactionEvent], None] | None = None,
+    store: CompactStore | None = None,
+    use_usage: bool = True,
+) -> SimulationReport:
+    """Replay an already-read transcript into a fresh session (a temporary SQLite file
+    unless ``store`` is given) and measure every model call."""
+    import time
+
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="compactstore-sim-") as tmp:
+        own = store is None
+        opened = store or CompactStore.open(Path(tmp) / "simulate.db")
+        try:
+            if not use_usage:
+                transcript = replace(transcript, usage=[None] * len(transcript.usage))
+            report = _Replay(
+                transcript, name, window, config, opened, progress, on_compaction
+            ).run()
+        finally:
+            if own:
+                opened.close()
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+class _Replay:
+    def __init__(
+        self,
+        transcript: Transcript,
+        name: str,
+        window: int,
+        config: CompactionConfig | None,
+        store: CompactStore,
+        progress: Progress | None,
+        on_compaction: Callable[[CompactionEvent], None] | None,
+    ) -> None:
+        self.t = transcript
+        self.fmt = get_format(transcript.format)
+        self.window = window
+        self.progress = progress
+        self.on_compaction = on_compaction
+        first = next((ts for ts in transcript.timestamps if ts is not None), 0.0)
+        self.now = first
+        sid = f"simulate-{len(store.sessions()) + 1}"
+        self.sess: Session = store.session(
+            sid,
+            context_window=window,
+            format=transcript.format,
+            config=config or CompactionConfig(),
+            now=first,
+        )
+        self.count = store.token_counter
+        self.estimates = [self.count(self.fmt.token_text(m)) for m in transcript.messages]
+        self.real = _RealTokens(transcript, self.estimates)
+        self.report = SimulationReport(
+            file=name,
+            source=transcript.source,
+            format=transcript.format,
+            window=window,
+            messages=len(transcript.messages),
+            calls=0,
+        )
+        self.report.overhead_tokens = (
+            None if self.real.overhead is None else round(self.real.overhead)
+        )
+        self.report.freed = dict.fromkeys(_STAGE_KEYS, 0)
+        self.sdk = _SdkCheck(transcript.format)
+        self.report.sdk_checked = self.sdk.adapter is not None
+        self.index_of_seq: dict[int, int] = {}
+        self.request: dict[str, Any] | None = None
+        self.tool_names: dict[str, str] = {}
+        self.appended_since_auto: int | None = None
+        self.file_mentions: dict[str, int] = {}
+
+    # -- the replay ---------------------------------------------------------------------
+
+    def run(self) -> SimulationReport:
+        total = len(self.t.messages)
+        for index, message in enumerate(self.t.messages):
+            stamp = self.t.timestamps[index]
+            if stamp is not None and stamp >= self.now:
+                self.now = stamp
+            if self.fmt.kind(message) == "assistant":
+                self._model_call(index)
+            self._append(index, message)
+            if self.progress is not None and (index % 25 == 0 or index == total - 1):
+                self.progress(index + 1, total)
+        self._reference_agreement()
+        return self.report
+
+    def _append(self, index: int, message: dict[str, Any]) -> None:
+        fmt = self.fmt
+        for call in fmt.tool_calls(message):
+            self.tool_names[call.id] = call.name
+        results = fmt.tool_results(message)
+        read_path = self.t.read_paths[index]
+        if read_path is not None and len(results) == 1 and fmt.kind(message) == "tool":
+            result = results[0]
+            seq = self.sess.append_tool_result(
+                result.tool_use_id,
+                result.text,
+                tool_name=self.tool_names.get(result.tool_use_id, "Read"),
+                file_path=read_path,
+                is_error=result.is_error,
+                timestamp=self.now,
+            )
+            last = self.sess.context().kept[-1]
+            if last.state == "deduplicated":
+                saved = self.estimates[index] - last.tokens
+                self.report.freed["read_dedup"] += max(0, saved)
+        else:
+            seq = self.sess.append(message, timestamp=self.now)
+        self.index_of_seq[seq] = index
+        if self.request is None and fmt.is_request(message):
+            self.request = message
+        if self.appended_since_auto is not None:
+            self.appended_since_auto += self.estimates[index]
+        for path in self.t.write_paths[index]:
+            self.sess.invalidate(path)
+
+    def _model_call(self, index: int) -> None:
+        report = self.report
+        report.calls += 1
+        result = self.sess.process_request(now=self.now)
+        self._record(result, index)
+        context = self.sess.context()
+        real_size = self.real.of(context, self.index_of_seq) if self.real.known else None
+        # Would the provider refuse it? Then recover as an agent would after the error.
+        while (real_size if real_size is not None else context.usage) > self.window:
+            report.reactive_calls += 1
+            recovered = self.sess.reactive_recover("prompt is too long", now=self.now)
+            if recovered is None:
+                report.gave_up += 1
+                break
+            self._record(recovered, index)
+            context = self.sess.context()
+            real_size = self.real.of(context, self.index_of_seq) if self.real.known else None
+        self._measure(context, real_size)
+
+    def _record(self, result: CompactionResult, index: int) -> None:
+        if result.id is None:
+            return
+        report = self.report
+        for step in result.steps:
+            if step.success:
+                report.freed[step.strategy.value] = (
+                    report.freed.get(step.strategy.value, 0) + step.tokens_freed
+                )
+        event = CompactionEvent(
+            call=report.calls,
+            message_index=index,
+            trigger=result.trigger.value if result.trigger else "",
+            strategy=result.strategy.value if result.strategy else "",
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            messages_removed=len(result.removed_seqs),
+            steps=[step.model_dump(mode="json") for step in result.steps],
+        )
+        report.compactions.append(event)
+        if self.on_compaction is not None:
+            self.on_compaction(event)
+        cut = result.boundary is not None and result.success
+        if cut and result.trigger is not None and result.trigger.value == "auto":
+            share = result.tokens_after / self.window
+            report.fit_after_auto_max = max(report.fit_after_auto_max or 0.0, share)
+            if (
+                self.appended_since_auto is not None
+                and self.appended_since_auto < 0.1 * self.window
+            ):
+                report.loops += 1
+            self.appended_since_auto = 0
+        if cut:
+            self._file_recall(result)
+
+    def _file_recall(self, result: CompactionResult) -> None:
+        removed: set[str] = set()
+        for seq in result.removed_seqs:
+            source = self.index_of_seq.get(seq)
+            if source is not None:
+                removed |= set(files_of(self.fmt.tool_calls(self.t.messages[source])))
+        if not removed:
+            return
+        text = "\n".join(json.dumps(m, ensure_ascii=False) for m in result.messages)
+        self.report.files_removed += len(removed)
+        self.report.files_recalled += sum(1 for path in removed if path in text)
+
+    def _measure(self, context: ActiveContext, real_size: int | None) -> None:
+        report = self.report
+        items = context.items
+        messages = context.messages()
+        problems = pairing_problems(items)
+        sdk = self.sdk.problem(messages) if not problems else None
+        if not problems and sdk is None:
+            report.valid_calls += 1
+        elif len(report.invalid_examples) < 5:
+            report.invalid_examples.append(problems[0] if problems else str(sdk))
+        usage = context.usage
+        report.peak_usage = max(report.peak_usage, usage)
+        report.fit_max = max(report.fit_max, usage / self.window)
+        if self.request is None or self.request in messages:
+            report.request_retained += 1
+        if real_size is not None:
+            self._tokens(context, usage, real_size)
+
+    def _tokens(self, context: ActiveContext, predicted: int, real: int) -> None:
+        report = self.report
+        report.usage_calls += 1
+        raw = sum(item.tokens for item in context.items)
+        threshold = context.config.auto_compact_threshold * self.window
+        if report.usage_calls > 2:
+            report.usage_errors.append((predicted - real) / real)
+            report.raw_errors.append((raw - real) / real)
+        if real > self.window:
+            report.real_over_window += 1
+            if predicted < threshold:
+                report.missed_threshold_over_window += 1
+            if raw < threshold:
+                report.raw_missed_threshold_over_window += 1
+        self.sess.record_usage(real)
+
+    def _reference_agreement(self) -> None:
+        """Where the transcript's agent compacted vs where we did, and its summary's files."""
+        report = self.report
+        ours = [
+            e
+            for e in report.compactions
+            if e.messages_removed and e.trigger in ("auto", "reactive")
+        ]
+        for boundary in self.t.boundaries:
+            nearest = min(
+                ours, key=lambda e: abs(e.message_index - boundary.first_kept_index), default=None
+            )
+            report.reference_points.append(
+                {
+                    "their_message_index": boundary.first_kept_index,
+                    "their_pre_tokens": boundary.tokens_before,
+                    "our_message_index": None if nearest is None else nearest.message_index,
+                    "our_tokens_before": None if nearest is None else nearest.tokens_before,
+                }
+            )
+        summaries = [b.summary_text for b in self.t.boundaries]
+        files = set().union(*(_paths_in_text(s) for s in summaries)) if summaries else set()
+        if files and ours:
+            report.reference_files = len(files)
+            report.reference_files_named = len(files & self._named_after_first_cut())
+
+    def _named_after_first_cut(self) -> set[str]:
+        boundaries = self.sess.boundaries(include_rolled_back=False)
+        named: set[str] = set()
+        for boundary in boundaries[:1]:
+            named |= _paths_in_text(boundary.summary_text)
+        context_text = "\n".join(
+            json.dumps(m, ensure_ascii=False) for m in self.sess.active_context()
+        )
+        named |= _paths_in_text(context_text)
+        return named
+
+
+def summary_lines(report: SimulationReport) -> list[str]:
+    """A readable summary of a report."""
+    lines = [
+        f"{report.file}: {report.source} ({report.format}), {report.messages} messages, "
+        f"{report.calls} model calls, window {report.window:,}, {report.seconds:.1f} s",
+        f"compactions: {len(report.compactions)}; peak usage {report.peak_usage:,} "
+        f"({report.fit_max:.0%} of the window)",
+        "tokens freed: " + ", ".join(f"{k} {v:,}" for k, v in report.freed.items() if v),
+        f"validity {report.validity:.1%}"
+        + ("" if report.sdk_checked else " (pairing only: SDK types not installed)")
+        + f"; original request retained {report.request_share:.1%}"
+        + (f"; file recall {report.file_recall:.1%}" if report.file_recall is not None else "")
+        + (
+            f"; fit after auto-compact ≤ {report.fit_after_auto_max:.0%}"
+            if report.fit_after_auto_max
+            else ""
+        )
+        + f"; loops {report.loops}",
+    ]
+    if report.reference_points:
+        agreement = report.reference_agreement
+        lines.append(
+            "reference: "
+            + "; ".join(
+                f"they compacted before message {p['their_message_index']} at "
+                f"{p['their_pre_tokens']} tokens, we nearest before {p['our_message_index']} "
+                f"at {p['our_tokens_before']}"
+                for p in report.reference_points
+            )
+            + ("" if agreement is None else f"; their summary's files named by us {agreement:.0%}")
+        )
+    calibrated, raw = report.error_stats(report.usage_errors), report.error_stats(report.raw_errors)
+    if calibrated and raw:
+        lines.append(
+            f"token counts vs the provider's ({report.usage_calls} calls): raw estimate median "
+            f"error {raw['median']:.1%} (p90 {raw['p90']:.1%}), calibrated "
+            f"{calibrated['median']:.1%} (p90 {calibrated['p90']:.1%}, within ±5% on "
+            f"{calibrated['within_5pct']:.0%}); real prompt over the window on "
+            f"{report.real_over_window} calls, reported below 85% on "
+            f"{report.missed_threshold_over_window} of them"
+        )
+    for example in report.invalid_examples:
+        lines.append(f"invalid context: {example}")
+    return lines
+
+
+def stage_rows(events: Iterable[CompactionEvent]) -> list[str]:
+    """One line per compaction, for progress output."""
+    return [
+        f"call {e.call:>5}  {e.trigger:<19} {e.strategy:<15} "
+        f"{e.tokens_before:>8,} → {e.tokens_after:>8,}  removed {e.messages_removed}"
+        for e in events
+    ]
