@@ -34,6 +34,7 @@ from compactstore.formats import get_format
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.store import CompactStore, Session
+from compactstore.tokens import MAX_FACTOR, MIN_FACTOR
 
 __all__ = ["Progress", "SimulationReport", "simulate", "simulate_transcript"]
 
@@ -97,9 +98,14 @@ class SimulationReport:
     usage_calls: int = 0
     usage_errors: list[float] = field(default_factory=list)
     raw_errors: list[float] = field(default_factory=list)
-    missed_threshold_over_window: int = 0
-    raw_missed_threshold_over_window: int = 0
-    real_over_window: int = 0
+    # Calls whose real prompt was over 85% / over 100% of the window ("calls"), and of them
+    # those where the store (calibrated, or the raw estimate) said below 85%.
+    missed_over_threshold: dict[str, int] = field(
+        default_factory=lambda: {"calls": 0, "calibrated": 0, "raw": 0}
+    )
+    missed_over_window: dict[str, int] = field(
+        default_factory=lambda: {"calls": 0, "calibrated": 0, "raw": 0}
+    )
     overhead_tokens: int | None = None
     seconds: float = 0.0
 
@@ -200,33 +206,38 @@ class _RealTokens:
 
     def __init__(self, transcript: Transcript, estimates: list[int]) -> None:
         self.real: list[float | None] = [None] * len(transcript.messages)
+        # Content the provider counted that the messages do not show (reminders a client
+        # adds, reasoning it keeps or drops), as (from message index, tokens) steps.
+        self.hidden: list[tuple[int, float]] = []
         calls = [(i, u) for i, u in enumerate(transcript.usage) if u is not None]
         self.overhead: float | None = None
         self.ratio = 1.0
         if not calls:
             return
         boundaries = sorted(b.first_kept_index for b in transcript.boundaries)
-        first_index, first_usage = calls[0]
-        before = sum(estimates[:first_index])
-        # Ratio of the whole run: real growth over estimated growth, for the first call's
-        # messages and the summary. The first call's excess over them is the overhead.
         growth_real = growth_est = 0.0
-        previous_index, previous_usage = first_index, first_usage
+        previous_index, previous_usage = calls[0]
         for index, usage in calls[1:]:
             if any(previous_index < b <= index for b in boundaries):
                 previous_index, previous_usage = index, usage
                 continue
             span = range(previous_index, index)
             est = sum(estimates[k] for k in span)
-            if est > 0 and usage > previous_usage:
-                share = (usage - previous_usage) / est
-                for k in span:
-                    self.real[k] = estimates[k] * share
-                growth_real += usage - previous_usage
+            grown = usage - previous_usage
+            share = min(MAX_FACTOR, max(MIN_FACTOR, grown / est)) if est > 0 else 0.0
+            for k in span:
+                self.real[k] = estimates[k] * share
+            if grown - est * share:
+                self.hidden.append((index, grown - est * share))
+            if est > 0 and MIN_FACTOR <= grown / est <= MAX_FACTOR:
+                growth_real += grown
                 growth_est += est
             previous_index, previous_usage = index, usage
         self.ratio = growth_real / growth_est if growth_est else 1.0
-        self.overhead = max(0.0, first_usage - self.ratio * before)
+        # The first call's excess over its messages is the fixed overhead (system prompt
+        # and tool definitions).
+        first_index, first_usage = calls[0]
+        self.overhead = max(0.0, first_usage - self.ratio * sum(estimates[:first_index]))
         for k in range(len(self.real)):
             if self.real[k] is None:
                 self.real[k] = estimates[k] * self.ratio
@@ -235,10 +246,13 @@ class _RealTokens:
     def known(self) -> bool:
         return self.overhead is not None
 
-    def of(self, context: ActiveContext, index_of_seq: dict[int, int]) -> int:
-        """Real prompt size of a context of ours."""
+    def of(self, context: ActiveContext, index_of_seq: dict[int, int], at: int) -> int:
+        """Real prompt size of a context of ours, for the call producing message ``at``."""
         assert self.overhead is not None
-        total = self.overhead
+        # Hidden content the client dropped again cannot make the prompt smaller than shown.
+        total = self.overhead + max(
+            0.0, sum(tokens for index, tokens in self.hidden if index <= at)
+        )
         for item in context.items:
             source = index_of_seq.get(item.seq) if item.seq is not None else None
             if source is not None and item.state in ("original", "pinned"):
@@ -246,7 +260,7 @@ class _RealTokens:
                 total += real if real is not None else item.tokens * self.ratio
             else:
                 total += item.tokens * self.ratio
-        return round(total)
+        return max(0, round(total))
 
 
 def simulate(
@@ -287,6 +301,7 @@ def simulate_transcript(
     on_compaction: Callable[[CompactionEvent], None] | None = None,
     store: CompactStore | None = None,
     use_usage: bool = True,
+    calibrate: bool = True,
 ) -> SimulationReport:
     """Replay an already-read transcript into a fresh session (a temporary SQLite file
     unless ``store`` is given) and measure every model call."""
@@ -299,9 +314,9 @@ def simulate_transcript(
         try:
             if not use_usage:
                 transcript = replace(transcript, usage=[None] * len(transcript.usage))
-            report = _Replay(
-                transcript, name, window, config, opened, progress, on_compaction
-            ).run()
+            replay = _Replay(transcript, name, window, config, opened, progress, on_compaction)
+            replay.calibrate = calibrate
+            report = replay.run()
         finally:
             if own:
                 opened.close()
@@ -357,6 +372,8 @@ class _Replay:
         self.tool_names: dict[str, str] = {}
         self.appended_since_auto: int | None = None
         self.file_mentions: dict[str, int] = {}
+        # Whether the agent reports the provider's counts (record_usage) after each call.
+        self.calibrate = True
 
     # -- the replay ---------------------------------------------------------------------
 
@@ -410,7 +427,9 @@ class _Replay:
         result = self.sess.process_request(now=self.now)
         self._record(result, index)
         context = self.sess.context()
-        real_size = self.real.of(context, self.index_of_seq) if self.real.known else None
+        real_size = self.real.of(context, self.index_of_seq, index) if self.real.known else None
+        if real_size is not None:
+            self._tokens(context, real_size)
         # Would the provider refuse it? Then recover as an agent would after the error.
         while (real_size if real_size is not None else context.usage) > self.window:
             report.reactive_calls += 1
@@ -420,7 +439,7 @@ class _Replay:
                 break
             self._record(recovered, index)
             context = self.sess.context()
-            real_size = self.real.of(context, self.index_of_seq) if self.real.known else None
+            real_size = self.real.of(context, self.index_of_seq, index) if self.real.known else None
         self._measure(context, real_size)
 
     def _record(self, result: CompactionResult, index: int) -> None:
@@ -485,24 +504,28 @@ class _Replay:
         report.fit_max = max(report.fit_max, usage / self.window)
         if self.request is None or self.request in messages:
             report.request_retained += 1
-        if real_size is not None:
-            self._tokens(context, usage, real_size)
+        if real_size is not None and self.calibrate:
+            # As a live agent does with the API's answer.
+            self.sess.record_usage(real_size)
 
-    def _tokens(self, context: ActiveContext, predicted: int, real: int) -> None:
+    def _tokens(self, context: ActiveContext, real: int) -> None:
+        """The store's usage just before the call against the provider's real count."""
         report = self.report
         report.usage_calls += 1
+        predicted = context.usage
         raw = sum(item.tokens for item in context.items)
         threshold = context.config.auto_compact_threshold * self.window
-        if report.usage_calls > 2:
+        if report.usage_calls > 2 and real > 0:
             report.usage_errors.append((predicted - real) / real)
             report.raw_errors.append((raw - real) / real)
-        if real > self.window:
-            report.real_over_window += 1
-            if predicted < threshold:
-                report.missed_threshold_over_window += 1
-            if raw < threshold:
-                report.raw_missed_threshold_over_window += 1
-        self.sess.record_usage(real)
+        for limit, counts in (
+            (threshold, report.missed_over_threshold),
+            (self.window, report.missed_over_window),
+        ):
+            if real > limit:
+                counts["calls"] += 1
+                counts["calibrated"] += predicted < threshold
+                counts["raw"] += raw < threshold
 
     def _reference_agreement(self) -> None:
         """Where the transcript's agent compacted vs where we did, and its summary's files."""
@@ -579,9 +602,10 @@ def summary_lines(report: SimulationReport) -> list[str]:
             f"token counts vs the provider's ({report.usage_calls} calls): raw estimate median "
             f"error {raw['median']:.1%} (p90 {raw['p90']:.1%}), calibrated "
             f"{calibrated['median']:.1%} (p90 {calibrated['p90']:.1%}, within ±5% on "
-            f"{calibrated['within_5pct']:.0%}); real prompt over the window on "
-            f"{report.real_over_window} calls, reported below 85% on "
-            f"{report.missed_threshold_over_window} of them"
+            f"{calibrated['within_5pct']:.0%}); real prompt over the window before the call on "
+            f"{report.missed_over_window['calls']} calls, reported below 85% on "
+            f"{report.missed_over_window['calibrated']} of them "
+            f"(raw estimate: {report.missed_over_window['raw']})"
         )
     for example in report.invalid_examples:
         lines.append(f"invalid context: {example}")

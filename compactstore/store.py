@@ -55,7 +55,7 @@ from compactstore.models import (
     MemoryEntry,
     SessionInfo,
 )
-from compactstore.tokens import TokenCounter, estimate_tokens
+from compactstore.tokens import PRIOR_WEIGHT, TokenCounter, estimate_tokens, learn_factor
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -784,23 +784,22 @@ class Session:
             row = self._locked(connection)
             context = self._context(connection, row)
             raw = sum(item.tokens for item in context.items)
-            factor = row.token_factor
+            factor, weight = row.config.token_factor, PRIOR_WEIGHT
+            if row.token_factor is not None and row.token_factor_weight is not None:
+                factor, weight = row.token_factor, row.token_factor_weight
             if row.real_tokens is not None and row.real_estimate is not None:
-                grown_raw = raw - row.real_estimate
-                grown_real = input_tokens - row.real_tokens
-                if grown_raw >= _MIN_CALIBRATION_GROWTH and grown_real > 0:
-                    observed = min(_MAX_FACTOR, max(_MIN_FACTOR, grown_real / grown_raw))
-                    factor = (
-                        observed
-                        if factor is None
-                        else (1 - _SMOOTHING) * factor + _SMOOTHING * observed
+                learnt = learn_factor(
+                    factor, weight, input_tokens - row.real_tokens, raw - row.real_estimate
+                )
+                if learnt is not None:
+                    factor, weight = learnt
+                    repo.update_session(
+                        connection, self.id, token_factor=factor, token_factor_weight=weight
                     )
-            used = factor if factor is not None else self.config.token_factor
-            offset = input_tokens - self.config.fixed_overhead_tokens - round(used * raw)
+            offset = input_tokens - row.config.fixed_overhead_tokens - round(factor * raw)
             repo.update_session(
                 connection,
                 self.id,
-                token_factor=factor,
                 usage_offset=offset,
                 real_tokens=input_tokens,
                 real_estimate=raw,
@@ -1407,12 +1406,6 @@ class Session:
             ]
 
         return self.store._read(read)
-
-
-# Calibration (SPEC §6): how much growth a factor is learnt from, its bounds and smoothing.
-_MIN_CALIBRATION_GROWTH = 200
-_MIN_FACTOR, _MAX_FACTOR = 0.5, 4.0
-_SMOOTHING = 0.3
 
 
 def _unrecorded(outcome: Outcome, now: float, instructions: str | None) -> CompactionResult:

@@ -143,4 +143,4 @@ def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     # The provider's counts drive calibration: the store predicts the next prompt closely.
     calibrated = report.error_stats(report.usage_errors)
     assert calibrated is not None and calibrated["within_5pct"] >= 0.95
-    assert report.missed_threshold_over_window == 0
+    assert report.missed_over_window["calibrated"] == 0

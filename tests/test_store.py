@@ -441,7 +441,8 @@ def test_token_usage_is_the_sum_of_stored_estimates_plus_the_fixed_overhead(
     store: CompactStore,
     sid: str,
 ) -> None:
-    sess = store.session(sid, config=CompactionConfig(fixed_overhead_tokens=1_500), now=0.0)
+    plain = CompactionConfig(fixed_overhead_tokens=1_500, token_factor=1.0)
+    sess = store.session(sid, config=plain, now=0.0)
     sess.append(user("abcd" * 100))  # 100 tokens
     sess.append(assistant("你好" * 30))  # 60 CJK characters: 40 tokens
     items = sess.context().items
@@ -449,9 +450,20 @@ def test_token_usage_is_the_sum_of_stored_estimates_plus_the_fixed_overhead(
     assert sess.token_usage() == 1_500 + 140
 
 
+def test_before_any_real_count_the_default_factor_does_not_undercount_code(
+    store: CompactStore, sid: str
+) -> None:
+    # Real Claude tokens run ~1.4-1.5x the article's estimate on code-heavy sessions.
+    sess = store.session(sid, now=0.0)
+    assert CompactionConfig().token_factor == 1.6
+    sess.append(user("abcd" * 100))  # an estimate of 100 tokens
+    assert sess.token_usage() == 160
+
+
 def test_a_custom_token_counter_replaces_the_estimate(db_url: str, sid: str) -> None:
     with CompactStore.open(db_url, token_counter=len) as counted:
-        sess = counted.session(sid, now=0.0)
+        # An exact counter needs no correction factor.
+        sess = counted.session(sid, config=CompactionConfig(token_factor=1.0), now=0.0)
         sess.append(user("abcd" * 10))
         assert sess.context().items[0].tokens == 40
         assert sess.token_usage() == 40

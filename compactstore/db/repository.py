@@ -67,6 +67,7 @@ class SessionRow:
     request_seq: int | None
     usage_offset: int
     token_factor: float | None
+    token_factor_weight: float | None
     real_tokens: int | None
     real_estimate: int | None
     version: int
@@ -113,6 +114,7 @@ def _session_row(row: DbRow) -> SessionRow:
         request_seq=row.request_seq,
         usage_offset=row.usage_offset,
         token_factor=row.token_factor,
+        token_factor_weight=row.token_factor_weight,
         real_tokens=row.real_tokens,
         real_estimate=row.real_estimate,
         version=row.version,

@@ -67,6 +67,7 @@ sessions = Table(
     Column("last_seq", Integer, nullable=False, server_default=text("-1")),
     # Calibration against real counts (SPEC §6): usage = estimate x factor + offset.
     Column("token_factor", Float),
+    Column("token_factor_weight", Float),
     Column("usage_offset", Integer, nullable=False, server_default=text("0")),
     Column("real_tokens", Integer),
     Column("real_estimate", Integer),

@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("context_version", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("last_seq", sa.Integer(), server_default=sa.text("-1"), nullable=False),
         sa.Column("token_factor", sa.Float(), nullable=True),
+        sa.Column("token_factor_weight", sa.Float(), nullable=True),
         sa.Column("usage_offset", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("real_tokens", sa.Integer(), nullable=True),
         sa.Column("real_estimate", sa.Integer(), nullable=True),
