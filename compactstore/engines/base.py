@@ -133,20 +133,29 @@ class StageResult:
         return self.success and self.tokens_freed > 0
 
 
-def nearest_legal_cut(legal: Sequence[bool], index: int, *, highest: int) -> int | None:
-    """The legal cut closest to ``index``, preferring earlier ones (keep more, never split).
+def nearest_legal_cut(
+    legal: Sequence[bool], index: int, *, highest: int, lowest: int = 1
+) -> int | None:
+    """The legal cut closest to ``index`` within [lowest, highest], never splitting a pair.
 
-    A cut at i removes the messages before i; ``highest`` bounds how much may go (so a
-    stage's minimum tail is always kept). None when no legal cut in 1..highest exists.
+    A cut at i removes the messages before i. Earlier cuts (keeping more) are tried first,
+    down to ``lowest``, then later ones up to ``highest`` (which bounds how much may go, so a
+    stage's minimum tail is always kept); a stage's soft cap on the tail (``lowest``) gives
+    way last, below it. None when no legal cut in 1..highest exists.
     """
     highest = min(highest, len(legal) - 1)
-    index = max(1, min(index, highest))
-    for candidate in range(index, 0, -1):
-        if legal[candidate]:
-            return candidate
-    for candidate in range(index + 1, highest + 1):
-        if legal[candidate]:
-            return candidate
+    if highest < 1:
+        return None
+    lowest = max(1, min(lowest, highest))
+    index = max(lowest, min(index, highest))
+    for candidates in (
+        range(index, lowest - 1, -1),
+        range(index + 1, highest + 1),
+        range(lowest - 1, 0, -1),
+    ):
+        for candidate in candidates:
+            if legal[candidate]:
+                return candidate
     return None
 
 

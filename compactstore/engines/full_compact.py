@@ -228,9 +228,11 @@ def run(
             (i for i, item in enumerate(kept) if item.seq is not None and item.seq > up_to_seq),
             len(kept),
         )
-    # A full compact keeps at least the newest message; a partial one may take all it names.
+    # A full compact keeps at least the newest message and at most max_tail_messages unless
+    # a pair forces more; a partial one may take all it names.
     highest = len(kept) - 1 if up_to_seq is None else len(kept)
-    cut = nearest_legal_cut(legal_cuts(kept), target, highest=highest)
+    lowest = len(kept) - config.full_compact_max_tail_messages if up_to_seq is None else 1
+    cut = nearest_legal_cut(legal_cuts(kept), target, highest=highest, lowest=lowest)
     removed = [item for item in kept[:cut] if not item.pinned] if cut else []
     if cut is None or not removed:
         return StageResult(

@@ -54,11 +54,13 @@ def select_memory(entries: Sequence[MemoryEntry], max_tokens: int, count: TokenC
     return "\n".join(lines)
 
 
-def _tail_start(context: ActiveContext) -> int:
+def _tail_bounds(context: ActiveContext) -> tuple[int, int]:
+    """Where the verbatim tail may start: (earliest start within the token cap, latest
+    start that still meets both minimums)."""
     config = context.config
     kept = context.kept
     tokens = 0
-    start = len(kept)
+    start = latest = len(kept)
     for count, index in enumerate(range(len(kept) - 1, -1, -1)):
         cost = round(context.factor * kept[index].tokens)
         minimums_met = (
@@ -67,9 +69,11 @@ def _tail_start(context: ActiveContext) -> int:
         )
         if minimums_met and tokens + cost > config.session_memory_max_tail_tokens:
             break
+        if not minimums_met:
+            latest = index
         tokens += cost
         start = index
-    return start
+    return start, latest
 
 
 def run(
@@ -80,11 +84,9 @@ def run(
         return None
     before = context.usage
     kept = context.kept
-    cut = nearest_legal_cut(
-        legal_cuts(kept),
-        _tail_start(context),
-        highest=len(kept) - context.config.session_memory_min_tail_messages,
-    )
+    start, latest = _tail_bounds(context)
+    # Prefer a cut between the cap and the minimums; past the cap only to keep a pair whole.
+    cut = nearest_legal_cut(legal_cuts(kept), start, lowest=start, highest=latest)
     removed = [item for item in kept[:cut] if not item.pinned] if cut else []
     failed = StageResult(
         strategy=CompactStrategy.SESSION_MEMORY,
