@@ -169,7 +169,11 @@ class CompactionStep(BaseModel):
 
 
 class CompactionResult(BaseModel):
-    """The outcome of one call to process_request / reactive_recover / compact / replay."""
+    """The outcome of one call to process_request / reactive_recover / compact / replay.
+
+    ``messages`` is the active context the call produced; it is empty when the call changed
+    nothing (``active_context()`` gives the context) and in the recorded history.
+    """
 
     model_config = ConfigDict(frozen=True)
 

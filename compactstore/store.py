@@ -153,6 +153,14 @@ def _wrap_db_errors(location: str, fn: Callable[[], T]) -> T:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    context_version: int
+    version: int
+    base: ActiveContext  # as rebuilt from the rows
+    answered: ActiveContext  # with synthetic results for crash-orphaned calls
+
+
 class _ContextCache:
     """Active contexts read by this process, per session, with the versions they were read
     at: reused as is while the session is unchanged, extended with the new messages while
@@ -161,17 +169,17 @@ class _ContextCache:
 
     def __init__(self, max_sessions: int = 64) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[int, int, ActiveContext]] = OrderedDict()
+        self._entries: OrderedDict[str, _Cached] = OrderedDict()
         self._max = max_sessions
 
-    def get(self, session_id: str) -> tuple[int, int, ActiveContext] | None:
+    def get(self, session_id: str) -> _Cached | None:
         with self._lock:
             entry = self._entries.get(session_id)
             if entry is not None:
                 self._entries.move_to_end(session_id)
             return entry
 
-    def put(self, session_id: str, entry: tuple[int, int, ActiveContext]) -> None:
+    def put(self, session_id: str, entry: _Cached) -> None:
         with self._lock:
             self._entries[session_id] = entry
             self._entries.move_to_end(session_id)
@@ -485,14 +493,15 @@ class Session:
         if row is None:
             raise NotFoundError(f"session {self.id!r} no longer exists in {self.store.location}")
         cached = self.store._cache.get(self.id)
-        if cached is not None and cached[0] == row.context_version and cached[1] == row.version:
-            base = cached[2]
-        elif cached is not None and cached[0] == row.context_version:
-            base = repo.extend_context(connection, cached[2], row)
+        if cached is not None and cached.context_version == row.context_version:
+            if cached.version == row.version:
+                return cached.answered
+            base = repo.extend_context(connection, cached.base, row)
         else:
             base = repo.load_context(connection, row, self.fmt, self.store.token_counter)
-        self.store._cache.put(self.id, (row.context_version, row.version, base))
-        return base.answered()
+        entry = _Cached(row.context_version, row.version, base, base.answered())
+        self.store._cache.put(self.id, entry)
+        return entry.answered
 
     def _prepare(
         self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
@@ -1430,7 +1439,9 @@ def _unrecorded(outcome: Outcome, now: float, instructions: str | None) -> Compa
         success=outcome.success,
         strategy=outcome.strategy,
         trigger=outcome.trigger,
-        messages=outcome.context.messages(),
+        # A call that changed nothing does not decode the context again: the caller asks
+        # active_context() for it anyway, and this is the hot path of every model turn.
+        messages=outcome.context.messages() if outcome.recorded else [],
         boundary=boundary,
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.tokens_after,
