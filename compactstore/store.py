@@ -904,17 +904,7 @@ class Session:
         self, connection: Connection, context: ActiveContext, now: float, instructions: str | None
     ) -> EngineInputs:
         breaker = repo.get_breaker(connection, self.id)
-        entries = [
-            MemoryEntry(
-                id=r.id,
-                kind=r.kind,
-                text=r.text,
-                tokens=r.tokens,
-                created_at=r.created_at,
-                scope=r.scope,
-            )
-            for r in repo.memory_rows(connection, self.id)
-        ]
+        entries = repo.memories(connection, self.id)
         budget = context.config.session_memory_max_tokens
         provider = self.store.memory_provider
         memory_text = (
@@ -1345,18 +1335,7 @@ class Session:
 
     def memories(self) -> list[MemoryEntry]:
         """The stored memory entries, oldest first."""
-        rows = self.store._read(lambda c: repo.memory_rows(c, self.id))
-        return [
-            MemoryEntry(
-                id=r.id,
-                kind=r.kind,
-                text=r.text,
-                tokens=r.tokens,
-                created_at=r.created_at,
-                scope=r.scope,
-            )
-            for r in rows
-        ]
+        return self.store._read(lambda c: repo.memories(c, self.id))
 
     def breaker(self) -> BreakerState:
         """The circuit-breaker and reactive-recovery counters."""

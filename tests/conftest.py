@@ -10,6 +10,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +36,16 @@ def _pg_admin_url() -> str:
     )
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database on each backend."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
+@contextmanager
+def fresh_database(backend: str, directory: Path, label: str = "test") -> Iterator[str]:
+    """An empty database on a backend: a SQLite file in ``directory``, or a new PostgreSQL
+    database (dropped afterwards). Skips the test when PostgreSQL is not configured."""
+    if backend == "sqlite":
+        yield str(directory / "store.db")
         return
     if not PG_URL:
         pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-    name = f"cs_test_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    name = f"cs_{label}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
     admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -53,6 +55,27 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database on each backend."""
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+def module_database(label: str) -> Any:
+    """A module-scoped fixture: one database per backend shared by a module's tests (each
+    working in sessions of its own), to save creating a PostgreSQL database per test."""
+
+    @pytest.fixture(scope="module", params=BACKENDS)
+    def database(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[str]:
+        with fresh_database(request.param, tmp_path_factory.mktemp(label), label) as url:
+            yield url
+
+    return database
 
 
 @pytest.fixture

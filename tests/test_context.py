@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -18,13 +16,12 @@ import pytest
 from anthropic.types import MessageParam
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import Connection, Table, create_engine, insert, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Table, insert, update
 from sqlalchemy.types import Boolean, Float, Integer, String, Text
 
 from compactstore import CompactionConfig, CompactStore, Session, estimate_tokens
 from compactstore.db.schema import compact_boundaries, compactions, message_edits, sessions
-from tests.conftest import BACKENDS, PG_URL, Snapshot
+from tests.conftest import Snapshot, module_database
 
 FORMATS = ["anthropic", "openai", "minicode"]
 Message = dict[str, Any]
@@ -41,26 +38,7 @@ def unique(name: str) -> str:
 # a PostgreSQL database per test, and shows that sessions do not see each other's rows.
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def database(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path_factory.mktemp("context") / "store.db")
-        return
-    if not PG_URL:
-        pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-    base = make_url(PG_URL).set(drivername="postgresql+psycopg")
-    name = f"cs_context_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+database = module_database("context")
 
 
 @pytest.fixture

@@ -11,14 +11,11 @@ import os
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from compactstore import (
     BreakerState,
@@ -32,7 +29,7 @@ from compactstore import (
     estimate_tokens,
 )
 from compactstore.db import repository as repo
-from tests.conftest import BACKENDS, PG_URL, Snapshot
+from tests.conftest import Snapshot, module_database
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ["anthropic", "openai", "minicode"]
@@ -98,26 +95,7 @@ def result_message(fmt: str, call_id: str, text: str, name: str = "read_file") -
 _ids = itertools.count()
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def database(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path_factory.mktemp("store") / "store.db")
-        return
-    if not PG_URL:
-        pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-    base = make_url(PG_URL).set(drivername="postgresql+psycopg")
-    name = f"cs_store_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+database = module_database("store")
 
 
 @pytest.fixture

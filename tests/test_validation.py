@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import inspect
 
 from compactstore import (
     CompactionConfig,
@@ -29,7 +26,7 @@ from compactstore import (
     NotFoundError,
     Session,
 )
-from tests.conftest import BACKENDS, PG_URL, Snapshot
+from tests.conftest import BACKENDS, Snapshot, fresh_database
 
 Message = dict[str, Any]
 Action = Callable[[Session], object]
@@ -101,18 +98,12 @@ def prepared(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Session]]:
     """Sessions of each format with an answered call 't1' and a pending call 't2'."""
-    admin = None
-    if request.param == "sqlite":
-        url = str(tmp_path_factory.mktemp("validation") / "store.db")
-    else:
-        if not PG_URL:
-            pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-        base = make_url(PG_URL).set(drivername="postgresql+psycopg")
-        name = f"cs_validation_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(base, isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        url = base.set(database=name).render_as_string(hide_password=False)
+    directory = tmp_path_factory.mktemp("validation")
+    with fresh_database(request.param, directory, "validation") as url:
+        yield from _prepare(url)
+
+
+def _prepare(url: str) -> Iterator[dict[str, Session]]:
     store = CompactStore.open(url)
     try:
         sessions: dict[str, Session] = {}
@@ -131,10 +122,6 @@ def prepared(
         yield sessions
     finally:
         store.close()
-        if admin is not None:
-            with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
 
 
 def _case(

@@ -33,7 +33,7 @@ from compactstore.db.schema import (
 )
 from compactstore.formats import MessageFormat, ToolCall
 from compactstore.formats.base import storage_json
-from compactstore.models import CompactionConfig
+from compactstore.models import CompactionConfig, MemoryEntry
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -657,14 +657,24 @@ def insert_memory(
     return int(result.scalar_one())
 
 
-def memory_rows(connection: Connection, session_id: str) -> list[DbRow]:
-    return list(
-        connection.execute(
-            select(memory_entries)
-            .where(memory_entries.c.session_id == session_id)
-            .order_by(memory_entries.c.id)
-        ).all()
-    )
+def memories(connection: Connection, session_id: str) -> list[MemoryEntry]:
+    """The session's memory entries, oldest first."""
+    rows = connection.execute(
+        select(memory_entries)
+        .where(memory_entries.c.session_id == session_id)
+        .order_by(memory_entries.c.id)
+    ).all()
+    return [
+        MemoryEntry(
+            id=r.id,
+            kind=r.kind,
+            text=r.text,
+            tokens=r.tokens,
+            created_at=r.created_at,
+            scope=r.scope,
+        )
+        for r in rows
+    ]
 
 
 def get_blob(connection: Connection, session_id: str, blob_id: int) -> DbRow | None:
