@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from compactstore.db import schema
-from compactstore.db.engine import read_tx, sqlite_path
+from compactstore.db.engine import sqlite_path
 from compactstore.store import CompactStore
 
 __all__ = ["StoreStats", "store_stats"]
@@ -113,8 +113,7 @@ def store_stats(store: CompactStore) -> StoreStats:
     Returns:
         The counts, read in one consistent snapshot, and the file sizes for SQLite.
     """
-    with read_tx(store.engine) as connection:
-        counts = _read(connection)
+    counts = store._read(_read)
     db_bytes = wal_bytes = None
     path = sqlite_path(store.engine.url.render_as_string(hide_password=False))
     if path is not None:

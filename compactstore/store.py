@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy import exc as sa_exc
 
 from compactstore.context import ActiveContext
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     create_engine_for,
+    database_errors,
+    describe,
     normalize_url,
     read_tx,
-    sqlite_path,
     with_retry,
     write_tx,
 )
@@ -38,12 +38,12 @@ from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider, select_memory
 from compactstore.errors import (
     ConflictError,
-    DatabaseError,
     InvalidInputError,
     InvalidMessageError,
     NotFoundError,
 )
 from compactstore.formats import FORMAT_NAMES, MessageFormat, get_format
+from compactstore.formats.base import check_nesting
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -74,13 +74,22 @@ MEMORY_KINDS = ("user_intent", "decision", "convention", "pattern", "fact")
 T = TypeVar("T")
 
 
+# 9999-12-31T23:59:59Z: the last second a date can show (and a datetime can hold).
+MAX_TIMESTAMP = 253_402_300_799
+
+
 def _check_timestamp(value: Any, what: str = "timestamp") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInputError(f"{what} must be a number of epoch seconds, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
+    if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInputError(f"{what} must be a finite, non-negative number, got {value!r}")
-    return number
+    if not 0 <= value <= MAX_TIMESTAMP:
+        shown = value if abs(value) < 10**20 else "a far larger number"
+        raise InvalidInputError(
+            f"{what} must be epoch seconds between 0 and {MAX_TIMESTAMP} "
+            f"(9999-12-31 23:59:59 UTC), got {shown}"
+        )
+    return float(value)
 
 
 def _now(value: float | None, what: str = "now") -> float:
@@ -137,19 +146,6 @@ def _check_utf8(text: str, what: str) -> None:
     except UnicodeEncodeError as exc:
         raise InvalidInputError(
             f"{what} is not valid Unicode text (a lone surrogate at position {exc.start})"
-        ) from None
-
-
-def _wrap_db_errors(location: str, fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
-        # Validation should have caught it; say what the database refused, not that it broke.
-        raise DatabaseError(f"the database {location} refused the data: {exc.orig}") from None
-    except sa_exc.DatabaseError as exc:
-        raise DatabaseError(
-            f"cannot use the database {location}: {exc.orig}. If it is not a compactstore "
-            f"database or is damaged, restore it from a backup or open another file"
         ) from None
 
 
@@ -259,11 +255,10 @@ class CompactStore:
         url = normalize_url(
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
         )
-        path = sqlite_path(url)
-        location = str(path) if path is not None else _redact(url)
+        location = describe(url)
         engine = create_engine_for(url)
         try:
-            _wrap_db_errors(
+            database_errors(
                 location,
                 lambda: ensure_schema(engine, auto_migrate=auto_migrate, location=location),
             )
@@ -296,14 +291,14 @@ class CompactStore:
             with write_tx(self.engine) as connection:
                 return fn(connection)
 
-        return _wrap_db_errors(self.location, lambda: with_retry(attempt))
+        return database_errors(self.location, lambda: with_retry(attempt))
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:
             with read_tx(self.engine) as connection:
                 return fn(connection)
 
-        return _wrap_db_errors(self.location, lambda: with_retry(attempt))
+        return database_errors(self.location, lambda: with_retry(attempt))
 
     def session(
         self,
@@ -458,12 +453,6 @@ class CompactStore:
         ]
 
 
-def _redact(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 class Session:
     """One agent conversation: its log, its active context and its compactions."""
 
@@ -512,6 +501,7 @@ class Session:
                 f"{where}a message must be a dict, got {type(message).__name__}"
             )
         try:
+            check_nesting(message)
             self.fmt.validate(message)
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"{where}{exc}") from None
@@ -553,11 +543,17 @@ class Session:
 
         all_calls = [c for p in pending for c in fmt.tool_calls(p.message)]
         all_results = [r for p in pending for r in fmt.tool_results(p.message)]
-        for result in all_results:
+        # Ids are checked before they are used in a query: PostgreSQL refuses a NUL in text.
+        for offset, item in enumerate(pending):
+            where = f"message {offset}: " if len(pending) > 1 else ""
             try:
-                _check_column_text(result.tool_use_id, "tool result id", _MAX_NAME)
+                for result in fmt.tool_results(item.message):
+                    _check_column_text(result.tool_use_id, "tool result id", _MAX_NAME)
+                for call in fmt.tool_calls(item.message):
+                    _check_column_text(call.id, "tool call id", _MAX_NAME)
+                    _check_column_text(call.name, "tool name", _MAX_NAME)
             except InvalidInputError as exc:
-                raise InvalidMessageError(f"{exc}: {result.tool_use_id[:40]!r}") from None
+                raise InvalidMessageError(f"{where}{exc}") from None
         stored = repo.known_calls(
             connection, self.id, [c.id for c in all_calls] + [r.tool_use_id for r in all_results]
         )
@@ -600,11 +596,6 @@ class Session:
                 answered.add(call_id)
                 results.append((call_id, seq))
             for call in fmt.tool_calls(item.message):
-                try:
-                    _check_column_text(call.id, "tool call id", _MAX_NAME)
-                    _check_column_text(call.name, "tool name", _MAX_NAME)
-                except InvalidInputError as exc:
-                    raise InvalidMessageError(f"{where}{exc}: {call.id[:40]!r}") from None
                 if call.id in stored or call.id in batch_calls:
                     raise InvalidMessageError(
                         f"{where}duplicate tool call id {call.id!r} in session {self.id!r}"
@@ -767,7 +758,7 @@ class Session:
 
     def active_context(self) -> list[dict[str, Any]]:
         """What to send to the model, in the session's format."""
-        return self.context().messages()
+        return database_errors(self.store.location, lambda: self.context().messages())
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""
@@ -775,8 +766,9 @@ class Session:
 
     def messages(self) -> list[dict[str, Any]]:
         """The whole log, verbatim, including what compaction removed from the context."""
-        rows = self.store._read(lambda c: repo.log_messages(c, self.id))
-        return [json.loads(row.payload) for row in rows]
+        return self.store._read(
+            lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
+        )
 
     # -- calibration --------------------------------------------------------------------
 

@@ -29,6 +29,21 @@ CLEARED = "[Old tool result content cleared by time-based microcompact]"
 Message = dict[str, Any]
 
 
+# The tables of SPEC §4, which every database must have.
+TABLES = {
+    "sessions",
+    "messages",
+    "tool_calls",
+    "compactions",
+    "compact_boundaries",
+    "message_edits",
+    "tool_result_blobs",
+    "read_dedup_entries",
+    "breaker_state",
+    "memory_entries",
+}
+
+
 # -- message builders -------------------------------------------------------------------------
 
 
@@ -73,8 +88,13 @@ def calls_message(
     return {"role": "assistant", "content": blocks}
 
 
+def call_message(fmt: str, *ids: str, name: str = "read_file") -> Message:
+    """An assistant message making one tool call per id, each reading ``<id>.py``."""
+    return calls_message(fmt, [(cid, name, {"path": f"{cid}.py"}) for cid in ids])
+
+
 def result_message(
-    fmt: str, tool_use_id: str, content: str, *, name: str, is_error: bool = False
+    fmt: str, tool_use_id: str, content: str, *, name: str = "read_file", is_error: bool = False
 ) -> Message:
     """A message carrying one tool result (what append_tool_result stores, SPEC §3)."""
     if fmt == "anthropic":

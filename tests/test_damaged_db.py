@@ -124,31 +124,6 @@ def _garbage_wal(path: Path) -> None:
     path.with_name(path.name + "-wal").write_bytes(random.Random(3).randbytes(3 * PAGE))
 
 
-ROW_DAMAGE_BUG = (
-    "BUG: a row whose stored JSON the code cannot read (sessions.config with an unknown key, "
-    "as a newer compactstore or a hand edit may write, or not JSON; messages.payload not "
-    "JSON) makes every call raise a raw pydantic ValidationError / json.JSONDecodeError "
-    "(db/repository.py _session_row: CompactionConfig.model_validate_json; load_context / "
-    "log_messages: json.loads), and `compactstore sessions/show` print a traceback. "
-    "Expected: DatabaseError naming the file, the session (and seq) and what to do"
-)
-
-UNDECODABLE_BUG = (
-    "BUG: when the damage leaves bytes that are not UTF-8 in the schema (sqlite_master), "
-    "SQLite's error message ('malformed database schema (message_edits) - near \"N\\x9c…\"') "
-    "cannot be decoded and the sqlite3 driver raises UnicodeDecodeError, which "
-    "store._wrap_db_errors (and cli._library_errors) do not catch: CompactStore.open raises "
-    "a raw UnicodeDecodeError and every command prints a traceback. Expected: DatabaseError "
-    "naming the file ('damaged, restore it from a backup')"
-)
-ADMIN_BUG = (
-    "BUG: `compactstore stats` (admin.store_stats: read_tx without store._wrap_db_errors) and "
-    "`compactstore db current` (db/migrate.revision_of) on a damaged file or one missing a "
-    "table print 'Error: database error: file is not a database' / 'no such table: "
-    "messages' (cli._library_errors' SQLAlchemy fallback): they do not name the file or "
-    "say what to do, unlike every other command"
-)
-
 CASES = [
     pytest.param(_truncate(0.5), True, id="truncated-to-half"),
     pytest.param(_truncate(0.9), True, id="truncated-to-90-percent"),
@@ -160,7 +135,6 @@ CASES = [
         _overwrite_pages(5, 200),
         True,
         id="pages-shredded",
-        marks=pytest.mark.xfail(strict=True, reason=UNDECODABLE_BUG),
     ),
     pytest.param(
         lambda p: p.write_bytes(b"SQLite format 4\x00" + p.read_bytes()[16:]),
@@ -189,19 +163,16 @@ CASES = [
         _sql("""UPDATE sessions SET config = '{"future_setting": 1}' WHERE id = 'a'"""),
         True,
         id="config-with-an-unknown-key",
-        marks=pytest.mark.xfail(strict=True, reason=ROW_DAMAGE_BUG),
     ),
     pytest.param(
         _sql("UPDATE sessions SET config = 'not json' WHERE id = 'a'"),
         True,
         id="config-not-json",
-        marks=pytest.mark.xfail(strict=True, reason=ROW_DAMAGE_BUG),
     ),
     pytest.param(
         _sql("UPDATE messages SET payload = '{broken' WHERE session_id = 'a' AND seq = 70"),
         True,
         id="payload-not-json",
-        marks=pytest.mark.xfail(strict=True, reason=ROW_DAMAGE_BUG),
     ),
     pytest.param(_garbage_wal, False, id="garbage-wal-file"),
 ]
@@ -299,7 +270,6 @@ def test_a_damaged_file_gives_a_clear_error_naming_it(
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(strict=True, reason=ADMIN_BUG)
 @pytest.mark.parametrize(
     "damage",
     [
@@ -428,14 +398,6 @@ def test_a_postgres_database_with_a_missing_table_or_newer_schema(db_url: str) -
         engine.dispose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: store._wrap_db_errors gives every OperationalError the same advice: a "
-    "refused connection reads 'cannot use the database …: connection failed: … Connection "
-    "refused … If it is not a compactstore database or is damaged, restore it from a "
-    "backup or open another file'. The database is neither; the advice should be to check "
-    "that the server is running and the URL (and, for a busy SQLite file, to retry)",
-)
 def test_an_unreachable_server_is_not_called_damaged() -> None:
     with pytest.raises(DatabaseError) as caught:
         CompactStore.open("postgresql+psycopg://agent@127.0.0.1:1/nowhere?connect_timeout=3")

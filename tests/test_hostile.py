@@ -39,6 +39,7 @@ from compactstore import (
     Session,
 )
 from compactstore.cli import cli
+from compactstore.formats.base import MAX_NESTING
 from compactstore.importers import import_file, read_transcript
 from tests.conftest import BACKENDS, PG_URL, _pg_admin_url, snapshot
 
@@ -196,43 +197,13 @@ class Cli:
     files: tuple[tuple[str, bytes], ...] = ()
 
 
-RECURSION_BUG = (
-    "BUG: store.py Session._prepare serialises messages with formats.base.storage_json "
-    "(json.dumps) and catches only TypeError/ValueError: a message nested ~1,000+ levels "
-    "deep (e.g. a tool_use input) raises a raw RecursionError instead of InvalidMessageError"
-)
-DETECT_RECURSION_BUG = (
-    "BUG: importers/__init__.py _detect_text calls json.loads on the first line catching "
-    "only JSONDecodeError: a first line nested ~1,000+ levels deep raises a raw "
-    "RecursionError from read_transcript/import_file (the CLI prints a traceback) instead "
-    "of InvalidInputError 'JSON nested too deeply' (read_records already handles it)"
-)
-DRIVER_BUG = (
-    "BUG: a database URL whose dialect or driver is not installed (mysql://, "
-    "oracle+cx_oracle://, foo://) escapes CompactStore.open as a raw ModuleNotFoundError / "
-    "sqlalchemy NoSuchModuleError (db/engine.py create_engine_for is not wrapped), so the "
-    "CLI prints a traceback for mysql://; expected InvalidInputError/DatabaseError naming "
-    "the URL and the supported backends (SQLite path or postgresql://)"
-)
-TIME_RANGE_BUG = (
-    "BUG: store.py _check_timestamp accepts any finite non-negative number: a huge int "
-    "raises a raw OverflowError from float(), and a time past year 9999 (e.g. 1e12) is "
-    "stored, then compact() fails with a raw ValueError/OverflowError in "
-    "engines/full_compact.py header() (datetime.fromtimestamp) and `compactstore breaker` "
-    "prints a traceback from cli._utc. Expected: InvalidInputError naming the valid range"
-)
-
-
 def _case(
     name: str,
     action: Api | Cli,
     error: type[CompactStoreError] | int,
     match: str = "",
-    *,
-    bug: str | None = None,
 ) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
-    return pytest.param(name, action, error, match, id=name, marks=marks)
+    return pytest.param(name, action, error, match, id=name)
 
 
 def _msg(text: Any, role: str = "user") -> Message:
@@ -346,13 +317,11 @@ CASES = [
         "tool-input-nested-100000-deep",
         lambda w: w.a.append(_tool_use("toolu_deep", v=_nested(100_000))),
         InvalidMessageError,
-        bug=RECURSION_BUG,
     ),
     _case(
         "text-block-field-nested-100000-deep",
         lambda w: w.a.append(_msg([{"type": "text", "text": "x", "extra": _nested(100_000)}])),
         InvalidMessageError,
-        bug=RECURSION_BUG,
     ),
     _case(
         "a-tool-name-of-300-characters",
@@ -462,13 +431,11 @@ CASES = [
         "timestamp-a-huge-integer",
         lambda w: w.a.append(_msg("x"), timestamp=10**400),
         InvalidInputError,
-        bug=TIME_RANGE_BUG,
     ),
     _case(
         "now-past-year-9999",
         lambda w: w.a.compact(now=1e12),
         InvalidInputError,
-        bug=TIME_RANGE_BUG,
     ),
     # -- session ids
     _case("empty-session-id", lambda w: w.store.session(""), InvalidInputError),
@@ -556,14 +523,12 @@ CASES = [
         lambda w: CompactStore.open("mysql://agent@localhost/agents"),
         CompactStoreError,
         "mysql",
-        bug=DRIVER_BUG,
     ),
     _case(
         "a-url-of-an-unknown-dialect",
         lambda w: CompactStore.open("foo://bar/baz"),
         CompactStoreError,
         "foo",
-        bug=DRIVER_BUG,
     ),
     # -- import (API)
     _case(
@@ -651,7 +616,6 @@ CASES = [
         "import-a-deep-first-line",
         lambda w: import_file(w.store, w.file("deep1.jsonl", _deep_json(100_000))),
         InvalidInputError,
-        bug=DETECT_RECURSION_BUG,
     ),
     _case(
         "import-into-an-existing-session",
@@ -675,7 +639,6 @@ CASES = [
         Cli(("sessions", "--db", "mysql://agent@localhost/agents")),
         1,
         "mysql",
-        bug=DRIVER_BUG,
     ),
     _case("cli-history-unknown-session", Cli(("history", "nope")), 1, "no session"),
     _case("cli-export-unknown-session", Cli(("export", "nope")), 1, "no session"),
@@ -739,7 +702,6 @@ CASES = [
             ("import", "{tmp}/cli-deep.jsonl"), (("cli-deep.jsonl", _deep_json(100_000).encode()),)
         ),
         1,
-        bug=DETECT_RECURSION_BUG,
     ),
     _case(
         "cli-replay-with-a-broken-config",
@@ -763,32 +725,14 @@ def _run_cli(w: World, command: Cli) -> Any:
     return CliRunner().invoke(cli, args, env={"COMPACTSTORE_DB": None})
 
 
-# Cases that fail on one backend only: backend -> case -> reason.
-BACKEND_BUGS = {
-    "postgres": {
-        "nul-in-a-tool-call-id": (
-            "BUG: on PostgreSQL a tool call id with a NUL byte raises DatabaseError 'the "
-            "database … refused the data: PostgreSQL text fields cannot contain NUL (0x00) "
-            "bytes' instead of InvalidMessageError (SQLite: InvalidMessageError 'tool call id "
-            "contains a NUL character'): store.py Session._insert queries repo.known_calls with "
-            "the ids before checking them with _check_column_text"
-        ),
-    },
-}
-
-
 @pytest.mark.parametrize(("name", "action", "error", "match"), CASES)
 def test_bad_input_gets_a_clear_error_and_leaves_the_database_unchanged(
     world: World,
-    request: pytest.FixtureRequest,
     name: str,
     action: Api | Cli,
     error: type[CompactStoreError] | int,
     match: str,
 ) -> None:
-    backend = "postgres" if "://" in world.url else "sqlite"
-    if name in BACKEND_BUGS.get(backend, {}):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BACKEND_BUGS[backend][name]))
     before = snapshot(world.store)
     if isinstance(action, Cli):
         result = _run_cli(world, action)
@@ -919,11 +863,20 @@ def test_a_full_compact_after_a_partial_compact_took_everything(store: CompactSt
             attempt()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=RECURSION_BUG + "; near the limit it is stored first, "
-    "then reading it back in process_request / `compactstore show` overflows",
-)
+def test_nesting_is_allowed_up_to_the_documented_limit(store: CompactStore) -> None:
+    sess = store.session("nest", now=T0)
+    sess.append(_msg("start"), timestamp=T0)
+    # The message dict and its content list are two levels; the rest is the nested value.
+    deepest = [{"type": "text", "text": "x", "extra": _nested(MAX_NESTING - 3)}]
+    sess.append(_msg(deepest, "assistant"), timestamp=T0)
+    assert sess.active_context()[-1]["content"] == deepest
+    before = snapshot(store)
+    too_deep = [{"type": "text", "text": "x", "extra": _nested(MAX_NESTING - 2)}]
+    with pytest.raises(InvalidMessageError, match=f"more than {MAX_NESTING} levels deep"):
+        sess.append(_msg(too_deep, "assistant"), timestamp=T0)
+    assert snapshot(store) == before
+
+
 def test_messages_near_the_recursion_limit_are_refused_or_usable(store: CompactStore) -> None:
     """Scan nesting depths around Python's recursion limit: each message is either refused
     with InvalidMessageError or stored and then fully usable (never a raw RecursionError)."""

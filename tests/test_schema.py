@@ -6,6 +6,8 @@ and SQLite files are private and opened with the documented pragmas.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -14,29 +16,19 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 import compactstore
 from compactstore import CompactStore, DatabaseError, SchemaError
+from compactstore.cli import cli
 from compactstore.db.migrate import current_revision, head_revision
 from compactstore.db.schema import metadata
+from tests.helpers import TABLES
 
 REPO = Path(__file__).resolve().parents[1]
 UNKNOWN_REVISION = "ffffffffffff"
-
-TABLES = {
-    "sessions",
-    "messages",
-    "tool_calls",
-    "compactions",
-    "compact_boundaries",
-    "message_edits",
-    "tool_result_blobs",
-    "read_dedup_entries",
-    "breaker_state",
-    "memory_entries",
-}
 
 
 def _alembic(*args: str, env_db: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -146,6 +138,12 @@ def test_auto_migrate_false_refuses_an_empty_database_and_names_the_command(tmp_
     assert str(path) in str(caught.value)
     assert head_revision() in str(caught.value)
     assert _table_names(str(path)) & TABLES == set()
+    # The command it names works as written.
+    command = re.search(r"`compactstore ([^`]+)`", str(caught.value))
+    assert command is not None, caught.value
+    result = CliRunner().invoke(cli, shlex.split(command.group(1)))
+    assert result.exit_code == 0, result.output
+    CompactStore.open(path, auto_migrate=False).close()
 
 
 def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(

@@ -8,6 +8,7 @@ session queue up instead of failing half-way. PostgreSQL writers lock the sessio
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -16,14 +17,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from compactstore.errors import InvalidInputError
+from compactstore.errors import DatabaseError, InvalidInputError
 
 __all__ = [
     "create_engine_for",
+    "database_errors",
+    "describe",
+    "is_busy",
     "normalize_url",
     "read_tx",
     "sqlite_path",
@@ -47,10 +53,22 @@ def normalize_url(db: str | os.PathLike[str]) -> str:
         url = make_url(raw)
     except ArgumentError as exc:
         raise InvalidInputError(f"not a database URL: {raw!r} ({exc})") from None
+    if url.get_backend_name() not in ("sqlite", "postgresql"):
+        raise InvalidInputError(
+            f"unsupported database {url.render_as_string(hide_password=True)!r}: compactstore "
+            f"stores sessions in SQLite (a file path or sqlite:///path) or PostgreSQL "
+            f"(postgresql://user@host/dbname)"
+        )
     if url.drivername == "postgresql":
         # psycopg 3 is the supported driver; plain postgresql:// would ask for psycopg2.
         url = url.set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
+
+
+def describe(url: str) -> str:
+    """How errors name a database: its file path, or its URL without the password."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -67,13 +85,26 @@ def create_engine_for(url: str) -> Engine:
     if path is not None and not path.exists():
         # Conversations are private: create the file readable by its owner only
         # (SQLite gives its -wal and -shm files the same mode).
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    if make_url(url).get_backend_name() == "sqlite":
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
-        _setup_sqlite(engine)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as exc:
+            raise DatabaseError(
+                f"cannot create the database file {path}: {exc.strerror}; check the path and "
+                f"that you may write there"
+            ) from None
+    try:
+        if make_url(url).get_backend_name() == "sqlite":
+            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+            _setup_sqlite(engine)
+            return engine
+        return create_engine(url, pool_pre_ping=True)
+    except ImportError as exc:
+        hint = " (pip install 'compactstore[postgres]')" if exc.name == "psycopg" else ""
+        raise InvalidInputError(
+            f"cannot open {make_url(url).render_as_string(hide_password=True)!r}: its database "
+            f"driver is not installed: {exc}{hint}"
+        ) from None
 
 
 def _setup_sqlite(engine: Engine) -> None:
@@ -118,7 +149,8 @@ def read_tx(engine: Engine) -> Iterator[Connection]:
             yield connection
 
 
-def _is_busy(exc: OperationalError) -> bool:
+def is_busy(exc: OperationalError) -> bool:
+    """Whether the error says another transaction holds a lock this one needs."""
     text = str(exc.orig).lower()
     return "database is locked" in text or "database is busy" in text or "deadlock" in text
 
@@ -129,7 +161,55 @@ def with_retry(fn: Callable[[], T], *, attempts: int = 8) -> T:
         try:
             return fn()
         except OperationalError as exc:
-            if not _is_busy(exc) or attempt == attempts - 1:
+            if not is_busy(exc) or attempt == attempts - 1:
                 raise
             time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
+
+
+def database_errors(location: str, fn: Callable[[], T]) -> T:
+    """Run fn; turn what the database or its stored rows raise into DatabaseError, naming
+    the database and saying what to do."""
+    try:
+        return fn()
+    except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
+        # Validation should have caught it; say what the database refused, not that it broke.
+        raise DatabaseError(f"the database {location} refused the data: {exc.orig}") from None
+    except sa_exc.DatabaseError as exc:
+        raise DatabaseError(f"cannot use the database {location}: {_advice(exc)}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+        # JSON or settings stored in a row that do not parse, or (UnicodeDecodeError) a
+        # damaged SQLite schema whose error message the driver cannot even decode.
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            what = f"{'.'.join(str(part) for part in first['loc']) or 'value'}: {first['msg']}"
+        else:
+            what = " ".join(str(exc).split())[:200]
+        raise DatabaseError(
+            f"the database {location} holds data this compactstore cannot read ({what}); it is "
+            f"damaged or was written by a newer compactstore: upgrade compactstore, or restore "
+            f"the database from a backup"
+        ) from None
+
+
+def _advice(exc: sa_exc.DatabaseError) -> str:
+    """The driver's message and what to do about it, by the kind of failure."""
+    reason = " ".join(str(exc.orig).split())  # drivers' messages may span lines
+    stop = "" if reason.endswith((".", "?", "!")) else "."
+    if isinstance(exc, sa_exc.OperationalError) and is_busy(exc):
+        return (
+            f"{reason}: another process kept it locked through every retry "
+            f"({BUSY_TIMEOUT_MS / 1000:g} s each); try again when that process is done"
+        )
+    server = not type(exc.orig).__module__.startswith("sqlite3")
+    if isinstance(exc, sa_exc.OperationalError) and server:
+        return (
+            f"{reason}{stop} Check that the server is running and reachable, and the URL's host, "
+            f"port, user, password and database name"
+        )
+    if "unable to open database file" in reason:
+        return f"{reason}; check that its directory exists and that you may write there"
+    return (
+        f"{reason}{stop} If it is not a compactstore database or is damaged, restore it from a "
+        f"backup or open another file"
+    )

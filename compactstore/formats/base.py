@@ -15,7 +15,21 @@ from typing import Any, Literal
 
 from compactstore.errors import InvalidMessageError
 
-__all__ = ["Kind", "MessageFormat", "ToolCall", "ToolResult", "json_text", "storage_json"]
+__all__ = [
+    "MAX_NESTING",
+    "Kind",
+    "MessageFormat",
+    "ToolCall",
+    "ToolResult",
+    "check_nesting",
+    "json_text",
+    "storage_json",
+]
+
+# How deep lists and objects may nest inside one message. Real tool inputs nest a handful of
+# levels; far deeper values could not be encoded, decoded or compared without running out of
+# Python's recursion limit, so they are refused before anything is stored.
+MAX_NESTING = 256
 
 # What a message is, whatever the format spells it as.
 Kind = Literal["system", "user", "assistant", "tool"]
@@ -37,6 +51,24 @@ class ToolResult:
     tool_use_id: str
     text: str
     is_error: bool
+
+
+def check_nesting(value: Any, what: str = "message") -> None:
+    """Refuse a value whose lists and objects nest deeper than MAX_NESTING (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth == MAX_NESTING:
+            raise InvalidMessageError(
+                f"{what} nests lists or objects more than {MAX_NESTING} levels deep"
+            )
+        stack.extend((child, depth + 1) for child in children)
 
 
 def storage_json(value: Any) -> str:

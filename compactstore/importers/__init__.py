@@ -16,7 +16,6 @@ the transcript in one transaction.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import FORMAT_NAMES, get_format
-from compactstore.store import ImportedBoundary
+from compactstore.store import MAX_TIMESTAMP, ImportedBoundary
 
 if TYPE_CHECKING:
     import os
@@ -42,6 +41,7 @@ __all__ = [
     "detect",
     "import_file",
     "load_text",
+    "parse_json",
     "parse_timestamp",
     "read_records",
     "read_transcript",
@@ -244,10 +244,17 @@ def load_text(path: str | os.PathLike[str]) -> str:
     return text
 
 
-def _json_error(name: str, line: int, exc: json.JSONDecodeError) -> InvalidInputError:
-    return InvalidInputError(
-        f"{name} line {line}: not valid JSON ({exc.msg} at column {exc.colno})"
-    )
+def parse_json(name: str, text: str, line: int | None = None) -> Any:
+    """Parse one JSON value: a whole document, or line ``line`` of a JSONL file."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{name} line {line or exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    except RecursionError:
+        where = f"{name} line {line}" if line is not None else name
+        raise InvalidInputError(f"{where}: JSON nested too deeply") from None
 
 
 def read_records(name: str, text: str, progress: Progress | None = None) -> list[Record]:
@@ -261,12 +268,7 @@ def read_records(name: str, text: str, progress: Progress | None = None) -> list
     records: list[Record] = []
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise _json_error(name, number, exc) from None
-            except RecursionError:
-                raise InvalidInputError(f"{name} line {number}: JSON nested too deeply") from None
+            value = parse_json(name, line, number)
             if not isinstance(value, dict):
                 raise InvalidInputError(
                     f"{name} line {number}: expected a JSON object, got {_json_kind(value)}"
@@ -303,12 +305,12 @@ def parse_timestamp(value: Any) -> float | None:
             moment = moment.replace(tzinfo=UTC)  # agents write UTC without saying so
         seconds = moment.timestamp()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-        if seconds > 1e11:  # milliseconds since the epoch
-            seconds /= 1000
+        if not -1e300 < value < 1e300:  # also refuses NaN, and ints too big for a float
+            return None
+        seconds = value / 1000 if value > 1e11 else value  # very large: milliseconds
     else:
         return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return float(seconds) if 0 <= seconds <= MAX_TIMESTAMP else None
 
 
 # -- detection ----------------------------------------------------------------------------
@@ -340,10 +342,14 @@ def _detect_text(name: str, text: str, suffix: str) -> str:
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
         head = json.loads(first)
+    except RecursionError:
+        raise InvalidInputError(f"{name}: JSON nested too deeply") from None
     except json.JSONDecodeError:
         # Not JSONL: a pretty-printed JSON document may still be a trajectory.
         try:
             whole = json.loads(text)
+        except RecursionError:
+            raise InvalidInputError(f"{name}: JSON nested too deeply") from None
         except json.JSONDecodeError:
             whole = None
         if _is_trajectory(whole):
@@ -357,10 +363,7 @@ def _detect_text(name: str, text: str, suffix: str) -> str:
             break
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _json_error(name, number, exc) from None
+        record = parse_json(name, line, number)
         if not isinstance(record, dict):
             raise InvalidInputError(
                 f"{name} line {number}: expected a JSON object, got {_json_kind(record)}"

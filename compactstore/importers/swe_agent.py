@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from compactstore.errors import InvalidInputError
-from compactstore.importers import Progress, Transcript, TranscriptBuilder
+from compactstore.importers import Progress, Transcript, TranscriptBuilder, parse_json
 from compactstore.importers.jsonl import text_parts
 
 __all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "convert"]
@@ -32,14 +32,7 @@ WRITE_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 
 def convert(name: str, text: str, progress: Progress | None = None) -> Transcript:
     """Convert a trajectory document (see the module docstring for what is kept)."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"{name} line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise InvalidInputError(f"{name}: JSON nested too deeply") from None
+    document = parse_json(name, text)
     history = document.get("history") if isinstance(document, dict) else None
     if not isinstance(history, list):
         raise InvalidInputError(f"{name} is not a SWE-agent trajectory: it has no 'history' list")
@@ -146,7 +139,7 @@ def _tool_calls(
 def _arguments(function: dict[str, Any]) -> dict[str, Any]:
     try:
         parsed = json.loads(function["arguments"])
-    except ValueError:
+    except (ValueError, RecursionError):  # kept as text in the message; only paths are lost
         return {}
     return parsed if isinstance(parsed, dict) else {}
 
