@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/crash_child.py DB_URL SEED ACK_FILE CLOCK
+    python -m tests.crash_child DB_URL SEED ACK_FILE CLOCK    (from the repository root)
 
 It opens the store, prints ``ready`` on stdout, then runs a random mix of appends,
 append_tool_result, extend, process_request, reactive_recover, compact, rollback,
@@ -39,6 +39,7 @@ from compactstore import (
     Session,
 )
 from compactstore.formats.base import storage_json
+from tests.helpers import call_ids, pair_problems, results
 
 FORMATS = ("anthropic", "openai", "minicode")
 CONTEXT_WINDOW = 6_000
@@ -121,27 +122,6 @@ def result_message(fmt: str, tool_use_id: str, content: str, name: str) -> dict[
     }
 
 
-def call_ids(fmt: str, message: dict[str, Any]) -> list[str]:
-    if message.get("role") != "assistant":
-        return []
-    if fmt == "openai":
-        return [c["id"] for c in message.get("tool_calls") or []]
-    content = message.get("content")
-    blocks = content if isinstance(content, list) else []
-    return [b["id"] for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
-
-
-def result_ids(fmt: str, message: dict[str, Any]) -> list[str]:
-    if fmt == "openai":
-        return [message["tool_call_id"]] if message.get("role") == "tool" else []
-    if fmt == "minicode":
-        return [message["toolUseId"]] if message.get("role") == "tool_result" else []
-    content = message.get("content")
-    if message.get("role") != "user" or not isinstance(content, list):
-        return []
-    return [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
-
-
 class Driver:
     def __init__(self, store: CompactStore, seed: int, ack_path: str, clock: float) -> None:
         self.store = store
@@ -169,9 +149,9 @@ class Driver:
             ids = call_ids(fmt, message)
             if ids:
                 return [(cid, "read_file") for cid in ids if cid not in answered]
-            if not result_ids(fmt, message):
+            if not list(results(fmt, message)):
                 return []  # the conversation moved on: earlier calls are abandoned
-            answered.update(result_ids(fmt, message))
+            answered.update(list(results(fmt, message)))
         return []
 
     def ack(self, **fields: Any) -> None:
@@ -352,33 +332,6 @@ def read_acks(ack_path: str) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in data.split("\n")[:-1] if line]
-
-
-def pair_problems(fmt: str, messages: list[dict[str, Any]]) -> list[str]:
-    """Results after their call, once each; every call but the newest message's answered."""
-    problems: list[str] = []
-    seen: dict[str, int] = {}
-    answered: set[str] = set()
-    last_assistant = max(
-        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1
-    )
-    for index, message in enumerate(messages):
-        for rid in result_ids(fmt, message):
-            if rid not in seen:
-                problems.append(f"result {rid} (message {index}) has no earlier call")
-            if rid in answered:
-                problems.append(f"second result for {rid} (message {index})")
-            answered.add(rid)
-        for cid in call_ids(fmt, message):
-            if cid in seen:
-                problems.append(f"call {cid} appears twice")
-            seen[cid] = index
-    problems += [
-        f"call {cid} (message {i}) has no result"
-        for cid, i in seen.items()
-        if cid not in answered and i != last_assistant
-    ]
-    return problems
 
 
 @functools.cache
@@ -592,7 +545,7 @@ def check_acks(store: CompactStore, acks: list[dict[str, Any]]) -> list[str]:
             message = json.loads(payload)
             if op == "tool_result" and ack["read"] and dedup_of is not None:
                 fmt = sid.removeprefix("crash-")
-                if result_ids(fmt, message) != [ack["tool_use_id"]]:
+                if list(results(fmt, message)) != [ack["tool_use_id"]]:
                     problems.append(f"acknowledged dedup stub {sid}#{ack['seq']} lost its id")
                 continue
             if canonical(message) != ack["canon"]:

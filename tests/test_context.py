@@ -22,6 +22,7 @@ from sqlalchemy.types import Boolean, Float, Integer, String, Text
 from compactstore import CompactionConfig, CompactStore, Session, estimate_tokens
 from compactstore.db.schema import compact_boundaries, compactions, message_edits, sessions
 from tests.conftest import Snapshot, module_database
+from tests.helpers import assistant, call_message, result_message, user
 
 FORMATS = ["anthropic", "openai", "minicode"]
 Message = dict[str, Any]
@@ -65,54 +66,6 @@ CLEARED = "[Old tool result content cleared by time-based microcompact]"
 
 
 # -- messages in each format ----------------------------------------------------------------
-
-
-def user(text: str) -> Message:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> Message:
-    return {"role": "assistant", "content": text}
-
-
-def call_message(fmt: str, *ids: str, name: str = "read_file") -> Message:
-    if fmt == "openai":
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps({"path": f"{call_id}.py"})},
-                }
-                for call_id in ids
-            ],
-        }
-    return {
-        "role": "assistant",
-        "content": [
-            {"type": "tool_use", "id": call_id, "name": name, "input": {"path": f"{call_id}.py"}}
-            for call_id in ids
-        ],
-    }
-
-
-def result_message(fmt: str, call_id: str, text: str, name: str = "read_file") -> Message:
-    if fmt == "anthropic":
-        return {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}],
-        }
-    if fmt == "openai":
-        return {"role": "tool", "tool_call_id": call_id, "content": text}
-    return {
-        "role": "tool_result",
-        "content": text,
-        "toolName": name,
-        "toolUseId": call_id,
-        "isError": False,
-    }
 
 
 def result_text(fmt: str, message: Message) -> str:

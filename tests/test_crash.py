@@ -48,7 +48,8 @@ from compactstore import CompactStore
 
 pytestmark = pytest.mark.slow
 
-CHILD = Path(__file__).with_name("crash_child.py")
+CHILD = "tests.crash_child"  # run with -m from the repository root
+ROOT = Path(__file__).parent.parent
 KILLS = int(os.environ.get("COMPACTSTORE_CRASH_KILLS", "60"))
 KILLS_PG = int(os.environ.get("COMPACTSTORE_CRASH_KILLS_PG", str(max(8, KILLS // 10))))
 # Kills while a brand-new database file is being created and migrated.
@@ -73,11 +74,11 @@ class Zygote:
     def __init__(self, workdir: Path) -> None:
         self.stderr = (workdir / "zygote.stderr").open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), "zygote"],
+            [sys.executable, "-m", CHILD, "zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
-            cwd=CHILD.parent.parent,
+            cwd=ROOT,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
@@ -300,7 +301,8 @@ def test_a_kill_during_interpreter_start_up_and_open(
     tally = Tally("sqlite, fresh interpreters")
     for i in range(3):
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(db), str(i), str(ack), str(T0 + i * CLOCK_STRIDE)],
+            [sys.executable, "-m", CHILD, str(db), str(i), str(ack), str(T0 + i * CLOCK_STRIDE)],
+            cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -311,7 +313,8 @@ def test_a_kill_during_interpreter_start_up_and_open(
             tally.violations.append(f"driver exited by itself ({proc.returncode}): {err[-2000:]!r}")
         tally.kills += 1
     out = subprocess.run(
-        [sys.executable, str(CHILD), "check", str(db), str(ack), str(T0 + 10 * CLOCK_STRIDE)],
+        [sys.executable, "-m", CHILD, "check", str(db), str(ack), str(T0 + 10 * CLOCK_STRIDE)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT * 2,

@@ -30,61 +30,12 @@ from compactstore import (
 )
 from compactstore.db import repository as repo
 from tests.conftest import Snapshot, module_database
+from tests.helpers import assistant, call_message, result_message, user
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ["anthropic", "openai", "minicode"]
 
 Message = dict[str, Any]
-
-
-def user(text: str) -> Message:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> Message:
-    return {"role": "assistant", "content": text}
-
-
-def call_message(fmt: str, *ids: str, name: str = "read_file") -> Message:
-    """An assistant message making one tool call per id, spelled in the session's format."""
-    if fmt == "openai":
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps({"path": f"{call_id}.py"})},
-                }
-                for call_id in ids
-            ],
-        }
-    return {
-        "role": "assistant",
-        "content": [
-            {"type": "tool_use", "id": call_id, "name": name, "input": {"path": f"{call_id}.py"}}
-            for call_id in ids
-        ],
-    }
-
-
-def result_message(fmt: str, call_id: str, text: str, name: str = "read_file") -> Message:
-    """A message carrying one tool result, spelled in the session's format (SPEC §3)."""
-    if fmt == "anthropic":
-        return {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}],
-        }
-    if fmt == "openai":
-        return {"role": "tool", "tool_call_id": call_id, "content": text}
-    return {
-        "role": "tool_result",
-        "content": text,
-        "toolName": name,
-        "toolUseId": call_id,
-        "isError": False,
-    }
 
 
 # -- one database per backend for the module --------------------------------------------------
