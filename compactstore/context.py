@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
-from compactstore.formats.base import Kind, storage_json
+from compactstore.formats.base import Kind, json_copy, storage_json
 from compactstore.models import CompactionConfig
 from compactstore.tokens import TokenCounter
 
@@ -43,8 +43,8 @@ class ContextMessage:
     """One message of the active context, with what engines need to know about it."""
 
     seq: int | None  # None for the summary and synthetic results, which are not in the log
-    message: dict[str, Any]  # parsed once for the engines; never handed to callers
-    payload: str  # the message as stored; callers get a fresh copy decoded from it
+    message: dict[str, Any]  # parsed once; callers only ever get copies (copy_message)
+    payload: str  # the message as stored
     tokens: int
     kind: Kind
     state: MessageState
@@ -57,6 +57,15 @@ class ContextMessage:
     @property
     def pinned(self) -> bool:
         return self.state == "pinned"
+
+    def copy_message(self) -> dict[str, Any]:
+        """A fresh copy of the message, for a caller that may change it."""
+        copy: dict[str, Any]
+        try:
+            copy = json_copy(self.message)
+        except RecursionError:  # nested deeper than Python recursion goes; the C decoder copes
+            copy = json.loads(self.payload)
+        return copy
 
     @classmethod
     def build(
@@ -117,7 +126,7 @@ class ActiveContext:
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send to the model, in order (fresh copies the caller may change)."""
-        return [json.loads(item.payload) for item in self.items]
+        return [item.copy_message() for item in self.items]
 
     def answered(self) -> ActiveContext:
         """This context with a synthetic error result after every crash-orphaned tool call.

@@ -1,0 +1,124 @@
+"""The in-process context cache (store.py ``_ContextCache``): it only ever saves work.
+
+What a caller gets back is theirs to change: changing it never changes what the store
+returns next, nor what it stored. And a context the cache holds is exactly the one a new
+process rebuilds from the rows alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactstore import CompactStore
+from compactstore.formats.base import json_copy
+from tests.helpers import FORMATS, T0, Chat, new_session, words
+
+HOUR = 3_600
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=30,
+)
+
+
+def containers(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict | list):
+        yield value
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from containers(item)
+
+
+@given(json_values)
+def test_json_copy_equals_a_json_round_trip_and_shares_no_container(value: Any) -> None:
+    copied = json_copy(value)
+    assert copied == json.loads(json.dumps(value))
+    assert json.dumps(copied) == json.dumps(value)  # key order too
+    assert not {id(c) for c in containers(copied)} & {id(c) for c in containers(value)}
+
+
+def tool_log(chat: Chat) -> None:
+    """A request, then tool turns with nested inputs and a mix of small and large results."""
+    if chat.fmt != "anthropic":
+        chat.system("You are a careful engineer.")
+    chat.request("Fix the flaky payment test")
+    chat.chatter(6, "talk")
+    chat.tool_turns(
+        [
+            (
+                "read_file",
+                {"file_path": f"src/pay{i}.py", "options": {"lines": [1, 2, 3]}},
+                words(6_000 if i % 3 == 0 else 300, f"r{i}"),
+                False,
+            )
+            for i in range(9)
+        ]
+    )
+    chat.user("Now run the tests please")
+
+
+def vandalise(messages: list[dict[str, Any]]) -> None:
+    """Change everything a careless caller might: nested blocks, inputs, keys, the list."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    block["content"] = "changed"
+                    block["text"] = "changed"
+                    if isinstance(block.get("input"), dict):
+                        block["input"]["file_path"] = "/etc/passwd"
+                        block["input"].setdefault("options", {})["lines"] = []
+            content.append({"type": "text", "text": "appended"})
+        for call in message.get("tool_calls") or []:
+            call["function"]["arguments"] = "{}"
+        message["content"] = "changed"
+        message["extra"] = True
+    messages.reverse()
+    messages.append({"role": "user", "content": "appended"})
+
+
+def test_changing_the_returned_context_changes_nothing_in_the_store(store: CompactStore) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"mutate-{fmt}")
+        tool_log(chat)
+        sess = chat.sess
+        expected = sess.active_context()
+        log = sess.messages()
+
+        vandalise(sess.active_context())
+        vandalise(sess.messages())
+        assert sess.active_context() == expected, fmt
+        assert sess.messages() == log, fmt
+
+        result = sess.process_request(now=T0 + HOUR)  # persists big results, clears old ones
+        assert result.effective
+        after = copy.deepcopy(result.messages)
+        assert sess.active_context() == after, fmt
+        vandalise(result.messages)
+        vandalise(sess.active_context())
+        assert sess.active_context() == after, fmt
+        assert store.get_session(sess.id).active_context() == after, fmt
+
+
+def test_a_summarizer_that_changes_its_messages_does_not_change_the_context(
+    db_url: str, reopen: Callable[[], CompactStore]
+) -> None:
+    def summarizer(messages: list[dict[str, Any]], previous: str | None, _: str | None) -> str:
+        vandalise(messages)
+        return words(400_000, "verbose")  # longer than what it replaces: the compact fails
+
+    with CompactStore.open(db_url, summarizer=summarizer) as store:
+        chat = new_session(store, "anthropic")
+        tool_log(chat)
+        before = chat.sess.active_context()
+        result = chat.sess.compact(now=T0 + 60)
+        assert not result.effective
+        assert chat.sess.active_context() == before
+        assert reopen().get_session(chat.sess.id).active_context() == before
