@@ -9,8 +9,9 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
@@ -120,7 +121,10 @@ class ActiveContext:
     usage_offset: int = 0
     token_factor: float | None = None
 
-    @property
+    # Derived values are computed once per context: a context never changes, and engines
+    # and the store ask for its usage several times per call.
+
+    @cached_property
     def items(self) -> tuple[ContextMessage, ...]:
         return self.head + self.kept
 
@@ -138,40 +142,43 @@ class ActiveContext:
         kept = [item for item in self.kept if item.state != "synthetic"]
         answered = {result.tool_use_id for item in kept for result in item.results}
         # Calls of the newest non-tool message (the newest assistant turn) may still be running.
-        newest = max((i for i, item in enumerate(kept) if item.kind != "tool"), default=-1)
-        out: list[ContextMessage] = []
-        for index, item in enumerate(kept):
-            out.append(item)
-            if index >= newest or not item.calls:
-                continue
-            orphans = [call for call in item.calls if call.id not in answered]
-            if not orphans:
-                continue
-            for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT):
-                out.append(
-                    ContextMessage.build(
-                        self.fmt,
-                        message,
-                        tokens=self.message_tokens(message),
-                        seq=None,
-                        state="synthetic",
-                    )
+        newest = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
+        orphaned: list[tuple[int, list[ToolCall]]] = []
+        for index, item in enumerate(kept[:newest]):
+            if item.calls:
+                orphans = [call for call in item.calls if call.id not in answered]
+                if orphans:
+                    orphaned.append((index, orphans))
+        if not orphaned and len(kept) == len(self.kept):
+            return self  # the usual case: nothing to answer, and no need to copy
+        for index, orphans in reversed(orphaned):  # from the end, so indexes stay valid
+            kept[index + 1 : index + 1] = [
+                ContextMessage.build(
+                    self.fmt,
+                    message,
+                    tokens=self.message_tokens(message),
+                    seq=None,
+                    state="synthetic",
                 )
-        return replace(self, kept=tuple(out))
+                for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT)
+            ]
+        return replace(self, kept=tuple(kept))
 
     @property
     def factor(self) -> float:
         """Learnt correction factor, else the configured default."""
         return self.token_factor if self.token_factor is not None else self.config.token_factor
 
-    def usage_of(self, items: Iterable[ContextMessage]) -> int:
-        """Estimated prompt tokens of a list of context messages (SPEC §6)."""
-        raw = sum(item.tokens for item in items)
-        return self.config.fixed_overhead_tokens + round(self.factor * raw) + self.usage_offset
+    @cached_property
+    def raw_tokens(self) -> int:
+        """Sum of the stored estimates of every message (before factor and offsets)."""
+        return sum(item.tokens for item in self.items)
 
-    @property
+    @cached_property
     def usage(self) -> int:
-        return self.usage_of(self.items)
+        """Estimated prompt tokens of the context (SPEC §6)."""
+        raw = round(self.factor * self.raw_tokens)
+        return self.config.fixed_overhead_tokens + raw + self.usage_offset
 
     def message_tokens(self, message: dict[str, Any]) -> int:
         """Raw token estimate of one message, as stored with it."""

@@ -792,7 +792,7 @@ class Session:
         def tx(connection: Connection) -> None:
             row = self._locked(connection)
             context = self._context(connection, row)
-            raw = sum(item.tokens for item in context.items)
+            raw = context.raw_tokens
             factor, weight = row.config.token_factor, PRIOR_WEIGHT
             if row.token_factor is not None and row.token_factor_weight is not None:
                 factor, weight = row.token_factor, row.token_factor_weight
