@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from compactstore.context import ActiveContext
+from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     create_engine_for,
@@ -936,13 +936,13 @@ class Session:
         error: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> CompactionResult | None:
-        def tx(connection: Connection) -> CompactionResult | None:
+        def tx(connection: Connection) -> tuple[CompactionResult | None, _Cached | None]:
             row = self._locked(connection)
             context = self._context(connection, row)
             inputs = self._inputs(connection, context, now, instructions)
             outcome = run(context, inputs)
             if outcome is None:
-                return None
+                return None, None
             recorded = {
                 "kind": kind,
                 "now": now,
@@ -958,11 +958,43 @@ class Session:
                 "token_factor": context.token_factor,
                 **(extra or {}),
             }
-            return self._record(
+            result = self._record(
                 connection, outcome, recorded, instructions=instructions, error=error
             )
+            if not outcome.recorded:
+                return result, None
+            return result, self._context_after(connection, outcome, result)
 
-        return self.store._write(tx)
+        result, cached = self.store._write(tx)
+        if cached is not None:
+            # Only once committed: an entry for versions that were rolled back could match
+            # another writer's later, different change.
+            self.store._cache.put(self.id, cached)
+        return result
+
+    def _context_after(
+        self, connection: Connection, outcome: Outcome, result: CompactionResult
+    ) -> _Cached | None:
+        """The cache entry for the context a compaction just recorded, taken from the
+        outcome instead of read back and decoded again: exactly what load_context would
+        rebuild from the rows written. None when the two could differ."""
+        if any(stage.success and not stage.effective for stage in outcome.stages):
+            return None  # the stage moved the context on, but its edits were not recorded
+        final = outcome.context
+        cut = outcome.cut
+        if cut is not None:
+            assert result.boundary is not None and result.boundary.id is not None
+            # As load_context reads it: the new boundary, its state decoded from storage.
+            boundary = BoundaryInfo(
+                result.boundary.id,
+                cut.first_kept_seq,
+                cut.summary_text,
+                json.loads(repo.dumps(cut.summary_state)),
+            )
+            final = replace(final, boundary=boundary)
+        base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
+        version, context_version = repo.session_versions(connection, self.id)
+        return _Cached(context_version, version, base, base.answered())
 
     def _record(
         self,

@@ -16,8 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactstore import CompactStore
+from compactstore.context import ActiveContext
+from compactstore.db import repository as repo
 from compactstore.formats.base import json_copy
-from tests.helpers import FORMATS, T0, Chat, new_session, words
+from tests.helpers import FORMATS, T0, Chat, busy_log, every_stage, new_session, plain, words
 
 HOUR = 3_600
 
@@ -122,3 +124,79 @@ def test_a_summarizer_that_changes_its_messages_does_not_change_the_context(
         assert not result.effective
         assert chat.sess.active_context() == before
         assert reopen().get_session(chat.sess.id).active_context() == before
+
+
+def facts(context: ActiveContext) -> dict[str, Any]:
+    """Everything an engine or a caller reads from an active context, comparably."""
+    return {
+        "boundary": context.boundary,
+        "last_seq": context.last_seq,
+        "usage_offset": context.usage_offset,
+        "token_factor": context.token_factor,
+        "config": context.config,
+        "usage": context.usage,
+        "items": [
+            (
+                item.seq,
+                item.state,
+                item.kind,
+                item.tokens,
+                item.payload,
+                item.message,
+                item.calls,
+                item.results,
+                item.created_at,
+                item.edited_ids,
+            )
+            for item in context.items
+        ],
+    }
+
+
+def versions(store: CompactStore, session_id: str) -> tuple[int, int]:
+    return store._read(lambda connection: repo.session_versions(connection, session_id))
+
+
+def test_the_context_a_compaction_leaves_in_the_cache_is_what_a_new_process_rebuilds(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    for fmt in FORMATS:
+        config = plain(session_memory_min_tail_tokens=2_000, session_memory_max_tail_tokens=6_000)
+        chat = new_session(store, fmt, sid=f"seed-{fmt}", context_window=18_000, config=config)
+        busy_log(chat)
+        chat.user("Pinned: the release branch is frozen.", pinned=True)
+        # A call whose result never came (the agent crashed), answered by a synthetic result.
+        chat.calls([("bash", {"command": "make deploy"})])
+        chat.chatter(10, tag="after-crash", chars=400)
+        sess, seen = chat.sess, []
+
+        for result in every_stage(chat):
+            assert result is not None and result.effective, (fmt, seen)
+            seen.append(result.strategy)
+            cached = store._cache.get(sess.id)
+            assert cached is not None, (fmt, seen)
+            assert (cached.version, cached.context_version) == versions(store, sess.id)
+            fresh = reopen().get_session(sess.id)
+            assert facts(cached.answered) == facts(fresh.context()), (fmt, seen)
+            assert result.messages == fresh.active_context(), (fmt, seen)
+            # Appending to the context the compaction left extends it as a fresh load would.
+            chat.tool("a result after the compaction")
+            assert facts(sess.context()) == facts(fresh.context()), (fmt, seen)
+        assert len(seen) == 9
+
+
+def test_a_stage_that_acted_but_freed_nothing_leaves_no_context_in_the_cache(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    chat = new_session(store, "anthropic")
+    chat.request("Check the services")
+    # Results shorter than the microcompact placeholder: clearing them frees nothing.
+    chat.tool_turns([("bash", {"command": f"check {i}"}, "ok", False) for i in range(8)])
+    sess = chat.sess
+
+    result = sess.process_request(now=T0 + HOUR)
+
+    assert result.id is not None and not result.effective
+    cached = store._cache.get(sess.id)
+    assert cached is None or (cached.version, cached.context_version) != versions(store, sess.id)
+    assert facts(sess.context()) == facts(reopen().get_session(sess.id).context())

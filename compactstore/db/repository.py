@@ -175,6 +175,14 @@ def update_session(
     )
 
 
+def session_versions(connection: Connection, session_id: str) -> tuple[int, int]:
+    """The session's (version, context_version), as a cached context is keyed."""
+    row = connection.execute(
+        select(sessions.c.version, sessions.c.context_version).where(sessions.c.id == session_id)
+    ).one()
+    return row.version, row.context_version
+
+
 def list_sessions(connection: Connection) -> list[tuple[SessionRow, int]]:
     counts = (
         select(messages.c.session_id, func.count().label("n"))
