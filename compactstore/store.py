@@ -489,10 +489,15 @@ class Session:
 
     def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
         """The active context, from the store's cache when only appends happened since."""
+        cached = self.store._cache.get(self.id)
+        if row is None and cached is not None:
+            # A read: when nothing changed since, the versions alone say so.
+            versions = repo.session_versions(connection, self.id)
+            if versions == (cached.version, cached.context_version):
+                return cached.answered
         row = row or repo.get_session(connection, self.id)
         if row is None:
             raise NotFoundError(f"session {self.id!r} no longer exists in {self.store.location}")
-        cached = self.store._cache.get(self.id)
         if cached is not None and cached.context_version == row.context_version:
             if cached.version == row.version:
                 return cached.answered
@@ -993,7 +998,9 @@ class Session:
             )
             final = replace(final, boundary=boundary)
         base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
-        version, context_version = repo.session_versions(connection, self.id)
+        versions = repo.session_versions(connection, self.id)
+        assert versions is not None, "the session is locked by this transaction"
+        version, context_version = versions
         return _Cached(context_version, version, base, base.answered())
 
     def _record(

@@ -153,7 +153,7 @@ def facts(context: ActiveContext) -> dict[str, Any]:
     }
 
 
-def versions(store: CompactStore, session_id: str) -> tuple[int, int]:
+def versions(store: CompactStore, session_id: str) -> tuple[int, int] | None:
     return store._read(lambda connection: repo.session_versions(connection, session_id))
 
 
