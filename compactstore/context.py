@@ -130,7 +130,10 @@ class ActiveContext:
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send to the model, in order (fresh copies the caller may change)."""
-        return [item.copy_message() for item in self.items]
+        try:
+            return [json_copy(item.message) for item in self.items]
+        except RecursionError:  # one message nested very deep: copy_message() copes
+            return [item.copy_message() for item in self.items]
 
     def answered(self) -> ActiveContext:
         """This context with a synthetic error result after every crash-orphaned tool call.
@@ -139,18 +142,18 @@ class ActiveContext:
         agent crashed mid-tool) would make the API refuse the request; the calls of the
         newest assistant turn, followed by tool results only, may still be running.
         """
+        newest = _newest_turn(self.kept)
+        if all(index >= newest for index in self.unanswered.values()):
+            return self  # the usual case, seen without a pass over the whole context
         kept = [item for item in self.kept if item.state != "synthetic"]
         answered = {result.tool_use_id for item in kept for result in item.results}
-        # Calls of the newest non-tool message (the newest assistant turn) may still be running.
-        newest = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
+        newest = _newest_turn(kept)
         orphaned: list[tuple[int, list[ToolCall]]] = []
         for index, item in enumerate(kept[:newest]):
             if item.calls:
                 orphans = [call for call in item.calls if call.id not in answered]
                 if orphans:
                     orphaned.append((index, orphans))
-        if not orphaned and len(kept) == len(self.kept):
-            return self  # the usual case: nothing to answer, and no need to copy
         for index, orphans in reversed(orphaned):  # from the end, so indexes stay valid
             kept[index + 1 : index + 1] = [
                 ContextMessage.build(
@@ -179,6 +182,59 @@ class ActiveContext:
         """Estimated prompt tokens of the context (SPEC §6)."""
         raw = round(self.factor * self.raw_tokens)
         return self.config.fixed_overhead_tokens + raw + self.usage_offset
+
+    @cached_property
+    def unanswered(self) -> dict[str, int]:
+        """Calls of the kept part that no message of it answers (a synthetic result counts),
+        by tool-use id, with the index in ``kept`` of the message that made them."""
+        calls = {call.id: index for index, item in enumerate(self.kept) for call in item.calls}
+        for item in self.kept:
+            for result in item.results:
+                calls.pop(result.tool_use_id, None)
+        return calls
+
+    @cached_property
+    def longest_open_result(self) -> int:
+        """Length of the longest tool result an engine may still persist or clear: in the
+        log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
+        return _longest_open_result(self.kept)
+
+    def extended(
+        self,
+        added: Sequence[ContextMessage],
+        *,
+        last_seq: int,
+        usage_offset: int,
+        token_factor: float | None,
+        config: CompactionConfig,
+    ) -> ActiveContext:
+        """This context with messages appended to the kept part, and the session's values.
+
+        A step appends a few messages to a context of hundreds, so what this context already
+        derived is carried over instead of computed again over every message.
+        """
+        new = replace(
+            self,
+            kept=self.kept + tuple(added),
+            last_seq=last_seq,
+            usage_offset=usage_offset,
+            token_factor=token_factor,
+            config=config,
+        )
+        known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
+        if "raw_tokens" in known:
+            derived["raw_tokens"] = known["raw_tokens"] + sum(item.tokens for item in added)
+        if "unanswered" in known:
+            unanswered = dict(known["unanswered"])
+            for index, item in enumerate(added, start=len(self.kept)):
+                unanswered.update((call.id, index) for call in item.calls)
+                for result in item.results:
+                    unanswered.pop(result.tool_use_id, None)
+            derived["unanswered"] = unanswered
+        if "longest_open_result" in known:
+            longest = max(known["longest_open_result"], _longest_open_result(added))
+            derived["longest_open_result"] = longest
+        return new
 
     def message_tokens(self, message: dict[str, Any]) -> int:
         """Raw token estimate of one message, as stored with it."""
@@ -214,6 +270,25 @@ class ActiveContext:
     def tool_names(self) -> dict[str, str]:
         """Tool name of every call in the context, by tool-use id."""
         return {call.id: call.name for item in self.items for call in item.calls}
+
+
+def _longest_open_result(items: Sequence[ContextMessage]) -> int:
+    return max(
+        (
+            len(result.text)
+            for item in items
+            if item.seq is not None and not item.pinned
+            for result in item.results
+            if result.tool_use_id not in item.edited_ids
+        ),
+        default=0,
+    )
+
+
+def _newest_turn(kept: Sequence[ContextMessage]) -> int:
+    """Index of the newest message that is not a tool result (-1 for none): the calls of
+    that turn may still be running."""
+    return next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
 
 
 def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given
@@ -200,3 +201,56 @@ def test_a_stage_that_acted_but_freed_nothing_leaves_no_context_in_the_cache(
     cached = store._cache.get(sess.id)
     assert cached is None or (cached.version, cached.context_version) != versions(store, sess.id)
     assert facts(sess.context()) == facts(reopen().get_session(sess.id).context())
+
+
+def derived(context: ActiveContext) -> tuple[Any, ...]:
+    return (
+        context.raw_tokens,
+        context.usage,
+        context.unanswered,
+        context.longest_open_result,
+        facts(context.answered()),
+    )
+
+
+def step_by_step(chat: Chat) -> Iterator[str]:
+    """Appends and compactions of every kind a context goes through; yields after each."""
+    sess = chat.sess
+    chat.tool(words(5_000, "big"))
+    yield "a result over the budget"
+    chat.calls([("bash", {"command": "make"})])
+    yield "a pending call (it may still be running)"
+    chat.user("Still there?")
+    yield "the pending call is crash-orphaned"
+    chat.tool("short")
+    yield "a short result"
+    sess.process_request(now=T0 + HOUR)
+    yield "persisted and cleared"
+    _, ids = chat.calls([("read_file", {"file_path": "a.py"}), ("grep", {"q": "x"})])
+    yield "two calls"
+    chat.result(ids[0], words(300, "a"))
+    yield "one of them answered"
+    chat.user("Pinned: ship it on Friday.", pinned=True)
+    yield "a pin, and the other call orphaned"
+    sess.process_request(now=T0 + 2 * HOUR)
+    yield "cleared again"
+    chat.chatter(4, tag="end")
+    yield "talk"
+    chat.tool(words(6_000, "late"))
+    yield "a result over the budget, appended to a context that derived its longest"
+
+
+def test_a_context_extended_step_by_step_derives_what_a_fresh_one_does(
+    store: CompactStore,
+) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"extended-{fmt}", context_window=30_000)
+        busy_log(chat)
+        for step in step_by_step(chat):
+            chat.sess.context()  # brings the cached context up to date
+            cached = store._cache.get(chat.sess.id)
+            assert cached is not None
+            for context in (cached.base, cached.answered):
+                # What the cached one derives (carried over from the context it extends)
+                # equals what a copy derives from scratch.
+                assert derived(context) == derived(replace(context)), (fmt, step)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -519,10 +519,8 @@ def extend_context(
         _APPENDED,
         {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
     ).all()
-    added = tuple(_kept_item(context.fmt, row, None) for row in rows)
-    return replace(
-        context,
-        kept=context.kept + added,
+    return context.extended(
+        [_kept_item(context.fmt, row, None) for row in rows],
         last_seq=session.last_seq,
         usage_offset=session.usage_offset,
         token_factor=session.token_factor,

@@ -91,6 +91,8 @@ def oversized(
     """A chooser of every unedited tool result longer than ``min_chars``."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
+        if context.longest_open_result <= min_chars:
+            return []  # the usual case, seen without a pass over every message
         return [
             (index, result.tool_use_id)
             for index, item in enumerate(kept)
