@@ -44,7 +44,7 @@ class ContextMessage:
     """One message of the active context, with what engines need to know about it."""
 
     seq: int | None  # None for the summary and synthetic results, which are not in the log
-    message: dict[str, Any]  # parsed once; callers only ever get copies (copy_message)
+    message: dict[str, Any]  # parsed once and shared (cached): never changed; callers get copies
     payload: str  # the message as stored
     tokens: int
     kind: Kind

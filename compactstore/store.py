@@ -767,7 +767,11 @@ class Session:
     # -- reading ------------------------------------------------------------------------
 
     def context(self) -> ActiveContext:
-        """The active context with per-message detail (seq, tokens, state)."""
+        """The active context with per-message detail (seq, tokens, state).
+
+        This is the store's own cached object, shared by later calls: read it, never change
+        its messages. ``active_context()`` returns copies that are the caller's to change.
+        """
         return self.store._read(self._context)
 
     def active_context(self) -> list[dict[str, Any]]:
