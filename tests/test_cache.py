@@ -8,7 +8,9 @@ process rebuilds from the rows alone.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,8 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactstore import CompactStore
-from compactstore.context import ActiveContext
+from compactstore.context import ActiveContext, ContextMessage
 from compactstore.db import repository as repo
+from compactstore.formats import get_format
 from compactstore.formats.base import json_copy
 from tests.helpers import FORMATS, T0, Chat, busy_log, every_stage, new_session, plain, words
 
@@ -44,6 +47,23 @@ def test_json_copy_equals_a_json_round_trip_and_shares_no_container(value: Any) 
     assert copied == json.loads(json.dumps(value))
     assert json.dumps(copied) == json.dumps(value)  # key order too
     assert not {id(c) for c in containers(copied)} & {id(c) for c in containers(value)}
+
+
+def test_a_message_nested_deeper_than_python_recursion_allows_is_copied_by_decoding() -> None:
+    value: Any = "leaf"
+    for level in range(400):
+        value = [value] if level % 2 else {"k": value}
+    block = {"type": "tool_use", "id": "toolu_deep", "name": "probe", "input": {"v": value}}
+    message = {"role": "assistant", "content": [block]}
+    item = ContextMessage.build(get_format("anthropic"), message, tokens=1, seq=0, state="original")
+    limit = sys.getrecursionlimit()
+    # Room for the C decoder's 400 levels, not for the Python copy's frames.
+    sys.setrecursionlimit(len(inspect.stack()) + 450)
+    try:
+        copied = item.copy_message()
+    finally:
+        sys.setrecursionlimit(limit)
+    assert copied == message and copied is not message
 
 
 def tool_log(chat: Chat) -> None:
