@@ -19,10 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactstore import CompactStore
-from compactstore.context import ActiveContext, ContextMessage
+from compactstore.context import ActiveContext, ContextMessage, json_copy
 from compactstore.db import repository as repo
 from compactstore.formats import get_format
-from compactstore.formats.base import json_copy
 from tests.helpers import FORMATS, T0, Chat, busy_log, every_stage, new_session, plain, words
 
 HOUR = 3_600

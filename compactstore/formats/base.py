@@ -15,15 +15,7 @@ from typing import Any, Literal
 
 from compactstore.errors import InvalidMessageError
 
-__all__ = [
-    "Kind",
-    "MessageFormat",
-    "ToolCall",
-    "ToolResult",
-    "json_copy",
-    "json_text",
-    "storage_json",
-]
+__all__ = ["Kind", "MessageFormat", "ToolCall", "ToolResult", "json_text", "storage_json"]
 
 # What a message is, whatever the format spells it as.
 Kind = Literal["system", "user", "assistant", "tool"]
@@ -50,25 +42,6 @@ class ToolResult:
 def storage_json(value: Any) -> str:
     """JSON as messages are stored: key order kept, non-ASCII kept, NaN refused."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def json_copy(value: Any) -> Any:
-    """A deep copy of a JSON value: new dicts and lists, the same immutable leaves.
-
-    Equal to ``json.loads(storage_json(value))`` for what a message holds, at a fraction of
-    the cost: strings, the bulk of a message, are shared instead of decoded again.
-    """
-    if type(value) is dict:
-        copy = value.copy()
-        for key, item in value.items():
-            if type(item) is dict or type(item) is list:
-                copy[key] = json_copy(item)
-        return copy
-    if type(value) is list:
-        return [
-            json_copy(item) if type(item) is dict or type(item) is list else item for item in value
-        ]
-    return value
 
 
 def json_text(value: Any) -> str:
