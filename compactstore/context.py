@@ -9,8 +9,9 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
@@ -24,6 +25,7 @@ __all__ = [
     "BoundaryInfo",
     "ContextMessage",
     "MessageState",
+    "json_copy",
     "legal_cuts",
     "pairing_problems",
 ]
@@ -38,13 +40,32 @@ SYNTHETIC_RESULT_TEXT = (
 )
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value: new dicts and lists, the same immutable leaves.
+
+    Equal to ``json.loads(json.dumps(value))`` for what a message holds, at a fraction of
+    the cost: strings, the bulk of a message, are shared instead of decoded again.
+    """
+    if type(value) is dict:
+        copy = value.copy()
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                copy[key] = json_copy(item)
+        return copy
+    if type(value) is list:
+        return [
+            json_copy(item) if type(item) is dict or type(item) is list else item for item in value
+        ]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ContextMessage:
     """One message of the active context, with what engines need to know about it."""
 
     seq: int | None  # None for the summary and synthetic results, which are not in the log
-    message: dict[str, Any]  # parsed once for the engines; never handed to callers
-    payload: str  # the message as stored; callers get a fresh copy decoded from it
+    message: dict[str, Any]  # parsed once and shared (cached): never changed; callers get copies
+    payload: str  # the message as stored
     tokens: int
     kind: Kind
     state: MessageState
@@ -57,6 +78,15 @@ class ContextMessage:
     @property
     def pinned(self) -> bool:
         return self.state == "pinned"
+
+    def copy_message(self) -> dict[str, Any]:
+        """A fresh copy of the message, for a caller that may change it."""
+        copy: dict[str, Any]
+        try:
+            copy = json_copy(self.message)
+        except RecursionError:  # nested deeper than Python recursion goes; the C decoder copes
+            copy = json.loads(self.payload)
+        return copy
 
     @classmethod
     def build(
@@ -111,13 +141,19 @@ class ActiveContext:
     usage_offset: int = 0
     token_factor: float | None = None
 
-    @property
+    # Derived values are computed once per context: a context never changes, and engines
+    # and the store ask for its usage several times per call.
+
+    @cached_property
     def items(self) -> tuple[ContextMessage, ...]:
         return self.head + self.kept
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send to the model, in order (fresh copies the caller may change)."""
-        return [json.loads(item.payload) for item in self.items]
+        try:
+            return [json_copy(item.message) for item in self.items]
+        except RecursionError:  # one message nested very deep: copy_message() copes
+            return [item.copy_message() for item in self.items]
 
     def answered(self) -> ActiveContext:
         """This context with a synthetic error result after every crash-orphaned tool call.
@@ -126,43 +162,99 @@ class ActiveContext:
         agent crashed mid-tool) would make the API refuse the request; the calls of the
         newest assistant turn, followed by tool results only, may still be running.
         """
+        newest = _newest_turn(self.kept)
+        if all(index >= newest for index in self.unanswered.values()):
+            return self  # the usual case, seen without a pass over the whole context
         kept = [item for item in self.kept if item.state != "synthetic"]
         answered = {result.tool_use_id for item in kept for result in item.results}
-        # Calls of the newest non-tool message (the newest assistant turn) may still be running.
-        newest = max((i for i, item in enumerate(kept) if item.kind != "tool"), default=-1)
-        out: list[ContextMessage] = []
-        for index, item in enumerate(kept):
-            out.append(item)
-            if index >= newest or not item.calls:
-                continue
-            orphans = [call for call in item.calls if call.id not in answered]
-            if not orphans:
-                continue
-            for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT):
-                out.append(
-                    ContextMessage.build(
-                        self.fmt,
-                        message,
-                        tokens=self.message_tokens(message),
-                        seq=None,
-                        state="synthetic",
-                    )
+        newest = _newest_turn(kept)
+        orphaned: list[tuple[int, list[ToolCall]]] = []
+        for index, item in enumerate(kept[:newest]):
+            if item.calls:
+                orphans = [call for call in item.calls if call.id not in answered]
+                if orphans:
+                    orphaned.append((index, orphans))
+        for index, orphans in reversed(orphaned):  # from the end, so indexes stay valid
+            kept[index + 1 : index + 1] = [
+                ContextMessage.build(
+                    self.fmt,
+                    message,
+                    tokens=self.message_tokens(message),
+                    seq=None,
+                    state="synthetic",
                 )
-        return replace(self, kept=tuple(out))
+                for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT)
+            ]
+        return replace(self, kept=tuple(kept))
 
     @property
     def factor(self) -> float:
         """Learnt correction factor, else the configured default."""
         return self.token_factor if self.token_factor is not None else self.config.token_factor
 
-    def usage_of(self, items: Iterable[ContextMessage]) -> int:
-        """Estimated prompt tokens of a list of context messages (SPEC §6)."""
-        raw = sum(item.tokens for item in items)
-        return self.config.fixed_overhead_tokens + round(self.factor * raw) + self.usage_offset
+    @cached_property
+    def raw_tokens(self) -> int:
+        """Sum of the stored estimates of every message (before factor and offsets)."""
+        return sum(item.tokens for item in self.items)
 
-    @property
+    @cached_property
     def usage(self) -> int:
-        return self.usage_of(self.items)
+        """Estimated prompt tokens of the context (SPEC §6)."""
+        raw = round(self.factor * self.raw_tokens)
+        return self.config.fixed_overhead_tokens + raw + self.usage_offset
+
+    @cached_property
+    def unanswered(self) -> dict[str, int]:
+        """Calls of the kept part that no message of it answers (a synthetic result counts),
+        by tool-use id, with the index in ``kept`` of the message that made them."""
+        calls = {call.id: index for index, item in enumerate(self.kept) for call in item.calls}
+        for item in self.kept:
+            for result in item.results:
+                calls.pop(result.tool_use_id, None)
+        return calls
+
+    @cached_property
+    def longest_open_result(self) -> int:
+        """Length of the longest tool result an engine may still persist or clear: in the
+        log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
+        return _longest_open_result(self.kept)
+
+    def extended(
+        self,
+        added: Sequence[ContextMessage],
+        *,
+        last_seq: int,
+        usage_offset: int,
+        token_factor: float | None,
+        config: CompactionConfig,
+    ) -> ActiveContext:
+        """This context with messages appended to the kept part, and the session's values.
+
+        A step appends a few messages to a context of hundreds, so what this context already
+        derived is carried over instead of computed again over every message.
+        """
+        new = replace(
+            self,
+            kept=self.kept + tuple(added),
+            last_seq=last_seq,
+            usage_offset=usage_offset,
+            token_factor=token_factor,
+            config=config,
+        )
+        known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
+        if "raw_tokens" in known:
+            derived["raw_tokens"] = known["raw_tokens"] + sum(item.tokens for item in added)
+        if "unanswered" in known:
+            unanswered = dict(known["unanswered"])
+            for index, item in enumerate(added, start=len(self.kept)):
+                unanswered.update((call.id, index) for call in item.calls)
+                for result in item.results:
+                    unanswered.pop(result.tool_use_id, None)
+            derived["unanswered"] = unanswered
+        if "longest_open_result" in known:
+            longest = max(known["longest_open_result"], _longest_open_result(added))
+            derived["longest_open_result"] = longest
+        return new
 
     def message_tokens(self, message: dict[str, Any]) -> int:
         """Raw token estimate of one message, as stored with it."""
@@ -198,6 +290,25 @@ class ActiveContext:
     def tool_names(self) -> dict[str, str]:
         """Tool name of every call in the context, by tool-use id."""
         return {call.id: call.name for item in self.items for call in item.calls}
+
+
+def _longest_open_result(items: Sequence[ContextMessage]) -> int:
+    return max(
+        (
+            len(result.text)
+            for item in items
+            if item.seq is not None and not item.pinned
+            for result in item.results
+            if result.tool_use_id not in item.edited_ids
+        ),
+        default=0,
+    )
+
+
+def _newest_turn(kept: Sequence[ContextMessage]) -> int:
+    """Index of the newest message that is not a tool result (-1 for none): the calls of
+    that turn may still be running."""
+    return next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
 
 
 def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:

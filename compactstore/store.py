@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from compactstore.context import ActiveContext
+from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     create_engine_for,
@@ -478,10 +478,15 @@ class Session:
 
     def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
         """The active context, from the store's cache when only appends happened since."""
+        cached = self.store._cache.get(self.id)
+        if row is None and cached is not None:
+            # A read: when nothing changed since, the versions alone say so.
+            versions = repo.session_versions(connection, self.id)
+            if versions == (cached.version, cached.context_version):
+                return cached.answered
         row = row or repo.get_session(connection, self.id)
         if row is None:
             raise NotFoundError(f"session {self.id!r} no longer exists in {self.store.location}")
-        cached = self.store._cache.get(self.id)
         if cached is not None and cached.context_version == row.context_version:
             if cached.version == row.version:
                 return cached.answered
@@ -753,7 +758,11 @@ class Session:
     # -- reading ------------------------------------------------------------------------
 
     def context(self) -> ActiveContext:
-        """The active context with per-message detail (seq, tokens, state)."""
+        """The active context with per-message detail (seq, tokens, state).
+
+        This is the store's own cached object, shared by later calls: read it, never change
+        its messages. ``active_context()`` returns copies that are the caller's to change.
+        """
         return self.store._read(self._context)
 
     def active_context(self) -> list[dict[str, Any]]:
@@ -784,7 +793,7 @@ class Session:
         def tx(connection: Connection) -> None:
             row = self._locked(connection)
             context = self._context(connection, row)
-            raw = sum(item.tokens for item in context.items)
+            raw = context.raw_tokens
             factor, weight = row.config.token_factor, PRIOR_WEIGHT
             if row.token_factor is not None and row.token_factor_weight is not None:
                 factor, weight = row.token_factor, row.token_factor_weight
@@ -928,13 +937,13 @@ class Session:
         error: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> CompactionResult | None:
-        def tx(connection: Connection) -> CompactionResult | None:
+        def tx(connection: Connection) -> tuple[CompactionResult | None, _Cached | None]:
             row = self._locked(connection)
             context = self._context(connection, row)
             inputs = self._inputs(connection, context, now, instructions)
             outcome = run(context, inputs)
             if outcome is None:
-                return None
+                return None, None
             recorded = {
                 "kind": kind,
                 "now": now,
@@ -950,11 +959,45 @@ class Session:
                 "token_factor": context.token_factor,
                 **(extra or {}),
             }
-            return self._record(
+            result = self._record(
                 connection, outcome, recorded, instructions=instructions, error=error
             )
+            if not outcome.recorded:
+                return result, None
+            return result, self._context_after(connection, outcome, result)
 
-        return self.store._write(tx)
+        result, cached = self.store._write(tx)
+        if cached is not None:
+            # Only once committed: an entry for versions that were rolled back could match
+            # another writer's later, different change.
+            self.store._cache.put(self.id, cached)
+        return result
+
+    def _context_after(
+        self, connection: Connection, outcome: Outcome, result: CompactionResult
+    ) -> _Cached | None:
+        """The cache entry for the context a compaction just recorded, taken from the
+        outcome instead of read back and decoded again: exactly what load_context would
+        rebuild from the rows written. None when the two could differ."""
+        if any(stage.success and not stage.effective for stage in outcome.stages):
+            return None  # the stage moved the context on, but its edits were not recorded
+        final = outcome.context
+        cut = outcome.cut
+        if cut is not None:
+            assert result.boundary is not None and result.boundary.id is not None
+            # As load_context reads it: the new boundary, its state decoded from storage.
+            boundary = BoundaryInfo(
+                result.boundary.id,
+                cut.first_kept_seq,
+                cut.summary_text,
+                json.loads(repo.dumps(cut.summary_state)),
+            )
+            final = replace(final, boundary=boundary)
+        base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
+        versions = repo.session_versions(connection, self.id)
+        assert versions is not None, "the session is locked by this transaction"
+        version, context_version = versions
+        return _Cached(context_version, version, base, base.answered())
 
     def _record(
         self,

@@ -5,14 +5,13 @@ separated, look-alike messages that cut nothing, atomic failure and determinism.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compactstore import (
-    CompactionResult,
     CompactStore,
     CompactStrategy,
     CompactTrigger,
@@ -21,12 +20,15 @@ from compactstore import (
 )
 from tests.helpers import (
     FORMATS,
+    HOUR,
     T0,
     Chat,
     assistant,
+    busy_log,
     call_ids,
     calls_message,
     context_seqs,
+    every_stage,
     new_session,
     opened,
     pair_problems,
@@ -39,22 +41,6 @@ from tests.helpers import (
 )
 
 Snapshot = Callable[[CompactStore], dict[str, list[tuple[Any, ...]]]]
-HOUR = 3_600
-
-
-def busy_log(chat: Chat) -> None:
-    """Big results (for the budget), 8 small ones (for microcompact), and lots of talk."""
-    if chat.fmt != "anthropic":
-        chat.system("You are a build engineer.")
-    chat.request("Get the nightly build green again")
-    chat.tool_turns(
-        [
-            ("read_file", {"file_path": f"ci/step{i}.yml"}, words(800, f"s{i}"), False)
-            for i in range(8)
-        ]
-        + [("bash", {"command": f"make {t}"}, words(5_000, t), False) for t in ("lint", "test")]
-    )
-    chat.chatter(40, chars=1_600)  # 40 x ~400 tokens
 
 
 def test_nothing_to_do_records_nothing(store: CompactStore, db_snapshot: Snapshot) -> None:
@@ -133,24 +119,6 @@ def check_pins(chat: Chat) -> None:
     context = chat.sess.active_context()
     assert [m for m in context if m in chat.pins] == chat.pins
     assert pair_problems(chat.fmt, context) == []
-
-
-def every_stage(chat: Chat) -> Iterator[CompactionResult | None]:
-    """Run each kind of compaction in turn, adding conversation where a stage needs it."""
-    sess = chat.sess
-    yield sess.process_request(now=T0 + 10, enable_microcompact=False, enable_auto_compact=False)
-    yield sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
-    yield sess.process_request(now=T0 + HOUR + 1)  # no memory yet: full compact
-    sess.remember("user_intent", "A green nightly build")
-    chat.chatter(60, tag="more", chars=1_600)
-    yield sess.process_request(now=T0 + HOUR + 2)  # session memory
-    for attempt in (1, 2, 3):
-        chat.chatter(150 if attempt == 1 else 60, tag=f"r{attempt}", chars=1_600)
-        yield sess.reactive_recover("prompt is too long", now=T0 + HOUR + 2 + attempt)
-    chat.chatter(30, tag="late", chars=400)
-    yield sess.compact(now=T0 + HOUR + 10)
-    chat.chatter(10, tag="last", chars=400)
-    yield sess.compact(up_to_seq=len(sess.messages()) - 4, now=T0 + HOUR + 11)
 
 
 def test_pins_stay_verbatim_through_every_stage(store: CompactStore) -> None:

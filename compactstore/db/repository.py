@@ -7,10 +7,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Executable,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from compactstore.context import (
@@ -101,7 +114,17 @@ class MessageRow:
     dedup_of_seq: int | None = None
 
 
+# Statements that run on every step are built once, with bind parameters: building a Core
+# statement and its cache key costs more than SQLite takes to run it.
+_SID: BindParameter[str] = bindparam("sid")
+
 # -- sessions -------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _config(text: str) -> CompactionConfig:
+    """A stored config, parsed once per text (the model is frozen, so it can be shared)."""
+    return CompactionConfig.model_validate_json(text)
 
 
 def _session_row(row: DbRow) -> SessionRow:
@@ -109,7 +132,7 @@ def _session_row(row: DbRow) -> SessionRow:
         id=row.id,
         format=row.format,
         context_window=row.context_window,
-        config=CompactionConfig.model_validate_json(row.config),
+        config=_config(row.config),
         created_at=row.created_at,
         request_seq=row.request_seq,
         usage_offset=row.usage_offset,
@@ -123,14 +146,16 @@ def _session_row(row: DbRow) -> SessionRow:
     )
 
 
+_SESSION = select(sessions).where(sessions.c.id == _SID)
+_SESSION_FOR_UPDATE = _SESSION.with_for_update()
+
+
 def get_session(
     connection: Connection, session_id: str, *, lock: bool = False
 ) -> SessionRow | None:
     """The session's row; with lock=True, PostgreSQL writers queue on it (SELECT FOR UPDATE)."""
-    query = select(sessions).where(sessions.c.id == session_id)
-    if lock and connection.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = connection.execute(query).one_or_none()
+    query = _SESSION_FOR_UPDATE if lock and connection.dialect.name == "postgresql" else _SESSION
+    row = connection.execute(query, {"sid": session_id}).one_or_none()
     return None if row is None else _session_row(row)
 
 
@@ -166,13 +191,31 @@ def update_session(
 ) -> None:
     """Change session columns and bump its version; ``structural`` for any change to the
     active context other than appending (so cached contexts know they must be rebuilt)."""
+    statement = _update_session(frozenset(values), structural)
+    connection.execute(
+        statement, {"sid": session_id, **{f"new_{name}": value for name, value in values.items()}}
+    )
+
+
+@lru_cache(maxsize=32)
+def _update_session(columns: frozenset[str], structural: bool) -> Executable:
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in columns}
     if structural:
         values["context_version"] = sessions.c.context_version + 1
-    connection.execute(
+    return (
         update(sessions)
-        .where(sessions.c.id == session_id)
+        .where(sessions.c.id == _SID)
         .values(version=sessions.c.version + 1, **values)
     )
+
+
+_VERSIONS = select(sessions.c.version, sessions.c.context_version).where(sessions.c.id == _SID)
+
+
+def session_versions(connection: Connection, session_id: str) -> tuple[int, int] | None:
+    """The session's (version, context_version), as a cached context is keyed."""
+    row = connection.execute(_VERSIONS, {"sid": session_id}).one_or_none()
+    return None if row is None else (row.version, row.context_version)
 
 
 def list_sessions(connection: Connection) -> list[tuple[SessionRow, int]]:
@@ -192,18 +235,24 @@ def list_sessions(connection: Connection) -> list[tuple[SessionRow, int]]:
 # -- messages -------------------------------------------------------------------------------
 
 
+_LAST_MESSAGE = (
+    select(messages.c.seq, messages.c.role, messages.c.pinned)
+    .where(messages.c.session_id == _SID)
+    .order_by(messages.c.seq.desc())
+    .limit(1)
+)
+
+
 def last_message(connection: Connection, session_id: str) -> DbRow | None:
-    return connection.execute(
-        select(messages.c.seq, messages.c.role, messages.c.pinned)
-        .where(messages.c.session_id == session_id)
-        .order_by(messages.c.seq.desc())
-        .limit(1)
-    ).one_or_none()
+    return connection.execute(_LAST_MESSAGE, {"sid": session_id}).one_or_none()
+
+
+_INSERT_MESSAGES = insert(messages)
 
 
 def insert_messages(connection: Connection, session_id: str, rows: Sequence[MessageRow]) -> None:
     connection.execute(
-        insert(messages),
+        _INSERT_MESSAGES,
         [
             {
                 "session_id": session_id,
@@ -258,16 +307,21 @@ def log_messages(
 # -- tool calls -----------------------------------------------------------------------------
 
 
+_KNOWN_CALLS = select(tool_calls).where(
+    tool_calls.c.session_id == _SID,
+    tool_calls.c.tool_use_id.in_(bindparam("ids", expanding=True)),
+)
+
+
 def known_calls(connection: Connection, session_id: str, ids: Iterable[str]) -> dict[str, DbRow]:
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = connection.execute(
-        select(tool_calls).where(
-            tool_calls.c.session_id == session_id, tool_calls.c.tool_use_id.in_(wanted)
-        )
-    ).all()
+    rows = connection.execute(_KNOWN_CALLS, {"sid": session_id, "ids": wanted}).all()
     return {row.tool_use_id: row for row in rows}
+
+
+_INSERT_CALLS = insert(tool_calls)
 
 
 def insert_calls(
@@ -275,7 +329,7 @@ def insert_calls(
 ) -> None:
     if calls:
         connection.execute(
-            insert(tool_calls),
+            _INSERT_CALLS,
             [
                 {"session_id": session_id, "tool_use_id": c.id, "name": c.name, "call_seq": seq}
                 for c, seq in calls
@@ -283,30 +337,42 @@ def insert_calls(
         )
 
 
+_MARK_RESULT = (
+    update(tool_calls)
+    .where(tool_calls.c.session_id == _SID, tool_calls.c.tool_use_id == bindparam("call_id"))
+    .values(result_seq=bindparam("new_result_seq"))
+)
+
+
 def mark_results(
     connection: Connection, session_id: str, results: Sequence[tuple[str, int]]
 ) -> None:
-    for tool_use_id, seq in results:
+    if results:
         connection.execute(
-            update(tool_calls)
-            .where(tool_calls.c.session_id == session_id, tool_calls.c.tool_use_id == tool_use_id)
-            .values(result_seq=seq)
+            _MARK_RESULT,
+            [
+                {"sid": session_id, "call_id": tool_use_id, "new_result_seq": seq}
+                for tool_use_id, seq in results
+            ],
         )
 
 
 # -- boundaries and the active context ------------------------------------------------------
 
 
+_LIVE_BOUNDARY = (
+    select(compact_boundaries)
+    .where(
+        compact_boundaries.c.session_id == _SID,
+        compact_boundaries.c.rolled_back_at.is_(None),
+    )
+    .order_by(compact_boundaries.c.id.desc())
+    .limit(1)
+)
+
+
 def live_boundary(connection: Connection, session_id: str) -> DbRow | None:
-    return connection.execute(
-        select(compact_boundaries)
-        .where(
-            compact_boundaries.c.session_id == session_id,
-            compact_boundaries.c.rolled_back_at.is_(None),
-        )
-        .order_by(compact_boundaries.c.id.desc())
-        .limit(1)
-    ).one_or_none()
+    return connection.execute(_LIVE_BOUNDARY, {"sid": session_id}).one_or_none()
 
 
 _MESSAGE_COLUMNS = (
@@ -430,6 +496,17 @@ def load_context(
     )
 
 
+_APPENDED = (
+    select(*_MESSAGE_COLUMNS)
+    .where(
+        messages.c.session_id == _SID,
+        messages.c.seq > bindparam("after_seq"),
+        messages.c.seq <= bindparam("last_seq"),
+    )
+    .order_by(messages.c.seq)
+)
+
+
 def extend_context(
     connection: Connection, context: ActiveContext, session: SessionRow
 ) -> ActiveContext:
@@ -439,18 +516,11 @@ def extend_context(
     session's context_version is unchanged); appends never carry edits.
     """
     rows = connection.execute(
-        select(*_MESSAGE_COLUMNS)
-        .where(
-            messages.c.session_id == session.id,
-            messages.c.seq > context.last_seq,
-            messages.c.seq <= session.last_seq,
-        )
-        .order_by(messages.c.seq)
+        _APPENDED,
+        {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
     ).all()
-    added = tuple(_kept_item(context.fmt, row, None) for row in rows)
-    return replace(
-        context,
-        kept=context.kept + added,
+    return context.extended(
+        [_kept_item(context.fmt, row, None) for row in rows],
         last_seq=session.last_seq,
         usage_offset=session.usage_offset,
         token_factor=session.token_factor,
@@ -620,10 +690,11 @@ def has_live_edit(connection: Connection, session_id: str, seq: int) -> bool:
 # -- breaker, memory, blobs -----------------------------------------------------------------
 
 
+_BREAKER = select(breaker_state).where(breaker_state.c.session_id == _SID)
+
+
 def get_breaker(connection: Connection, session_id: str) -> DbRow:
-    return connection.execute(
-        select(breaker_state).where(breaker_state.c.session_id == session_id)
-    ).one()
+    return connection.execute(_BREAKER, {"sid": session_id}).one()
 
 
 def set_breaker(connection: Connection, session_id: str, **values: Any) -> None:
@@ -657,13 +728,14 @@ def insert_memory(
     return int(result.scalar_one())
 
 
+_MEMORIES = (
+    select(memory_entries).where(memory_entries.c.session_id == _SID).order_by(memory_entries.c.id)
+)
+
+
 def memories(connection: Connection, session_id: str) -> list[MemoryEntry]:
     """The session's memory entries, oldest first."""
-    rows = connection.execute(
-        select(memory_entries)
-        .where(memory_entries.c.session_id == session_id)
-        .order_by(memory_entries.c.id)
-    ).all()
+    rows = connection.execute(_MEMORIES, {"sid": session_id}).all()
     return [
         MemoryEntry(
             id=r.id,
@@ -688,10 +760,13 @@ def get_blob(connection: Connection, session_id: str, blob_id: int) -> DbRow | N
 # -- recording a compaction -----------------------------------------------------------------
 
 
+_LAST_BLOB_ID = select(func.max(tool_result_blobs.c.id)).where(
+    tool_result_blobs.c.session_id == _SID
+)
+
+
 def next_blob_id(connection: Connection, session_id: str) -> int:
-    current = connection.execute(
-        select(func.max(tool_result_blobs.c.id)).where(tool_result_blobs.c.session_id == session_id)
-    ).scalar_one()
+    current = connection.execute(_LAST_BLOB_ID, {"sid": session_id}).scalar_one()
     return 1 if current is None else int(current) + 1
 
 

@@ -180,7 +180,9 @@ def summarise(
         return rule_text, ""
     previous = context.boundary.summary_text if context.boundary is not None else None
     try:
-        text = inputs.summarizer([item.message for item in removed], previous, inputs.instructions)
+        # Copies: a summarizer that changes what it is given must not change the context.
+        messages = [item.copy_message() for item in removed]
+        text = inputs.summarizer(messages, previous, inputs.instructions)
     except SummarizerError:
         raise
     except Exception as exc:  # a failing summarizer must never lose the compaction

@@ -48,7 +48,6 @@ def persist_results(
     choose: Callable[[Sequence[ContextMessage]], list[tuple[int, str]]],
 ) -> tuple[list[ContextMessage], list[Edit], list[NewBlob]]:
     """Persist the tool results ``choose`` picks, as (kept index, tool-use id) pairs."""
-    names = context.tool_names()
     kept = list(context.kept)
     edits: list[Edit] = []
     blobs: list[NewBlob] = []
@@ -56,6 +55,7 @@ def persist_results(
     by_index: dict[int, list[str]] = {}
     for index, tool_use_id in choose(kept):
         by_index.setdefault(index, []).append(tool_use_id)
+    names = context.tool_names() if by_index else {}
     for index in sorted(by_index):
         item = kept[index]
         assert item.seq is not None
@@ -91,6 +91,8 @@ def oversized(
     """A chooser of every unedited tool result longer than ``min_chars``."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
+        if context.longest_open_result <= min_chars:
+            return []  # the usual case, seen without a pass over every message
         return [
             (index, result.tool_use_id)
             for index, item in enumerate(kept)
