@@ -220,6 +220,7 @@ def test_a_stage_that_acted_but_freed_nothing_leaves_no_context_in_the_cache(
     cached = store._cache.get(sess.id)
     assert cached is None or (cached.version, cached.context_version) != versions(store, sess.id)
     assert facts(sess.context()) == facts(reopen().get_session(sess.id).context())
+    assert result.messages == sess.active_context(), "the result must show the context as stored"
 
 
 def derived(context: ActiveContext) -> tuple[Any, ...]:

@@ -127,7 +127,8 @@ def process(
         micro = microcompact.run(context, inputs)
         if micro.acted:
             stages.append(micro)
-            context = micro.context
+            if micro.effective:  # clearing only results shorter than the placeholder grows
+                context = micro.context
             if micro.trigger == CompactTrigger.MICROCOMPACT_TIME:
                 last_microcompact_at = inputs.now
     failures: int | None = None
