@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 import compactstore
 from compactstore import CompactStore, DatabaseError, SchemaError
 from compactstore.cli import cli
-from compactstore.db.migrate import current_revision, head_revision
+from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.db.schema import metadata
 from tests.helpers import TABLES
 
@@ -92,6 +92,25 @@ def test_a_new_database_is_created_at_head_with_every_table_and_the_history_view
     assert names >= TABLES
     assert "compaction_history" in set(inspect(store.engine).get_view_names())
     assert store.sessions() == []
+
+
+def test_the_head_read_from_the_revision_files_is_alembics() -> None:
+    from alembic.script import ScriptDirectory
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_opening_a_database_at_head_does_not_load_alembic(db_url: str) -> None:
+    CompactStore.open(db_url).close()
+    code = (
+        "import sys; from compactstore import CompactStore; "
+        "CompactStore.open(sys.argv[1]).close(); print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] == 'alembic'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, db_url], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_alembic_upgrade_downgrade_upgrade_from_the_repository_root(db_url: str) -> None:
