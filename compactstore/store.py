@@ -767,7 +767,7 @@ class Session:
 
     def active_context(self) -> list[dict[str, Any]]:
         """What to send to the model, in the session's format."""
-        return database_errors(self.store.location, lambda: self.context().messages())
+        return self.context().messages()
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""
