@@ -39,7 +39,7 @@ from compactstore import (
     Session,
 )
 from compactstore.formats.base import storage_json
-from tests.helpers import call_ids, pair_problems, results
+from tests.helpers import call_ids, calls_message, pair_problems, result_message, results
 
 FORMATS = ("anthropic", "openai", "minicode")
 CONTEXT_WINDOW = 6_000
@@ -73,53 +73,6 @@ def canonical(message: Any) -> str:
 def raw(message: Any) -> str:
     """sha256 of the exact text compactstore stores for the message."""
     return hashlib.sha256(storage_json(message).encode("utf-8")).hexdigest()
-
-
-def calls_message(fmt: str, calls: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
-    if fmt == "openai":
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": cid,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args, sort_keys=True)},
-                }
-                for cid, name, args in calls
-            ],
-        }
-    return {
-        "role": "assistant",
-        "content": [
-            {"type": "tool_use", "id": cid, "name": name, "input": args}
-            for cid, name, args in calls
-        ],
-    }
-
-
-def result_message(fmt: str, tool_use_id: str, content: str, name: str) -> dict[str, Any]:
-    if fmt == "anthropic":
-        return {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": tool_use_id,
-                    "content": content,
-                    "is_error": False,
-                }
-            ],
-        }
-    if fmt == "openai":
-        return {"role": "tool", "tool_call_id": tool_use_id, "content": content}
-    return {
-        "role": "tool_result",
-        "content": content,
-        "toolName": name,
-        "toolUseId": tool_use_id,
-        "isError": False,
-    }
 
 
 class Driver:
@@ -200,7 +153,7 @@ class Driver:
                 self.pending[fmt].pop(0)
                 continue
             self.pending[fmt].pop(0)
-            expected = result_message(fmt, tool_use_id, content, name)
+            expected = result_message(fmt, tool_use_id, content, name=name)
             self.ack(
                 op="tool_result",
                 sid=sess.id,
@@ -228,7 +181,7 @@ class Driver:
         cid = self.new_id(fmt)
         messages = [
             calls_message(fmt, [(cid, "grep", {"pattern": self.rng.choice(WORDS)})]),
-            result_message(fmt, cid, self.text(5, 400), "grep"),
+            result_message(fmt, cid, self.text(5, 400), name="grep"),
             {"role": "assistant", "content": self.text(3, 40)},
         ]
         stamps: list[float | None] = [self.tick() for _ in messages]

@@ -14,6 +14,7 @@ The worker processes are this module run as ``python -m tests.test_concurrency R
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -26,13 +27,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from compactstore import CompactStore, CompactStoreError, DatabaseError
 from compactstore.db import engine as engine_module
-from tests.conftest import _pg_admin_url
+from tests.conftest import fresh_database
 from tests.crash_child import check_rows
 from tests.helpers import pair_problems
 
@@ -324,21 +323,12 @@ def test_appenders_on_one_session_get_contiguous_seqs(db_url: str, workers: Work
 @pytest.fixture
 def new_databases(db_url: str, tmp_path: Path) -> Iterator[list[str]]:
     """Six more empty databases on db_url's backend."""
-    if "://" not in db_url:
-        yield [str(tmp_path / f"new{t}.db") for t in range(6)]
-        return
-    admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-    names = [f"{make_url(db_url).database}_new{t}" for t in range(6)]
-    with admin.connect() as connection:
-        for name in names:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield [make_url(db_url).set(database=n).render_as_string(False) for n in names]
-    finally:
-        with admin.connect() as connection:
-            for name in names:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    backend = "postgres" if "://" in db_url else "sqlite"
+    directories = [tmp_path / f"new{t}" for t in range(6)]
+    with contextlib.ExitStack() as stack:
+        for directory in directories:
+            directory.mkdir()
+        yield [stack.enter_context(fresh_database(backend, d, "new")) for d in directories]
 
 
 @pytest.mark.slow

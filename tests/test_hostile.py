@@ -26,8 +26,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import inspect
 
 from compactstore import (
     CompactStore,
@@ -41,7 +40,7 @@ from compactstore import (
 from compactstore.cli import cli
 from compactstore.formats.base import MAX_NESTING
 from compactstore.importers import import_file, read_transcript
-from tests.conftest import BACKENDS, PG_URL, _pg_admin_url, snapshot
+from tests.conftest import BACKENDS, fresh_database, snapshot
 
 T0 = 1_700_000_000.0
 MB = 1024 * 1024
@@ -149,25 +148,8 @@ def world(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp(f"hostile-{request.param}")
-    if request.param == "sqlite":
-        url = str(tmp / "world.db")
-        with CompactStore.open(url) as store:
-            yield _build(store, url, tmp)
-        return
-    if not PG_URL:
-        pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-    name = f"cs_hostile_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-    try:
-        with CompactStore.open(url) as store:
-            yield _build(store, url, tmp)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(request.param, tmp, "hostile") as url, CompactStore.open(url) as store:
+        yield _build(store, url, tmp)
 
 
 # -- deeply nested values -------------------------------------------------------------------------
