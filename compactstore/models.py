@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "MEMORY_KINDS",
     "BreakerState",
     "CompactBoundary",
     "CompactStrategy",
@@ -15,6 +16,7 @@ __all__ = [
     "CompactionConfig",
     "CompactionResult",
     "CompactionStep",
+    "ImportedBoundary",
     "MemoryEntry",
     "SessionInfo",
 ]
@@ -226,6 +228,10 @@ class SessionInfo(BaseModel):
     config: CompactionConfig
 
 
+# What a memory entry is about (``Session.remember(kind, text)``).
+MEMORY_KINDS = ("user_intent", "decision", "convention", "pattern", "fact")
+
+
 class MemoryEntry(BaseModel):
     """A piece of memory used by session-memory compact."""
 
@@ -237,3 +243,15 @@ class MemoryEntry(BaseModel):
     tokens: int
     created_at: float
     scope: str = "session"
+
+
+class ImportedBoundary(BaseModel):
+    """A compaction found in an imported transcript (the agent did it itself)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    first_kept_index: int  # index (in the imported messages) of the first message after it
+    summary_text: str
+    trigger: CompactTrigger = CompactTrigger.AUTO
+    tokens_before: int | None = None  # the agent's own count, kept for reference
+    timestamp: float | None = None

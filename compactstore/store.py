@@ -7,20 +7,37 @@ leaves the database exactly as it was when anything raises.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from compactstore.context import ActiveContext, BoundaryInfo
+from compactstore.context import ActiveContext
+from compactstore.core.cache import CachedContext, ContextCache
+from compactstore.core.checks import (
+    MAX_NAME,
+    PendingMessage,
+    check_column_text,
+    check_id,
+    check_session_id,
+    check_timestamp,
+    check_utf8,
+    check_whole,
+    now_or_clock,
+    prepare_message,
+)
+from compactstore.core.recording import (
+    boundary_model,
+    cache_entry_after,
+    compaction_model,
+    record_outcome,
+    rolled_back_model,
+    unrecorded_result,
+)
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     create_engine_for,
@@ -43,15 +60,14 @@ from compactstore.errors import (
     NotFoundError,
 )
 from compactstore.formats import FORMAT_NAMES, MessageFormat, get_format
-from compactstore.formats.base import check_nesting
 from compactstore.models import (
+    MEMORY_KINDS,
     BreakerState,
     CompactBoundary,
     CompactionConfig,
     CompactionResult,
-    CompactionStep,
     CompactStrategy,
-    CompactTrigger,
+    ImportedBoundary,
     MemoryEntry,
     SessionInfo,
 )
@@ -60,9 +76,7 @@ from compactstore.tokens import PRIOR_WEIGHT, TokenCounter, estimate_tokens, lea
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_FORMAT",
-    "MEMORY_KINDS",
     "CompactStore",
-    "ImportedBoundary",
     "MemoryProvider",
     "Session",
     "Summarizer",
@@ -70,139 +84,7 @@ __all__ = [
 
 DEFAULT_FORMAT = "anthropic"
 DEFAULT_CONTEXT_WINDOW = 200_000
-MEMORY_KINDS = ("user_intent", "decision", "convention", "pattern", "fact")
 T = TypeVar("T")
-
-
-# 9999-12-31T23:59:59Z: the last second a date can show (and a datetime can hold).
-MAX_TIMESTAMP = 253_402_300_799
-
-
-def _check_timestamp(value: Any, what: str = "timestamp") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInputError(f"{what} must be a number of epoch seconds, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidInputError(f"{what} must be a finite, non-negative number, got {value!r}")
-    if not 0 <= value <= MAX_TIMESTAMP:
-        shown = value if abs(value) < 10**20 else "a far larger number"
-        raise InvalidInputError(
-            f"{what} must be epoch seconds between 0 and {MAX_TIMESTAMP} "
-            f"(9999-12-31 23:59:59 UTC), got {shown}"
-        )
-    return float(value)
-
-
-def _now(value: float | None, what: str = "now") -> float:
-    return time.time() if value is None else _check_timestamp(value, what)
-
-
-def _check_session_id(session_id: Any) -> str:
-    if not isinstance(session_id, str) or not session_id:
-        raise InvalidInputError(f"session id must be a non-empty string, got {session_id!r}")
-    if len(session_id) > 255:
-        raise InvalidInputError("session id is longer than 255 characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in session_id):
-        raise InvalidInputError(f"session id {session_id!r} contains control characters")
-    _check_utf8(session_id, "session id")
-    return session_id
-
-
-_MAX_NAME = 255  # tool ids and names live in VARCHAR(255) columns
-
-
-def _check_column_text(text: str, what: str, max_length: int | None = None) -> None:
-    """Text stored in its own column (not inside the JSON payload) must be storable on
-    every backend: PostgreSQL text cannot hold NUL, and VARCHAR columns have a length."""
-    if "\x00" in text:
-        raise InvalidInputError(f"{what} contains a NUL character")
-    if max_length is not None and len(text) > max_length:
-        raise InvalidInputError(f"{what} is longer than {max_length} characters")
-    _check_utf8(text, what)
-
-
-# Whole numbers stored in INTEGER columns must fit them on every backend.
-_MAX_INT = 2**31 - 1
-
-
-def _check_whole(value: Any, what: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} must be a whole number, got {value!r}")
-    if not minimum <= value <= _MAX_INT:
-        raise InvalidInputError(f"{what} must be between {minimum} and {_MAX_INT}, got {value}")
-    return value
-
-
-def _check_id(value: Any, what: str, session_id: str) -> None:
-    """A row id given by a caller: a whole number, and one that can exist."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} id must be a whole number, got {value!r}")
-    if not 0 < value <= _MAX_INT:
-        raise NotFoundError(f"no {what} {value} in session {session_id!r}")
-
-
-def _check_utf8(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(
-            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start})"
-        ) from None
-
-
-@dataclass(frozen=True, slots=True)
-class _Cached:
-    context_version: int
-    version: int
-    base: ActiveContext  # as rebuilt from the rows
-    answered: ActiveContext  # with synthetic results for crash-orphaned calls
-
-
-class _ContextCache:
-    """Active contexts read by this process, per session, with the versions they were read
-    at: reused as is while the session is unchanged, extended with the new messages while
-    only appends happened; any compaction, rollback or config change (in any process)
-    bumps context_version and forces a rebuild from the rows."""
-
-    def __init__(self, max_sessions: int = 64) -> None:
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[str, _Cached] = OrderedDict()
-        self._max = max_sessions
-
-    def get(self, session_id: str) -> _Cached | None:
-        with self._lock:
-            entry = self._entries.get(session_id)
-            if entry is not None:
-                self._entries.move_to_end(session_id)
-            return entry
-
-    def put(self, session_id: str, entry: _Cached) -> None:
-        with self._lock:
-            self._entries[session_id] = entry
-            self._entries.move_to_end(session_id)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedBoundary:
-    """A compaction found in an imported transcript."""
-
-    first_kept_index: int  # index (in the imported messages) of the first message after it
-    summary_text: str
-    trigger: CompactTrigger = CompactTrigger.AUTO
-    tokens_before: int | None = None  # the agent's own count, kept for reference
-    timestamp: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """A message that passed the format's checks, ready to be numbered and stored."""
-
-    message: dict[str, Any]
-    payload: str
-    created_at: float
-    pinned: bool = False
-    dedup_of_seq: int | None = None
 
 
 class CompactStore:
@@ -226,7 +108,7 @@ class CompactStore:
         self.token_counter: TokenCounter = token_counter or estimate_tokens
         self.summarizer = summarizer
         self.memory_provider = memory_provider
-        self._cache = _ContextCache()
+        self._cache = ContextCache()
 
     @classmethod
     def open(
@@ -321,14 +203,14 @@ class CompactStore:
             ConflictError: the session exists with another format or context window.
             InvalidInputError: a bad id, format, window or config.
         """
-        sid = _check_session_id(session_id)
+        sid = check_session_id(session_id)
         if format is not None and format not in FORMAT_NAMES:
             get_format(format)  # raises, naming the valid formats
         if context_window is not None:
-            _check_whole(context_window, "context_window (tokens)", minimum=1_000)
+            check_whole(context_window, "context_window (tokens)", minimum=1_000)
         if config is not None and not isinstance(config, CompactionConfig):
             raise InvalidInputError("config must be a CompactionConfig")
-        created = _now(now)
+        created = now_or_clock(now)
 
         def tx(connection: Connection) -> repo.SessionRow:
             row = repo.get_session(connection, sid, lock=True)
@@ -364,7 +246,7 @@ class CompactStore:
 
     def get_session(self, session_id: str) -> Session:
         """Open an existing session; NotFoundError when there is none."""
-        sid = _check_session_id(session_id)
+        sid = check_session_id(session_id)
         row = self._read(lambda c: repo.get_session(c, sid))
         if row is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
@@ -391,7 +273,7 @@ class CompactStore:
             ConflictError: the session already exists.
             InvalidMessageError: a message is invalid (the error names its index).
         """
-        sid = _check_session_id(session_id)
+        sid = check_session_id(session_id)
         get_format(format)
         if timestamps is not None and len(timestamps) != len(messages):
             raise InvalidInputError("timestamps must be a list as long as messages")
@@ -414,7 +296,7 @@ class CompactStore:
                 format=format,
                 context_window=context_window or DEFAULT_CONTEXT_WINDOW,
                 config=config or CompactionConfig(),
-                created_at=_now(created),
+                created_at=now_or_clock(created),
             )
             row = repo.get_session(connection, sid)
             assert row is not None
@@ -493,51 +375,19 @@ class Session:
             base = repo.extend_context(connection, cached.base, row)
         else:
             base = repo.load_context(connection, row, self.fmt, self.store.token_counter)
-        entry = _Cached(row.context_version, row.version, base, base.answered())
+        entry = CachedContext(row.context_version, row.version, base, base.answered())
         self.store._cache.put(self.id, entry)
         return entry.answered
 
     def _prepare(
         self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
-    ) -> _Pending:
-        where = "" if index is None else f"message {index}: "
-        if not isinstance(message, dict):
-            raise InvalidMessageError(
-                f"{where}a message must be a dict, got {type(message).__name__}"
-            )
-        try:
-            check_nesting(message)
-            self.fmt.validate(message)
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(f"{where}{exc}") from None
-        try:
-            payload = repo.dumps(message)
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessageError(f"{where}message is not JSON-serialisable: {exc}") from None
-        try:
-            size = len(payload.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise InvalidMessageError(
-                f"{where}message text is not valid Unicode "
-                f"(a lone surrogate at position {exc.start})"
-            ) from None
-        if size > self.config.max_message_bytes:
-            raise InvalidMessageError(
-                f"{where}message is {size} bytes, over the limit of "
-                f"{self.config.max_message_bytes} (CompactionConfig.max_message_bytes)"
-            )
-        if not isinstance(pinned, bool):
-            raise InvalidInputError(f"{where}pinned must be True or False")
-        if pinned and (self.fmt.tool_calls(message) or self.fmt.tool_results(message)):
-            raise InvalidMessageError(
-                f"{where}a message with tool calls or results cannot be pinned: pinning it "
-                f"would separate it from its pair"
-            )
-        created = _now(timestamp, "timestamp")
-        return _Pending(message, payload, created, pinned)
+    ) -> PendingMessage:
+        return prepare_message(
+            self.fmt, self.config, message, timestamp, pinned=pinned, index=index
+        )
 
     def _insert(
-        self, connection: Connection, row: repo.SessionRow, pending: Sequence[_Pending]
+        self, connection: Connection, row: repo.SessionRow, pending: Sequence[PendingMessage]
     ) -> list[int]:
         """Number, pin, pair-check and store messages. Raises before writing anything."""
         fmt = self.fmt
@@ -553,10 +403,10 @@ class Session:
             where = f"message {offset}: " if len(pending) > 1 else ""
             try:
                 for result in fmt.tool_results(item.message):
-                    _check_column_text(result.tool_use_id, "tool result id", _MAX_NAME)
+                    check_column_text(result.tool_use_id, "tool result id", MAX_NAME)
                 for call in fmt.tool_calls(item.message):
-                    _check_column_text(call.id, "tool call id", _MAX_NAME)
-                    _check_column_text(call.name, "tool name", _MAX_NAME)
+                    check_column_text(call.id, "tool call id", MAX_NAME)
+                    check_column_text(call.name, "tool name", MAX_NAME)
             except InvalidInputError as exc:
                 raise InvalidMessageError(f"{where}{exc}") from None
         stored = repo.known_calls(
@@ -699,10 +549,10 @@ class Session:
             raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
         if not isinstance(is_error, bool):
             raise InvalidInputError("is_error must be True or False")
-        _check_utf8(content, "tool result content")
-        _check_column_text(tool_name, "tool_name", _MAX_NAME)
+        check_utf8(content, "tool result content")
+        check_column_text(tool_name, "tool_name", MAX_NAME)
         if file_path is not None:
-            _check_column_text(file_path, "file_path")
+            check_column_text(file_path, "file_path")
         digest = read_dedup.content_hash(content)
         dedup = file_path is not None and not is_error and self.config.read_dedup_enabled
 
@@ -722,7 +572,7 @@ class Session:
                 tool_use_id, text, tool_name=tool_name, is_error=is_error
             )
             pending = self._prepare(message, timestamp)
-            pending = _Pending(
+            pending = PendingMessage(
                 pending.message, pending.payload, pending.created_at, False, dedup_of
             )
             seq = self._insert(connection, row, [pending])[0]
@@ -747,7 +597,7 @@ class Session:
         """
         if not isinstance(file_path, str) or not file_path:
             raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
-        _check_column_text(file_path, "file_path")
+        check_column_text(file_path, "file_path")
 
         def tx(connection: Connection) -> bool:
             self._locked(connection)
@@ -788,7 +638,7 @@ class Session:
         correction factor is learnt from consecutive real counts. A model call that went
         through also resets the reactive-recovery counter.
         """
-        _check_whole(input_tokens, "input_tokens")
+        check_whole(input_tokens, "input_tokens")
 
         def tx(connection: Connection) -> None:
             row = self._locked(connection)
@@ -838,7 +688,7 @@ class Session:
         nothing happened, success is False and strategy None.
         """
         del enable_read_dedup  # dedup runs in append_tool_result
-        at = _now(now)
+        at = now_or_clock(now)
         flags = {
             "enable_tool_budget": bool(enable_tool_budget),
             "enable_microcompact": bool(enable_microcompact),
@@ -863,7 +713,7 @@ class Session:
         """
         if not isinstance(error_message, str):
             raise InvalidInputError("error_message must be the API's error text (a string)")
-        at = _now(now)
+        at = now_or_clock(now)
         return self._compaction(at, pipeline.recover, kind="reactive", error=error_message)
 
     def compact(
@@ -880,8 +730,8 @@ class Session:
         if instructions is not None and not isinstance(instructions, str):
             raise InvalidInputError("instructions must be a string")
         if up_to_seq is not None:
-            _check_whole(up_to_seq, "up_to_seq (a message seq)")
-        at = _now(now)
+            check_whole(up_to_seq, "up_to_seq (a message seq)")
+        at = now_or_clock(now)
 
         def run(context: ActiveContext, inputs: EngineInputs) -> Outcome:
             if up_to_seq is not None and up_to_seq > context.last_seq:
@@ -937,7 +787,7 @@ class Session:
         error: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> CompactionResult | None:
-        def tx(connection: Connection) -> tuple[CompactionResult | None, _Cached | None]:
+        def tx(connection: Connection) -> tuple[CompactionResult | None, CachedContext | None]:
             row = self._locked(connection)
             context = self._context(connection, row)
             inputs = self._inputs(connection, context, now, instructions)
@@ -959,12 +809,18 @@ class Session:
                 "token_factor": context.token_factor,
                 **(extra or {}),
             }
-            result = self._record(
-                connection, outcome, recorded, instructions=instructions, error=error
+            result = record_outcome(
+                connection,
+                self.id,
+                outcome,
+                recorded,
+                at=now,
+                instructions=instructions,
+                error=error,
             )
             if not outcome.recorded:
                 return result, None
-            return result, self._context_after(connection, outcome, result)
+            return result, cache_entry_after(connection, self.id, outcome, result)
 
         result, cached = self.store._write(tx)
         if cached is not None:
@@ -973,171 +829,11 @@ class Session:
             self.store._cache.put(self.id, cached)
         return result
 
-    def _context_after(
-        self, connection: Connection, outcome: Outcome, result: CompactionResult
-    ) -> _Cached | None:
-        """The cache entry for the context a compaction just recorded, taken from the
-        outcome instead of read back and decoded again: exactly what load_context would
-        rebuild from the rows written. None when the two could differ."""
-        if any(stage.success and not stage.effective for stage in outcome.stages):
-            return None  # the stage moved the context on, but its edits were not recorded
-        final = outcome.context
-        cut = outcome.cut
-        if cut is not None:
-            assert result.boundary is not None and result.boundary.id is not None
-            # As load_context reads it: the new boundary, its state decoded from storage.
-            boundary = BoundaryInfo(
-                result.boundary.id,
-                cut.first_kept_seq,
-                cut.summary_text,
-                json.loads(repo.dumps(cut.summary_state)),
-            )
-            final = replace(final, boundary=boundary)
-        base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
-        versions = repo.session_versions(connection, self.id)
-        assert versions is not None, "the session is locked by this transaction"
-        version, context_version = versions
-        return _Cached(context_version, version, base, base.answered())
-
-    def _record(
-        self,
-        connection: Connection,
-        outcome: Outcome,
-        recorded: dict[str, Any],
-        *,
-        instructions: str | None,
-        error: str | None,
-        replay_of: int | None = None,
-    ) -> CompactionResult:
-        """Write what the engines decided: boundary, compaction row, edits, blobs, counters."""
-        now = float(recorded["now"])
-        breaker: dict[str, Any] = {}
-        if outcome.consecutive_failures is not None:
-            breaker["consecutive_failures"] = outcome.consecutive_failures
-            breaker["tripped"] = bool(outcome.tripped)
-        if outcome.reactive_attempts is not None:
-            breaker["reactive_attempts"] = outcome.reactive_attempts
-        if outcome.last_microcompact_at is not None:
-            breaker["last_microcompact_at"] = outcome.last_microcompact_at
-        if breaker:
-            repo.set_breaker(connection, self.id, **breaker)
-        final = outcome.context
-        if not outcome.recorded:
-            if breaker:
-                repo.update_session(connection, self.id)
-            return _unrecorded(outcome, now, instructions)
-        cut, cut_stage = outcome.cut, outcome.cut_stage
-        start = outcome.start
-        boundary: CompactBoundary | None = None
-        if cut is not None and cut_stage is not None:
-            summary = final.summary
-            assert summary is not None
-            values = {
-                "trigger": cut_stage.trigger.value,
-                "strategy": cut_stage.strategy.value,
-                "created_at": now,
-                "tokens_before": outcome.tokens_before,
-                "tokens_after": outcome.tokens_after,
-                "messages_removed": len(cut.removed_seqs),
-                "first_kept_seq": cut.first_kept_seq,
-                "last_kept_seq": cut.last_kept_seq,
-                "summary_text": cut.summary_text,
-                "summary_message": repo.dumps(summary.message),
-                "summary_tokens": summary.tokens,
-                "summary_state": repo.dumps(cut.summary_state),
-                "parent_id": start.boundary.id if start.boundary is not None else None,
-            }
-            boundary_id = repo.insert_boundary(connection, self.id, **values)
-            boundary = boundary_model(_Row(id=boundary_id, rolled_back_at=None, **values))
-        steps = outcome.steps()
-        edits, blobs = outcome.edits, outcome.blobs
-        cleared = [tool_use_id for edit in edits for tool_use_id in edit.tool_use_ids]
-        removed = list(cut.removed_seqs) if cut is not None else []
-        strategy, trigger = outcome.strategy, outcome.trigger
-        compaction_id = repo.insert_compaction(
-            connection,
-            self.id,
-            trigger=None if trigger is None else trigger.value,
-            strategy=None if strategy is None else strategy.value,
-            success=outcome.success,
-            tokens_before=outcome.tokens_before,
-            tokens_after=outcome.tokens_after,
-            tokens_freed=outcome.tokens_before - outcome.tokens_after,
-            summary_text=cut.summary_text if cut is not None else "",
-            boundary_id=boundary.id if boundary is not None else None,
-            created_at=now,
-            steps=repo.dumps([step.model_dump(mode="json") for step in steps]),
-            config=final.config.model_dump_json(),
-            removed_seqs=repo.dumps(removed),
-            cleared_tool_use_ids=repo.dumps(cleared),
-            blob_ids=repo.dumps([blob.id for blob in blobs]),
-            instructions=instructions,
-            error=error,
-            inputs=repo.dumps(recorded),
-            replay_of=replay_of,
-        )
-        repo.insert_edits(
-            connection,
-            self.id,
-            [
-                {
-                    "seq": edit.seq,
-                    "compaction_id": compaction_id,
-                    "kind": edit.kind,
-                    "tool_use_ids": repo.dumps(list(edit.tool_use_ids)),
-                    "payload": repo.dumps(edit.message),
-                    "tokens": edit.tokens,
-                }
-                for edit in edits
-            ],
-        )
-        repo.insert_blobs(
-            connection,
-            self.id,
-            [
-                {
-                    "id": blob.id,
-                    "seq": blob.seq,
-                    "tool_use_id": blob.tool_use_id,
-                    "tool_name": blob.tool_name,
-                    "compaction_id": compaction_id,
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "size": len(data),
-                    "content": data,
-                    "created_at": now,
-                }
-                for blob in blobs
-                for data in [blob.content.encode("utf-8")]
-            ],
-        )
-        # The context changed, so the last real count no longer describes it.
-        changed = {"real_tokens": None, "real_estimate": None} if outcome.success else {}
-        repo.update_session(connection, self.id, structural=True, **changed)
-        return CompactionResult(
-            id=compaction_id,
-            success=outcome.success,
-            strategy=strategy,
-            trigger=trigger,
-            messages=final.messages(),
-            boundary=boundary,
-            tokens_before=outcome.tokens_before,
-            tokens_after=outcome.tokens_after,
-            tokens_freed=outcome.tokens_before - outcome.tokens_after,
-            summary_text=cut.summary_text if cut is not None else "",
-            steps=steps,
-            created_at=now,
-            removed_seqs=removed,
-            cleared_tool_use_ids=cleared,
-            blob_ids=[blob.id for blob in blobs],
-            instructions=instructions,
-            error=error,
-        )
-
     def _import_boundary(self, connection: Connection, boundary: ImportedBoundary) -> None:
         """Record a compaction the agent did itself, cutting just before the next message."""
         row = self._locked(connection)
         context = self._context(connection, row)
-        at = _check_timestamp(boundary.timestamp) if boundary.timestamp is not None else time.time()
+        at = check_timestamp(boundary.timestamp) if boundary.timestamp is not None else time.time()
         index = len(context.kept)
         removed = [item for item in context.kept if not item.pinned]
         state = full_compact.fold_state(
@@ -1161,7 +857,7 @@ class Session:
             "last_seq": context.last_seq,
             "pre_tokens": boundary.tokens_before,
         }
-        self._record(connection, outcome, recorded, instructions=None, error=None)
+        record_outcome(connection, self.id, outcome, recorded, at=at)
 
     # -- rollback and replay ------------------------------------------------------------
 
@@ -1179,8 +875,8 @@ class Session:
             ConflictError: the boundary is already rolled back.
         """
         if boundary_id is not None:
-            _check_id(boundary_id, "boundary", self.id)
-        at = _now(now)
+            check_id(boundary_id, "boundary", self.id)
+        at = now_or_clock(now)
 
         def tx(connection: Connection) -> list[CompactBoundary]:
             self._locked(connection)
@@ -1217,7 +913,7 @@ class Session:
         repo.update_session(
             connection, self.id, structural=True, real_tokens=None, real_estimate=None
         )
-        return [boundary_model(_Row(**{**row._asdict(), "rolled_back_at": at})) for row in live]
+        return [rolled_back_model(row, at) for row in live]
 
     def replay(
         self,
@@ -1237,7 +933,7 @@ class Session:
             NotFoundError: no such boundary in this session.
             ConflictError: apply=True where the replayed result cannot take its place.
         """
-        _check_id(boundary_id, "boundary", self.id)
+        check_id(boundary_id, "boundary", self.id)
         if config is not None and not isinstance(config, CompactionConfig):
             raise InvalidInputError("config must be a CompactionConfig")
 
@@ -1278,12 +974,14 @@ class Session:
                 inputs = replace(inputs, next_blob_id=repo.next_blob_id(connection, self.id))
             outcome = self._rerun(recorded, context, inputs)
             if not apply:
-                return _unrecorded(outcome, inputs.now, compaction.instructions)
+                return unrecorded_result(outcome, inputs.now, compaction.instructions)
             recorded = {**recorded, "replay_of": compaction.id}
-            return self._record(
+            return record_outcome(
                 connection,
+                self.id,
                 outcome,
                 recorded,
+                at=inputs.now,
                 instructions=compaction.instructions,
                 error=compaction.error,
                 replay_of=compaction.id,
@@ -1347,9 +1045,9 @@ class Session:
             raise InvalidInputError("memory text must be a non-empty string")
         if not isinstance(scope, str) or not scope:
             raise InvalidInputError("scope must be a non-empty string of at most 32 characters")
-        _check_column_text(scope, "scope", 32)
-        _check_column_text(text, "memory text")
-        created = _now(now)
+        check_column_text(scope, "scope", 32)
+        check_column_text(text, "memory text")
+        created = now_or_clock(now)
         tokens = self.store.token_counter(text)
 
         def tx(connection: Connection) -> int:
@@ -1400,7 +1098,7 @@ class Session:
         Raises:
             NotFoundError: no blob with that id belongs to this session.
         """
-        _check_id(blob_id, "blob", self.id)
+        check_id(blob_id, "blob", self.id)
         row = self.store._read(lambda c: repo.get_blob(c, self.id, blob_id))
         if row is None:
             raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
@@ -1429,91 +1127,3 @@ class Session:
             ]
 
         return self.store._read(read)
-
-
-def _unrecorded(outcome: Outcome, now: float, instructions: str | None) -> CompactionResult:
-    """The result of a call that wrote no compactions row (nothing to do, or a dry replay)."""
-    cut, stage = outcome.cut, outcome.cut_stage
-    boundary = None
-    if cut is not None and stage is not None:
-        boundary = CompactBoundary(
-            trigger=stage.trigger,
-            strategy=stage.strategy,
-            timestamp=now,
-            tokens_before=outcome.tokens_before,
-            tokens_after=outcome.tokens_after,
-            messages_removed=len(cut.removed_seqs),
-            preserved_segment=None
-            if cut.last_kept_seq is None
-            else (cut.first_kept_seq, cut.last_kept_seq),
-            summary_text=cut.summary_text,
-            parent_id=outcome.start.boundary.id if outcome.start.boundary is not None else None,
-        )
-    return CompactionResult(
-        success=outcome.success,
-        strategy=outcome.strategy,
-        trigger=outcome.trigger,
-        # A call that changed nothing does not decode the context again: the caller asks
-        # active_context() for it anyway, and this is the hot path of every model turn.
-        messages=outcome.context.messages() if outcome.recorded else [],
-        boundary=boundary,
-        tokens_before=outcome.tokens_before,
-        tokens_after=outcome.tokens_after,
-        tokens_freed=outcome.tokens_before - outcome.tokens_after if outcome.recorded else 0,
-        summary_text=cut.summary_text if cut is not None else "",
-        steps=outcome.steps(),
-        created_at=now,
-        removed_seqs=list(cut.removed_seqs) if cut is not None else [],
-        cleared_tool_use_ids=[i for edit in outcome.edits for i in edit.tool_use_ids],
-        blob_ids=[blob.id for blob in outcome.blobs],
-        instructions=instructions,
-    )
-
-
-class _Row:
-    """Attribute access over a dict, so freshly written values and read rows share a model."""
-
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
-
-
-def boundary_model(row: Any) -> CompactBoundary:
-    """A boundary row as the public model."""
-    return CompactBoundary(
-        id=row.id,
-        trigger=CompactTrigger(row.trigger),
-        strategy=CompactStrategy(row.strategy),
-        timestamp=row.created_at,
-        tokens_before=row.tokens_before,
-        tokens_after=row.tokens_after,
-        messages_removed=row.messages_removed,
-        preserved_segment=(
-            None if row.last_kept_seq is None else (row.first_kept_seq, row.last_kept_seq)
-        ),
-        summary_text=row.summary_text,
-        parent_id=row.parent_id,
-        rolled_back_at=row.rolled_back_at,
-    )
-
-
-def compaction_model(row: Any, boundaries: dict[int, CompactBoundary]) -> CompactionResult:
-    """A compactions row as the public model (messages are not stored with it)."""
-    return CompactionResult(
-        id=row.id,
-        success=bool(row.success),
-        strategy=None if row.strategy is None else CompactStrategy(row.strategy),
-        trigger=None if row.trigger is None else CompactTrigger(row.trigger),
-        boundary=boundaries.get(row.boundary_id) if row.boundary_id is not None else None,
-        tokens_before=row.tokens_before,
-        tokens_after=row.tokens_after,
-        tokens_freed=row.tokens_freed,
-        summary_text=row.summary_text,
-        steps=[CompactionStep.model_validate(step) for step in json.loads(row.steps)],
-        created_at=row.created_at,
-        rolled_back_at=row.rolled_back_at,
-        removed_seqs=json.loads(row.removed_seqs),
-        cleared_tool_use_ids=json.loads(row.cleared_tool_use_ids),
-        blob_ids=json.loads(row.blob_ids),
-        instructions=row.instructions,
-        error=row.error,
-    )

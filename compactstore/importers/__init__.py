@@ -22,9 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compactstore.core.checks import MAX_TIMESTAMP
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import FORMAT_NAMES, get_format
-from compactstore.store import MAX_TIMESTAMP, ImportedBoundary
+from compactstore.models import ImportedBoundary
 
 if TYPE_CHECKING:
     import os

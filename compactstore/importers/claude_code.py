@@ -32,8 +32,7 @@ from compactstore.importers import (
     TranscriptBuilder,
     parse_timestamp,
 )
-from compactstore.models import CompactTrigger
-from compactstore.store import ImportedBoundary
+from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
 

@@ -30,8 +30,7 @@ from typing import Any
 
 from compactstore.importers import Record, Transcript, TranscriptBuilder, parse_timestamp
 from compactstore.importers.jsonl import text_parts
-from compactstore.models import CompactTrigger
-from compactstore.store import ImportedBoundary
+from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["apply_patch_paths", "convert", "shell_read_path"]
 

@@ -1,0 +1,49 @@
+"""Active contexts this process has read, kept per session with the versions they were
+read at, so a step of an agent does not rebuild its whole context from the rows."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from compactstore.context import ActiveContext
+
+__all__ = ["CachedContext", "ContextCache"]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedContext:
+    context_version: int
+    version: int
+    base: ActiveContext  # as rebuilt from the rows
+    answered: ActiveContext  # with synthetic results for crash-orphaned calls
+
+    @classmethod
+    def of(cls, base: ActiveContext, version: int, context_version: int) -> CachedContext:
+        return cls(context_version, version, base, base.answered())
+
+
+class ContextCache:
+    """Reused as is while the session is unchanged, extended with the new messages while
+    only appends happened; any compaction, rollback or config change (in any process)
+    bumps context_version and forces a rebuild from the rows."""
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, CachedContext] = OrderedDict()
+        self._max = max_sessions
+
+    def get(self, session_id: str) -> CachedContext | None:
+        with self._lock:
+            entry = self._entries.get(session_id)
+            if entry is not None:
+                self._entries.move_to_end(session_id)
+            return entry
+
+    def put(self, session_id: str, entry: CachedContext) -> None:
+        with self._lock:
+            self._entries[session_id] = entry
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)

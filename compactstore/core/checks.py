@@ -1,0 +1,172 @@
+"""Checks of the arguments a caller passes, before anything is read or written.
+
+Each raises :class:`InvalidInputError` (or :class:`NotFoundError` for an id that cannot
+exist) with a message naming the argument and what was wrong with it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
+from compactstore.formats import MessageFormat
+from compactstore.formats.base import check_nesting, storage_json
+from compactstore.models import CompactionConfig
+
+__all__ = [
+    "MAX_INT",
+    "MAX_NAME",
+    "MAX_TIMESTAMP",
+    "PendingMessage",
+    "check_column_text",
+    "check_config",
+    "check_id",
+    "check_session_id",
+    "check_timestamp",
+    "check_utf8",
+    "check_whole",
+    "now_or_clock",
+    "prepare_message",
+]
+
+# 9999-12-31T23:59:59Z: the last second a date can show (and a datetime can hold).
+MAX_TIMESTAMP = 253_402_300_799
+
+MAX_NAME = 255  # tool ids and names live in VARCHAR(255) columns
+
+# Whole numbers stored in INTEGER columns must fit them on every backend.
+MAX_INT = 2**31 - 1
+
+
+def check_timestamp(value: Any, what: str = "timestamp") -> float:
+    """Epoch seconds between 0 and MAX_TIMESTAMP, as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(f"{what} must be a number of epoch seconds, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInputError(f"{what} must be a finite, non-negative number, got {value!r}")
+    if not 0 <= value <= MAX_TIMESTAMP:
+        shown = value if abs(value) < 10**20 else "a far larger number"
+        raise InvalidInputError(
+            f"{what} must be epoch seconds between 0 and {MAX_TIMESTAMP} "
+            f"(9999-12-31 23:59:59 UTC), got {shown}"
+        )
+    return float(value)
+
+
+def now_or_clock(value: float | None, what: str = "now") -> float:
+    """A caller's ``now=`` checked, or the clock when it is None."""
+    return time.time() if value is None else check_timestamp(value, what)
+
+
+def check_session_id(session_id: Any) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInputError(f"session id must be a non-empty string, got {session_id!r}")
+    if len(session_id) > 255:
+        raise InvalidInputError("session id is longer than 255 characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in session_id):
+        raise InvalidInputError(f"session id {session_id!r} contains control characters")
+    check_utf8(session_id, "session id")
+    return session_id
+
+
+def check_column_text(text: str, what: str, max_length: int | None = None) -> None:
+    """Text stored in its own column (not inside the JSON payload) must be storable on
+    every backend: PostgreSQL text cannot hold NUL, and VARCHAR columns have a length."""
+    if "\x00" in text:
+        raise InvalidInputError(f"{what} contains a NUL character")
+    if max_length is not None and len(text) > max_length:
+        raise InvalidInputError(f"{what} is longer than {max_length} characters")
+    check_utf8(text, what)
+
+
+def check_whole(value: Any, what: str, *, minimum: int = 0) -> int:
+    """A whole number that fits an INTEGER column, at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be a whole number, got {value!r}")
+    if not minimum <= value <= MAX_INT:
+        raise InvalidInputError(f"{what} must be between {minimum} and {MAX_INT}, got {value}")
+    return value
+
+
+def check_id(value: Any, what: str, session_id: str) -> None:
+    """A row id given by a caller: a whole number, and one that can exist."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} id must be a whole number, got {value!r}")
+    if not 0 < value <= MAX_INT:
+        raise NotFoundError(f"no {what} {value} in session {session_id!r}")
+
+
+def check_utf8(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start})"
+        ) from None
+
+
+def check_config(config: Any) -> CompactionConfig | None:
+    if config is not None and not isinstance(config, CompactionConfig):
+        raise InvalidInputError("config must be a CompactionConfig")
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMessage:
+    """A message that passed the format's checks, ready to be numbered and stored."""
+
+    message: dict[str, Any]
+    payload: str
+    created_at: float
+    pinned: bool = False
+    dedup_of_seq: int | None = None
+
+
+def prepare_message(
+    adapter: MessageFormat,
+    config: CompactionConfig,
+    message: Any,
+    timestamp: Any,
+    *,
+    pinned: bool = False,
+    index: int | None = None,
+) -> PendingMessage:
+    """Check one message on its own (shape, JSON, size, pin) and serialise it.
+
+    Pairing with the session's other messages is checked when it is inserted.
+    ``index`` (its place in a batch) prefixes the error message.
+    """
+    where = "" if index is None else f"message {index}: "
+    if not isinstance(message, dict):
+        raise InvalidMessageError(f"{where}a message must be a dict, got {type(message).__name__}")
+    try:
+        check_nesting(message)
+        adapter.validate(message)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"{where}{exc}") from None
+    try:
+        payload = storage_json(message)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(f"{where}message is not JSON-serialisable: {exc}") from None
+    try:
+        size = len(payload.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            f"{where}message text is not valid Unicode (a lone surrogate at position {exc.start})"
+        ) from None
+    if size > config.max_message_bytes:
+        raise InvalidMessageError(
+            f"{where}message is {size} bytes, over the limit of "
+            f"{config.max_message_bytes} (CompactionConfig.max_message_bytes)"
+        )
+    if not isinstance(pinned, bool):
+        raise InvalidInputError(f"{where}pinned must be True or False")
+    if pinned and (adapter.tool_calls(message) or adapter.tool_results(message)):
+        raise InvalidMessageError(
+            f"{where}a message with tool calls or results cannot be pinned: pinning it "
+            f"would separate it from its pair"
+        )
+    return PendingMessage(message, payload, now_or_clock(timestamp, "timestamp"), pinned)

@@ -1,0 +1,297 @@
+"""Commit: what the engines decided, written as rows, and rows read back as models.
+
+:func:`record_outcome` writes one outcome (boundary, compactions row, edits, blobs,
+counters) with the connection of the caller's write transaction and returns the public
+:class:`CompactionResult`; the mappers turn stored rows into the public models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Connection
+
+from compactstore.context import BoundaryInfo
+from compactstore.core.cache import CachedContext
+from compactstore.db import repository as repo
+from compactstore.engines.pipeline import Outcome
+from compactstore.models import (
+    CompactBoundary,
+    CompactionResult,
+    CompactionStep,
+    CompactStrategy,
+    CompactTrigger,
+)
+
+__all__ = [
+    "boundary_model",
+    "cache_entry_after",
+    "compaction_model",
+    "record_outcome",
+    "unrecorded_result",
+]
+
+
+def record_outcome(
+    connection: Connection,
+    session_id: str,
+    outcome: Outcome,
+    inputs: dict[str, Any],
+    *,
+    at: float,
+    instructions: str | None = None,
+    error: str | None = None,
+    replay_of: int | None = None,
+) -> CompactionResult:
+    """Write what the engines decided: boundary, compaction row, edits, blobs, counters.
+
+    Args:
+        connection: the caller's write transaction, with the session locked.
+        outcome: what the engines decided.
+        inputs: what the engines were given, recorded for replay.
+        at: the time the rows are dated with.
+    """
+    breaker: dict[str, Any] = {}
+    if outcome.consecutive_failures is not None:
+        breaker["consecutive_failures"] = outcome.consecutive_failures
+        breaker["tripped"] = bool(outcome.tripped)
+    if outcome.reactive_attempts is not None:
+        breaker["reactive_attempts"] = outcome.reactive_attempts
+    if outcome.last_microcompact_at is not None:
+        breaker["last_microcompact_at"] = outcome.last_microcompact_at
+    if breaker:
+        repo.set_breaker(connection, session_id, **breaker)
+    final = outcome.context
+    if not outcome.recorded:
+        if breaker:
+            repo.update_session(connection, session_id)
+        return unrecorded_result(outcome, at, instructions)
+    cut, cut_stage = outcome.cut, outcome.cut_stage
+    start = outcome.start
+    boundary: CompactBoundary | None = None
+    if cut is not None and cut_stage is not None:
+        summary = final.summary
+        assert summary is not None
+        values = {
+            "trigger": cut_stage.trigger.value,
+            "strategy": cut_stage.strategy.value,
+            "created_at": at,
+            "tokens_before": outcome.tokens_before,
+            "tokens_after": outcome.tokens_after,
+            "messages_removed": len(cut.removed_seqs),
+            "first_kept_seq": cut.first_kept_seq,
+            "last_kept_seq": cut.last_kept_seq,
+            "summary_text": cut.summary_text,
+            "summary_message": repo.dumps(summary.message),
+            "summary_tokens": summary.tokens,
+            "summary_state": repo.dumps(cut.summary_state),
+            "parent_id": start.boundary.id if start.boundary is not None else None,
+        }
+        boundary_id = repo.insert_boundary(connection, session_id, **values)
+        boundary = boundary_model(_Row(id=boundary_id, rolled_back_at=None, **values))
+    steps = outcome.steps()
+    edits, blobs = outcome.edits, outcome.blobs
+    cleared = [tool_use_id for edit in edits for tool_use_id in edit.tool_use_ids]
+    removed = list(cut.removed_seqs) if cut is not None else []
+    strategy, trigger = outcome.strategy, outcome.trigger
+    compaction_id = repo.insert_compaction(
+        connection,
+        session_id,
+        trigger=None if trigger is None else trigger.value,
+        strategy=None if strategy is None else strategy.value,
+        success=outcome.success,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        tokens_freed=outcome.tokens_before - outcome.tokens_after,
+        summary_text=cut.summary_text if cut is not None else "",
+        boundary_id=boundary.id if boundary is not None else None,
+        created_at=at,
+        steps=repo.dumps([step.model_dump(mode="json") for step in steps]),
+        config=final.config.model_dump_json(),
+        removed_seqs=repo.dumps(removed),
+        cleared_tool_use_ids=repo.dumps(cleared),
+        blob_ids=repo.dumps([blob.id for blob in blobs]),
+        instructions=instructions,
+        error=error,
+        inputs=repo.dumps(inputs),
+        replay_of=replay_of,
+    )
+    repo.insert_edits(
+        connection,
+        session_id,
+        [
+            {
+                "seq": edit.seq,
+                "compaction_id": compaction_id,
+                "kind": edit.kind,
+                "tool_use_ids": repo.dumps(list(edit.tool_use_ids)),
+                "payload": repo.dumps(edit.message),
+                "tokens": edit.tokens,
+            }
+            for edit in edits
+        ],
+    )
+    repo.insert_blobs(
+        connection,
+        session_id,
+        [
+            {
+                "id": blob.id,
+                "seq": blob.seq,
+                "tool_use_id": blob.tool_use_id,
+                "tool_name": blob.tool_name,
+                "compaction_id": compaction_id,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "content": data,
+                "created_at": at,
+            }
+            for blob in blobs
+            for data in [blob.content.encode("utf-8")]
+        ],
+    )
+    # The context changed, so the last real count no longer describes it.
+    changed = {"real_tokens": None, "real_estimate": None} if outcome.success else {}
+    repo.update_session(connection, session_id, structural=True, **changed)
+    return CompactionResult(
+        id=compaction_id,
+        success=outcome.success,
+        strategy=strategy,
+        trigger=trigger,
+        messages=final.messages(),
+        boundary=boundary,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        tokens_freed=outcome.tokens_before - outcome.tokens_after,
+        summary_text=cut.summary_text if cut is not None else "",
+        steps=steps,
+        created_at=at,
+        removed_seqs=removed,
+        cleared_tool_use_ids=cleared,
+        blob_ids=[blob.id for blob in blobs],
+        instructions=instructions,
+        error=error,
+    )
+
+
+def cache_entry_after(
+    connection: Connection, session_id: str, outcome: Outcome, result: CompactionResult
+) -> CachedContext | None:
+    """The cache entry for the context a compaction just recorded, taken from the
+    outcome instead of read back and decoded again: exactly what load_context would
+    rebuild from the rows written. None when the two could differ."""
+    if any(stage.success and not stage.effective for stage in outcome.stages):
+        return None  # the stage moved the context on, but its edits were not recorded
+    final = outcome.context
+    cut = outcome.cut
+    if cut is not None:
+        assert result.boundary is not None and result.boundary.id is not None
+        # As load_context reads it: the new boundary, its state decoded from storage.
+        boundary = BoundaryInfo(
+            result.boundary.id,
+            cut.first_kept_seq,
+            cut.summary_text,
+            json.loads(repo.dumps(cut.summary_state)),
+        )
+        final = replace(final, boundary=boundary)
+    base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
+    versions = repo.session_versions(connection, session_id)
+    assert versions is not None, "the session is locked by this transaction"
+    version, context_version = versions
+    return CachedContext.of(base, version, context_version)
+
+
+def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> CompactionResult:
+    """The result of a call that wrote no compactions row (nothing to do, or a dry replay)."""
+    cut, stage = outcome.cut, outcome.cut_stage
+    boundary = None
+    if cut is not None and stage is not None:
+        boundary = CompactBoundary(
+            trigger=stage.trigger,
+            strategy=stage.strategy,
+            timestamp=at,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            messages_removed=len(cut.removed_seqs),
+            preserved_segment=None
+            if cut.last_kept_seq is None
+            else (cut.first_kept_seq, cut.last_kept_seq),
+            summary_text=cut.summary_text,
+            parent_id=outcome.start.boundary.id if outcome.start.boundary is not None else None,
+        )
+    return CompactionResult(
+        success=outcome.success,
+        strategy=outcome.strategy,
+        trigger=outcome.trigger,
+        # A call that changed nothing does not decode the context again: the caller asks
+        # active_context() for it anyway, and this is the hot path of every model turn.
+        messages=outcome.context.messages() if outcome.recorded else [],
+        boundary=boundary,
+        tokens_before=outcome.tokens_before,
+        tokens_after=outcome.tokens_after,
+        tokens_freed=outcome.tokens_before - outcome.tokens_after if outcome.recorded else 0,
+        summary_text=cut.summary_text if cut is not None else "",
+        steps=outcome.steps(),
+        created_at=at,
+        removed_seqs=list(cut.removed_seqs) if cut is not None else [],
+        cleared_tool_use_ids=[i for edit in outcome.edits for i in edit.tool_use_ids],
+        blob_ids=[blob.id for blob in outcome.blobs],
+        instructions=instructions,
+    )
+
+
+class _Row:
+    """Attribute access over a dict, so freshly written values and read rows share a model."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def boundary_model(row: Any) -> CompactBoundary:
+    """A boundary row as the public model."""
+    return CompactBoundary(
+        id=row.id,
+        trigger=CompactTrigger(row.trigger),
+        strategy=CompactStrategy(row.strategy),
+        timestamp=row.created_at,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        messages_removed=row.messages_removed,
+        preserved_segment=(
+            None if row.last_kept_seq is None else (row.first_kept_seq, row.last_kept_seq)
+        ),
+        summary_text=row.summary_text,
+        parent_id=row.parent_id,
+        rolled_back_at=row.rolled_back_at,
+    )
+
+
+def rolled_back_model(row: Any, at: float) -> CompactBoundary:
+    """A boundary row as the public model, marked rolled back at ``at``."""
+    return boundary_model(_Row(**{**row._asdict(), "rolled_back_at": at}))
+
+
+def compaction_model(row: Any, boundaries: dict[int, CompactBoundary]) -> CompactionResult:
+    """A compactions row as the public model (messages are not stored with it)."""
+    return CompactionResult(
+        id=row.id,
+        success=bool(row.success),
+        strategy=None if row.strategy is None else CompactStrategy(row.strategy),
+        trigger=None if row.trigger is None else CompactTrigger(row.trigger),
+        boundary=boundaries.get(row.boundary_id) if row.boundary_id is not None else None,
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        tokens_freed=row.tokens_freed,
+        summary_text=row.summary_text,
+        steps=[CompactionStep.model_validate(step) for step in json.loads(row.steps)],
+        created_at=row.created_at,
+        rolled_back_at=row.rolled_back_at,
+        removed_seqs=json.loads(row.removed_seqs),
+        cleared_tool_use_ids=json.loads(row.cleared_tool_use_ids),
+        blob_ids=json.loads(row.blob_ids),
+        instructions=row.instructions,
+        error=row.error,
+    )
