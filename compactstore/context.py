@@ -140,6 +140,11 @@ class ActiveContext:
     last_seq: int = -1
     usage_offset: int = 0
     token_factor: float | None = None
+    # Seq of the user's real request (the first user message that is not client
+    # boilerplate), pinned at insert; None until one was appended.
+    real_request_seq: int | None = None
+    # The agent's working directory, when the session was given one.
+    cwd: str | None = None
 
     # Derived values are computed once per context: a context never changes, and engines
     # and the store ask for its usage several times per call.
@@ -227,6 +232,8 @@ class ActiveContext:
         usage_offset: int,
         token_factor: float | None,
         config: CompactionConfig,
+        real_request_seq: int | None = None,
+        cwd: str | None = None,
     ) -> ActiveContext:
         """This context with messages appended to the kept part, and the session's values.
 
@@ -240,6 +247,8 @@ class ActiveContext:
             usage_offset=usage_offset,
             token_factor=token_factor,
             config=config,
+            real_request_seq=real_request_seq,
+            cwd=cwd,
         )
         known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
         if "raw_tokens" in known:

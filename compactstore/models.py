@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
 
 __all__ = [
     "MEMORY_KINDS",
@@ -119,8 +122,21 @@ class CompactionConfig(BaseModel):
     # sessions; 1.0 gives the article's plain estimate.
     token_factor: float = Field(1.6, gt=0, le=10)
 
+    # Client boilerplate (environment blocks, command tags, reminders, skill banners): never
+    # the request or an instruction. Regular expressions; see compactstore.boilerplate.
+    boilerplate_patterns: tuple[str, ...] = DEFAULT_BOILERPLATE_PATTERNS
+
     # Input limits.
     max_message_bytes: int = Field(32 * 1024 * 1024, ge=1_024)
+
+    @field_validator("boilerplate_patterns")
+    @classmethod
+    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            compile_patterns(patterns)
+        except re.error as exc:
+            raise ValueError(str(exc)) from None
+        return patterns
 
     @model_validator(mode="after")
     def _check_ranges(self) -> CompactionConfig:

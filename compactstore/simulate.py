@@ -34,6 +34,7 @@ from compactstore.formats import get_format
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.store import CompactStore, Session
+from compactstore.summary_audit import is_noise
 from compactstore.tokens import MAX_FACTOR, MIN_FACTOR
 
 __all__ = ["Progress", "SimulationReport", "simulate", "simulate_transcript"]
@@ -414,7 +415,9 @@ class _Replay:
         else:
             seq = self.sess.append(message, timestamp=self.now)
         self.index_of_seq[seq] = index
-        if self.request is None and fmt.is_request(message):
+        # The user's real request: the first request that is not client noise, by checks
+        # of the simulator's own (not the classifier under test).
+        if self.request is None and fmt.is_request(message) and not is_noise(fmt.text(message)):
             self.request = message
         if self.appended_since_auto is not None:
             self.appended_since_auto += self.estimates[index]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from compactstore.boilerplate import is_boilerplate
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext, ContextCache
 from compactstore.core.checks import (
@@ -190,6 +191,7 @@ class CompactStore:
         format: str | None = None,
         config: CompactionConfig | None = None,
         now: float | None = None,
+        cwd: str | None = None,
     ) -> Session:
         """Open a session, creating it when it does not exist.
 
@@ -197,13 +199,18 @@ class CompactStore:
         for what is not given. For an existing one, a different format or context window is
         an error; a new ``config`` replaces the stored one (each compaction records the
         config it ran with). ``now`` is the creation time (epoch seconds): the microcompact
-        clock starts there.
+        clock starts there. ``cwd`` is the agent's working directory: summaries name files
+        relative to it (without it, the directory an environment block names is used).
 
         Raises:
-            ConflictError: the session exists with another format or context window.
-            InvalidInputError: a bad id, format, window or config.
+            ConflictError: the session exists with another format, context window or cwd.
+            InvalidInputError: a bad id, format, window, config or cwd.
         """
         sid = check_session_id(session_id)
+        if cwd is not None:
+            if not isinstance(cwd, str) or not cwd.strip():
+                raise InvalidInputError(f"cwd must be a directory path, got {cwd!r}")
+            check_column_text(cwd, "cwd", 4_096)
         if format is not None and format not in FORMAT_NAMES:
             get_format(format)  # raises, naming the valid formats
         if context_window is not None:
@@ -222,8 +229,16 @@ class CompactStore:
                     context_window=context_window or DEFAULT_CONTEXT_WINDOW,
                     config=config or CompactionConfig(),
                     created_at=created,
+                    cwd=cwd,
                 )
             else:
+                if cwd is not None and row.cwd is not None and cwd != row.cwd:
+                    raise ConflictError(
+                        f"session {sid!r} exists with cwd {row.cwd!r}; it cannot be reopened "
+                        f"with {cwd!r}"
+                    )
+                if cwd is not None and row.cwd is None:
+                    repo.update_session(connection, sid, cwd=cwd)
                 if format is not None and format != row.format:
                     raise ConflictError(
                         f"session {sid!r} exists with format {row.format!r}; it cannot be "
@@ -394,7 +409,8 @@ class Session:
         last = repo.last_message(connection, self.id)
         next_seq = 0 if last is None else last.seq + 1
         leading_system = last is None or last.pinned == "system"
-        request_seq = row.request_seq
+        request_seq, real_request_seq = row.request_seq, row.real_request_seq
+        patterns = row.config.boilerplate_patterns
 
         all_calls = [c for p in pending for c in fmt.tool_calls(p.message)]
         all_results = [r for p in pending for r in fmt.tool_results(p.message)]
@@ -465,9 +481,18 @@ class Session:
                 pin = "system"
             else:
                 leading_system = False
-                if request_seq is None and fmt.is_request(item.message):
+                # The first user message and the first that is not client boilerplate
+                # (SPEC §9.0): decided here, once.
+                request = fmt.is_request(item.message)
+                if request and request_seq is None:
                     pin, request_seq = "request", seq
-                elif item.pinned:
+                if (
+                    request
+                    and real_request_seq is None
+                    and not is_boilerplate(fmt.text(item.message), patterns)
+                ):
+                    pin, real_request_seq = "request", seq
+                if pin is None and item.pinned:
                     pin = "user"
             rows.append(
                 repo.MessageRow(
@@ -484,7 +509,13 @@ class Session:
         repo.insert_messages(connection, self.id, rows)
         repo.insert_calls(connection, self.id, new_calls)
         repo.mark_results(connection, self.id, results)
-        repo.update_session(connection, self.id, request_seq=request_seq, last_seq=rows[-1].seq)
+        repo.update_session(
+            connection,
+            self.id,
+            request_seq=request_seq,
+            real_request_seq=real_request_seq,
+            last_seq=rows[-1].seq,
+        )
         return [r.seq for r in rows]
 
     # -- appending ----------------------------------------------------------------------

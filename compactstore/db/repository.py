@@ -78,6 +78,8 @@ class SessionRow:
     config: CompactionConfig
     created_at: float
     request_seq: int | None
+    real_request_seq: int | None
+    cwd: str | None
     usage_offset: int
     token_factor: float | None
     token_factor_weight: float | None
@@ -135,6 +137,8 @@ def _session_row(row: DbRow) -> SessionRow:
         config=_config(row.config),
         created_at=row.created_at,
         request_seq=row.request_seq,
+        real_request_seq=row.real_request_seq,
+        cwd=row.cwd,
         usage_offset=row.usage_offset,
         token_factor=row.token_factor,
         token_factor_weight=row.token_factor_weight,
@@ -167,6 +171,7 @@ def create_session(
     context_window: int,
     config: CompactionConfig,
     created_at: float,
+    cwd: str | None = None,
 ) -> None:
     insert_ignore(
         connection,
@@ -177,6 +182,7 @@ def create_session(
             "context_window": context_window,
             "config": config.model_dump_json(),
             "created_at": created_at,
+            "cwd": cwd,
         },
     )
     insert_ignore(
@@ -493,6 +499,8 @@ def load_context(
         usage_offset=session.usage_offset if as_of is None else as_of.usage_offset,
         token_factor=session.token_factor if as_of is None else as_of.token_factor,
         config=session.config if as_of is None else as_of.config,
+        real_request_seq=session.real_request_seq,
+        cwd=session.cwd,
     )
 
 
@@ -525,6 +533,8 @@ def extend_context(
         usage_offset=session.usage_offset,
         token_factor=session.token_factor,
         config=session.config,
+        real_request_seq=session.real_request_seq,
+        cwd=session.cwd,
     )
 
 

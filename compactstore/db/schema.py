@@ -59,6 +59,11 @@ sessions = Table(
     Column("created_at", Float, nullable=False),
     # Seq of the original request (the first user message), pinned for ever.
     Column("request_seq", Integer),
+    # Seq of the first user message that is not client boilerplate (the user's real request),
+    # pinned for ever; the same as request_seq when the first user message is the request.
+    Column("real_request_seq", Integer),
+    # The agent's working directory: summaries show file paths relative to it.
+    Column("cwd", Text),
     # Bumped by every write, so readers can tell whether what they hold is current.
     Column("version", Integer, nullable=False, server_default=text("0")),
     # Bumped by every write that changes the active context other than by appending

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from compactstore.boilerplate import request_text
 from compactstore.context import ActiveContext, ContextMessage, legal_cuts
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
 from compactstore.errors import SummarizerError
@@ -39,10 +40,12 @@ FILE_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file
 
 
 def original_request(context: ActiveContext) -> str | None:
-    """Text of the first user message (pinned, so it is always in the context)."""
+    """What the user asked: the real request (the first user message that is not client
+    boilerplate, pinned at insert), boilerplate removed; None before it was appended."""
     for item in context.items:
-        if item.pinned and context.fmt.is_request(item.message):
-            return context.fmt.text(item.message)
+        if item.seq is not None and item.seq == context.real_request_seq:
+            text = request_text(context.fmt.text(item.message), context.config.boilerplate_patterns)
+            return text or None
     return None
 
 
@@ -102,7 +105,8 @@ def fold_state(
     errors: list[str] = list(previous.get("errors", []))
     for item in removed:
         if fmt.is_request(item.message):
-            text = " ".join(fmt.text(item.message).split())
+            said = request_text(fmt.text(item.message), config.boilerplate_patterns)
+            text = " ".join(said.split())
             if text and text != " ".join((request or "").split()):
                 topics.append(text[: config.summary_topic_chars])
         for call in item.calls:
