@@ -50,6 +50,7 @@ from compactstore.db.engine import (
     write_tx,
 )
 from compactstore.db.migrate import ensure_schema
+from compactstore.db.transfer import delete_sessions
 from compactstore.engines import full_compact, pipeline, read_dedup
 from compactstore.engines.base import Cut, EngineInputs, StageResult, Summarizer
 from compactstore.engines.pipeline import Outcome
@@ -333,6 +334,18 @@ class CompactStore:
             return found
 
         return Session(self, self._write(tx))
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session and every row it owns (log, compactions, blobs, memory, ...) in
+        one transaction. Handles open on it fail afterwards.
+
+        Raises:
+            NotFoundError: no such session.
+        """
+        sid = check_session_id(session_id)
+        if not self._write(lambda connection: delete_sessions(connection, [sid])):
+            raise NotFoundError(f"no session {sid!r} in {self.location}")
+        self._cache.drop(sid)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""

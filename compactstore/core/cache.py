@@ -47,3 +47,8 @@ class ContextCache:
             self._entries.move_to_end(session_id)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session (deleted: a new one under its id must not meet its context)."""
+        with self._lock:
+            self._entries.pop(session_id, None)
