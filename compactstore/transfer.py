@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import tempfile
 import time
 import uuid
@@ -139,12 +138,7 @@ def backup(
             report = copy_sessions(store, written, session_ids)
         finally:
             written.close()
-        # Leave WAL mode now that nothing else has the file open: one file, no -wal beside it.
-        connection = sqlite3.connect(partial)
-        try:
-            connection.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            connection.close()
+        db.leave_wal_mode(partial)
         os.replace(partial, out)
     finally:
         for leftover in (partial, *(Path(f"{partial}-{end}") for end in ("wal", "shm"))):

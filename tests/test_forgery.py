@@ -377,6 +377,8 @@ ALLOWED_RAW_SQL = {
     ("compactstore/db/engine.py", "PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"),  # a module int
     ("compactstore/db/engine.py", "BEGIN IMMEDIATE"),
     ("compactstore/db/engine.py", "BEGIN"),
+    # A finished backup file leaves WAL mode (compactstore.transfer.backup).
+    ("compactstore/db/transfer.py", "PRAGMA journal_mode=DELETE"),
     ("migrations/versions/*", "DROP VIEW IF EXISTS compaction_history"),
     # _history_view(dialect): the view's DDL, fixed text per dialect.
     ("migrations/versions/*", "_history_view(op.get_bind().dialect.name)"),

@@ -24,6 +24,7 @@ What a copy keeps and what it renumbers:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ __all__ = [
     "copy_sessions",
     "delete_sessions",
     "last_activity",
+    "leave_wal_mode",
     "plan",
     "read_only_sqlite",
     "session_ids",
@@ -338,6 +340,16 @@ def last_activity(connection: Connection) -> dict[str, float]:
             if at is not None and sid in latest:
                 latest[sid] = max(latest[sid], float(at))
     return latest
+
+
+def leave_wal_mode(path: str | os.PathLike[str]) -> None:
+    """Switch a SQLite file nothing else has open to rollback-journal mode: one
+    self-contained file, with no -wal or -shm beside it."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        connection.close()
 
 
 def read_only_sqlite(path: str) -> Engine:
