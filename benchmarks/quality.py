@@ -16,9 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import DEFAULT_CORPUS
 from compactstore.simulate import SimulationReport, simulate
-
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dev"
 
 
 def _pct(value: float | None) -> str:
@@ -52,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     files = sorted(p for p in args.corpus.rglob("*") if p.suffix in (".jsonl", ".traj"))
     if not files:
-        sys.exit(f"no transcripts under {args.corpus}")
+        sys.exit(f"no transcripts under {args.corpus} (give --corpus DIR)")
     windows = [int(w) for w in args.windows.split(",")]
     began = time.perf_counter()
     for use_usage, title in (

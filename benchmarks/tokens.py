@@ -15,13 +15,13 @@ Usage: python -m benchmarks.tokens [--corpus ../shared/corpus/dev] [--windows 20
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from benchmarks import DEFAULT_CORPUS
 from compactstore.importers import read_transcript
 from compactstore.models import CompactionConfig
 from compactstore.simulate import simulate_transcript
-
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dev"
 
 HEADER = (
     "| transcript | window | calls | raw median | raw p90 | calibrated median | calibrated p90 "
@@ -36,8 +36,11 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--windows", default="200000,64000")
     args = parser.parse_args()
+    files = sorted(p for p in args.corpus.rglob("*") if p.suffix in (".jsonl", ".traj"))
+    if not files:
+        sys.exit(f"no transcripts under {args.corpus} (give --corpus DIR)")
     print(HEADER)
-    for path in sorted(p for p in args.corpus.rglob("*") if p.suffix in (".jsonl", ".traj")):
+    for path in files:
         transcript = read_transcript(path)
         if sum(u is not None for u in transcript.usage) < 3:
             continue  # nothing to compare

@@ -1,7 +1,12 @@
 """Shared fixtures: every backend test runs on a real SQLite file and a real PostgreSQL.
 
 PostgreSQL tests need COMPACTSTORE_TEST_PG_URL (a database the tests may create databases
-from; .ci/run starts a throwaway server and sets it). Without it they are skipped, saying so.
+from; .ci/run starts a throwaway server and sets it). They carry the ``pg`` marker; without
+the variable they are deselected, and the summary line says how many.
+
+Tests marked ``corpus`` read real agent transcripts from the corpus root given by
+COMPACTSTORE_CORPUS (default: ``../shared/corpus`` beside the repository); on a clone with no
+corpus they are skipped, saying where they looked.
 """
 
 from __future__ import annotations
@@ -22,11 +27,30 @@ from compactstore import CompactStore
 from compactstore.db.schema import metadata
 
 PG_URL = os.environ.get("COMPACTSTORE_TEST_PG_URL")
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS_DEV = SHARED / "corpus" / "dev"
-BACKENDS = ["sqlite", "postgres"]
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("COMPACTSTORE_CORPUS") or REPO.parent / "shared" / "corpus")
+CORPUS_DEV = CORPUS / "dev"
+# The PostgreSQL half of every backend-parametrised test carries the ``pg`` marker.
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)]
 
 _counter = itertools.count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the PostgreSQL tests when no server is configured (one count in the summary
+    instead of a skip line each), and skip the corpus tests when the corpus is absent."""
+    if not PG_URL:
+        deselected = [item for item in items if item.get_closest_marker("pg") is not None]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if item.get_closest_marker("pg") is None]
+    if not CORPUS_DEV.is_dir():
+        skip = pytest.mark.skip(
+            reason=f"no transcript corpus at {CORPUS_DEV} (set COMPACTSTORE_CORPUS to its root)"
+        )
+        for item in items:
+            if item.get_closest_marker("corpus") is not None:
+                item.add_marker(skip)
 
 
 def _pg_admin_url() -> str:

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from compactstore import CompactStore, Session
 from compactstore.export import export_lines
 from compactstore.importers import import_file, read_transcript
@@ -79,6 +81,7 @@ def export_to(path: Path, session: Session, *, active: bool = False) -> Path:
     return path
 
 
+@pytest.mark.corpus
 def test_real_transcripts_round_trip(store: CompactStore, tmp_path: Path) -> None:
     for source in (SPOTTER, CODEX):
         original = import_file(store, source)
@@ -103,6 +106,7 @@ def test_real_transcripts_round_trip(store: CompactStore, tmp_path: Path) -> Non
     assert len(spotter.active_context()) < len(spotter.messages())
 
 
+@pytest.mark.corpus
 def test_export_after_a_compaction_by_the_store(store: CompactStore, tmp_path: Path) -> None:
     session = import_file(store, CODEX)
     result = session.compact(now=2_000_000_000.0)

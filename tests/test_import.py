@@ -121,10 +121,12 @@ def epoch(iso: str) -> float:
 # -- the real dev corpus ------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_the_dev_corpus_is_there() -> None:
     assert {p.name for p in CORPUS_FILES} == set(EXPECTED_CALLS), "dev corpus changed"
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_dev_transcript_reads_and_detects(path: Path) -> None:
     assert detect(path) == SOURCE_OF_DIR[path.parent.name]
@@ -150,6 +152,7 @@ def test_dev_transcript_reads_and_detects(path: Path) -> None:
     )
 
 
+@pytest.mark.corpus
 def test_dev_corpus_imports_on_both_backends(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -172,6 +175,7 @@ def test_dev_corpus_imports_on_both_backends(
             assert active == transcript.messages
 
 
+@pytest.mark.corpus
 def test_corpus_sources_produce_their_formats() -> None:
     formats = {p.parent.name: read_transcript(p).format for p in CORPUS_FILES}
     assert formats == {"claude-code": "anthropic", "codex": "openai", "swe-agent": "openai"}
@@ -180,6 +184,7 @@ def test_corpus_sources_produce_their_formats() -> None:
 # -- Claude Code --------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_spotter_active_context_is_what_claude_code_continued_with(store: CompactStore) -> None:
     """After its auto compaction Claude Code continued with its summary, then the records
     after the boundary: the imported session's active context is exactly that (preceded only
@@ -248,6 +253,7 @@ def test_spotter_active_context_is_what_claude_code_continued_with(store: Compac
     assert len(before_ids) > 100
 
 
+@pytest.mark.corpus
 def test_blocks_of_one_api_message_are_regrouped() -> None:
     """Records sharing message.id form one assistant message even when the results of its
     parallel tool calls were written between them; the results follow it."""
@@ -283,6 +289,7 @@ def test_blocks_of_one_api_message_are_regrouped() -> None:
     )
 
 
+@pytest.mark.corpus
 def test_claude_code_timestamps_usage_and_paths() -> None:
     records = raw_records(SPOTTER)
     transcript = read_transcript(SPOTTER)
@@ -399,6 +406,7 @@ def test_claude_code_drops_what_the_store_would_refuse(tmp_path: Path) -> None:
     check_sdk("anthropic", transcript.messages)
 
 
+@pytest.mark.corpus
 def test_a_subagent_transcript_is_its_own_conversation() -> None:
     """A file that is all sidechain (a subagent's transcript) keeps its records."""
     path = CORPUS_DEV / "claude-code" / "spotter-4d5611e5.subagent-a2898e3.jsonl"
@@ -441,6 +449,7 @@ def test_claude_code_boundary_without_summary_and_results_across_it(tmp_path: Pa
 # -- Codex --------------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_codex_rollout_pairs_calls_and_outputs() -> None:
     path = CORPUS_DEV / "codex" / "agentcmd-rollout-2025-09-24T19-22-20.jsonl"
     records = raw_records(path)
@@ -603,6 +612,7 @@ def test_codex_variants_map_into_openai(tmp_path: Path) -> None:
 # -- SWE-agent ----------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_swe_agent_history_becomes_openai_messages() -> None:
     path = CORPUS_DEV / "swe-agent" / "sweagent-marshmallow-1867-function_calling.traj"
     history = json.loads(path.read_text("utf-8"))["history"]
@@ -708,6 +718,7 @@ def test_a_pretty_printed_trajectory_is_detected_by_content(tmp_path: Path) -> N
     assert read_transcript(path).messages == history
 
 
+@pytest.mark.corpus
 def test_progress_is_reported(tmp_path: Path) -> None:
     seen: list[tuple[int, int]] = []
     read_transcript(SPOTTER, progress=lambda done, total: seen.append((done, total)))
@@ -796,6 +807,14 @@ def test_malformed_files_fail_naming_the_place_and_store_nothing(
             import_file(store, path)
         with pytest.raises(NotFoundError):
             store.get_session(path.stem)
+    assert db_snapshot(store) == before
+
+
+@pytest.mark.corpus
+def test_a_real_transcript_damaged_mid_file_stores_nothing(
+    store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    before = db_snapshot(store)
     # A real transcript whose write was cut short 1,500 lines in.
     lines = SPOTTER.read_text("utf-8").splitlines(keepends=True)
     lines[1499] = lines[1499][: len(lines[1499]) // 2] + "\n"
