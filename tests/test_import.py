@@ -698,8 +698,9 @@ def test_plain_jsonl_in_the_wrong_format_names_the_line(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "plain.jsonl", PLAIN["openai"])
     with pytest.raises(InvalidInputError, match=r"plain\.jsonl line 2: not a valid anthropic"):
         read_transcript(path, format="anthropic")
+    claude_code = write_lines(tmp_path / "cc.jsonl", [_cc("user", "hi", uuid="u1")])
     with pytest.raises(InvalidInputError, match="imports as format 'anthropic', not 'openai'"):
-        read_transcript(SPOTTER, format="openai")
+        read_transcript(claude_code, format="openai")
 
 
 def test_explicit_source_overrides_detection(tmp_path: Path) -> None:
