@@ -1,0 +1,47 @@
+"""The suite passes on a user's clone with nothing beside it: no transcript corpus, no
+PostgreSQL server. Corpus tests skip with a reason; PostgreSQL tests are deselected."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def test_without_corpus_or_server_corpus_tests_skip_and_postgres_tests_are_deselected(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COMPACTSTORE_TEST_PG_URL"}
+    env["COMPACTSTORE_CORPUS"] = str(tmp_path / "no-corpus")
+    modules = ["tests/test_export.py", "tests/test_simulate.py"]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-v",
+            "-rs",
+            "-m",
+            "corpus",
+            *modules,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    outcomes = [line for line in run.stdout.splitlines() if line.startswith("tests/")]
+    # The SQLite half of a corpus test on both backends is there, and skipped...
+    assert any("[sqlite] SKIPPED" in line for line in outcomes), run.stdout
+    assert all("SKIPPED" in line for line in outcomes), run.stdout
+    # ...its PostgreSQL half is not collected at all.
+    assert not any("[postgres]" in line for line in outcomes), run.stdout
+    assert f"no transcript corpus at {tmp_path / 'no-corpus' / 'dev'}" in run.stdout
+    assert "deselected" in run.stdout.splitlines()[-1]
