@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from compactstore.context import ActiveContext, pairing_problems
+from compactstore.db import model_calls
 from compactstore.engines.full_compact import PATH_PATTERN, files_of
 from compactstore.formats import get_format
 from compactstore.importers import Transcript, read_transcript
@@ -508,8 +509,11 @@ class _Replay:
         if self.request is None or self.request in messages:
             report.request_retained += 1
         if real_size is not None and self.calibrate:
-            # As a live agent does with the API's answer.
-            self.sess.record_usage(real_size)
+            # As a live agent does with the API's answer (which records the model call).
+            self.sess.record_usage(real_size, now=self.now)
+        else:
+            call = model_calls.ModelCall(context.last_seq, usage, real_size, self.now)
+            self.sess.store._write(lambda c: model_calls.insert_calls(c, self.sess.id, [call]))
 
     def _tokens(self, context: ActiveContext, real: int) -> None:
         """The store's usage just before the call against the provider's real count."""

@@ -39,6 +39,7 @@ from compactstore.core.recording import (
     rolled_back_model,
     unrecorded_result,
 )
+from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     create_engine_for,
@@ -278,12 +279,15 @@ class CompactStore:
         config: CompactionConfig | None = None,
         timestamps: Sequence[float | None] | None = None,
         boundaries: Sequence[ImportedBoundary] = (),
+        usage: Sequence[int | None] | None = None,
     ) -> Session:
         """Create a session from a whole transcript in one transaction: all or nothing.
 
         ``boundaries`` are compactions the agent already did (e.g. Claude Code's
         compact_boundary records): each becomes a boundary row whose summary stands for
         the messages before ``first_kept_index``, as the agent continued after it.
+        ``usage`` gives, per message, the prompt size the provider reported for the model
+        call that produced it (None where unknown); each becomes a ``model_calls`` row.
 
         Raises:
             ConflictError: the session already exists.
@@ -293,6 +297,9 @@ class CompactStore:
         get_format(format)
         if timestamps is not None and len(timestamps) != len(messages):
             raise InvalidInputError("timestamps must be a list as long as messages")
+        if usage is not None and len(usage) != len(messages):
+            raise InvalidInputError("usage must be a list as long as messages")
+        real = {i: check_whole(n, "usage") for i, n in enumerate(usage or ()) if n is not None}
         stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
         order = sorted(boundaries, key=lambda b: b.first_kept_index)
         for boundary in order:
@@ -329,6 +336,20 @@ class CompactStore:
                     start = end
                 if boundary is not None:
                     session._import_boundary(connection, boundary)
+            # Messages are numbered from 0 in transcript order, so an index is a seq.
+            called = {i: p.created_at for i, p in enumerate(pending) if i in real}
+            model_calls.insert_calls(
+                connection,
+                sid,
+                model_calls.imported_calls(
+                    connection,
+                    sid,
+                    real,
+                    called,
+                    overhead=session.config.fixed_overhead_tokens,
+                    factor=session.config.token_factor,
+                ),
+            )
             found = repo.get_session(connection, sid)
             assert found is not None
             return found
@@ -675,14 +696,16 @@ class Session:
 
     # -- calibration --------------------------------------------------------------------
 
-    def record_usage(self, input_tokens: int) -> None:
+    def record_usage(self, input_tokens: int, *, now: float | None = None) -> None:
         """Report the real prompt size the API counted for the current active context.
 
         Usage then follows the real count: the offset to the estimate is stored and the
         correction factor is learnt from consecutive real counts. A model call that went
-        through also resets the reactive-recovery counter.
+        through also resets the reactive-recovery counter. The call is recorded in
+        ``model_calls`` at time ``now`` (epoch seconds; default: the clock).
         """
         check_whole(input_tokens, "input_tokens")
+        called = now_or_clock(now)
 
         def tx(connection: Connection) -> None:
             row = self._locked(connection)
@@ -709,6 +732,11 @@ class Session:
                 real_estimate=raw,
             )
             repo.set_breaker(connection, self.id, reactive_attempts=0)
+            model_calls.insert_calls(
+                connection,
+                self.id,
+                [model_calls.ModelCall(row.last_seq, context.usage, input_tokens, called)],
+            )
 
         self.store._write(tx)
 
@@ -1143,10 +1171,16 @@ class Session:
             NotFoundError: no blob with that id belongs to this session.
         """
         check_id(blob_id, "blob", self.id)
-        row = self.store._read(lambda c: repo.get_blob(c, self.id, blob_id))
-        if row is None:
+
+        def read(connection: Connection) -> str | None:
+            row = repo.get_blob(connection, self.id, blob_id)
+            # Decoded inside the read, so a damaged blob is a DatabaseError naming the file.
+            return None if row is None else bytes(row.content).decode("utf-8")
+
+        content = self.store._read(read)
+        if content is None:
             raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
-        return bytes(row.content).decode("utf-8")
+        return content
 
     # -- history ------------------------------------------------------------------------
 

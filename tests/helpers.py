@@ -41,6 +41,7 @@ TABLES = {
     "read_dedup_entries",
     "breaker_state",
     "memory_entries",
+    "model_calls",
 }
 
 

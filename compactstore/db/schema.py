@@ -32,6 +32,7 @@ __all__ = [
     "message_edits",
     "messages",
     "metadata",
+    "model_calls",
     "read_dedup_entries",
     "sessions",
     "tool_calls",
@@ -241,3 +242,18 @@ memory_entries = Table(
     Column("created_at", Float, nullable=False),
 )
 Index("ix_memory_entries_session", memory_entries.c.session_id, memory_entries.c.id)
+
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
+    # The newest seq of the log when the call was made: the context sent ended there.
+    Column("seq", Integer, nullable=False),
+    # The store's usage (SPEC §6) of the context sent, before the call's real count was known.
+    Column("usage", Integer, nullable=False),
+    # The prompt size the provider counted, when the caller or the transcript reported it.
+    Column("real_tokens", Integer),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_model_calls_session", model_calls.c.session_id, model_calls.c.id)

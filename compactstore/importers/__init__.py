@@ -482,6 +482,7 @@ def import_file(
             context_window=context_window,
             timestamps=transcript.timestamps,
             boundaries=transcript.boundaries,
+            usage=transcript.usage,
         )
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{file.name}: {exc}") from None

@@ -1,0 +1,40 @@
+"""model_calls: one row per model call, for the usage curve of `compactstore report` (additive)
+
+Revision ID: 5006b8f23c00
+Revises: 2dc75d0a49b9
+Create Date: 2026-12-03 08:20:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "5006b8f23c00"
+down_revision: str | None = "2dc75d0a49b9"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "model_calls",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("session_id", sa.String(length=255), nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("usage", sa.Integer(), nullable=False),
+        sa.Column("real_tokens", sa.Integer(), nullable=True),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["session_id"], ["sessions.id"], name=op.f("fk_model_calls_session_id_sessions")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_model_calls")),
+    )
+    with op.batch_alter_table("model_calls", schema=None) as batch_op:
+        batch_op.create_index("ix_model_calls_session", ["session_id", "id"], unique=False)
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("model_calls", schema=None) as batch_op:
+        batch_op.drop_index("ix_model_calls_session")
+    op.drop_table("model_calls")
