@@ -10,6 +10,7 @@ act on. The tree::
     ├── ConflictError                         the request contradicts stored state
     ├── SchemaError                           the database schema does not match this code
     ├── DatabaseError                         the database cannot be opened or read
+    ├── MissingExtraError (ImportError)       a feature's optional extra is not installed
     └── SummarizerError                       a custom summarizer or counter failed hard
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "DatabaseError",
     "InvalidInputError",
     "InvalidMessageError",
+    "MissingExtraError",
     "NotFoundError",
     "SchemaError",
     "SummarizerError",
@@ -53,6 +55,10 @@ class SchemaError(CompactStoreError):
 
 class DatabaseError(CompactStoreError):
     """The database file or server cannot be used (not a database, damaged, unreachable)."""
+
+
+class MissingExtraError(CompactStoreError, ImportError):
+    """A feature needs an optional extra that is not installed; the message names it."""
 
 
 class SummarizerError(CompactStoreError):

@@ -108,6 +108,8 @@ def test_the_wheel_ships_the_migrations(wheel: Path) -> None:
     assert versions, names
     assert any(head_revision() in name for name in versions)
     assert "compactstore/py.typed" in names
+    for name in ("templates/session.html", "templates/index.html", "static/report.js"):
+        assert f"compactstore/report/{name}" in names
     # Tests and benchmarks are not part of the package.
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/"))]
 

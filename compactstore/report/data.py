@@ -1,0 +1,207 @@
+"""What a report shows, read from the database in one snapshot.
+
+Nothing here renders: :func:`collect` turns a session's rows (model calls, compactions,
+boundaries, the active context, the breaker) into plain values the page is drawn from, so
+a test can compare the page with the database.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from compactstore.core.recording import boundary_model, compaction_model
+from compactstore.db import model_calls
+from compactstore.db import repository as repo
+from compactstore.db.model_calls import ModelCall
+from compactstore.models import BreakerState, CompactionResult, CompactStrategy, CompactTrigger
+from compactstore.store import CompactStore, Session
+
+__all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
+
+# Strategies whose compactions cut the context or recover it: each gets a full card.
+_CARD_STRATEGIES = frozenset(
+    {
+        CompactStrategy.FULL,
+        CompactStrategy.SESSION_MEMORY,
+        CompactStrategy.PARTIAL,
+        CompactStrategy.REACTIVE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBar:
+    """One message of the active context now."""
+
+    seq: int | None  # None: the summary or a synthetic result (not in the log)
+    kind: str
+    state: str  # original, persisted, cleared, deduplicated, summary, pinned, synthetic
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionView:
+    """One recorded compaction with where it happened and what it changed."""
+
+    result: CompactionResult
+    last_seq: int  # the newest seq of the log when it ran
+    card: bool  # it cut or recovered the context: shown in full
+    tripped_breaker: bool  # it was the failure that tripped the circuit breaker
+    previous_summary: str | None  # the summary it folded in (its boundary's parent's)
+    summary_diff: list[tuple[str, str]] = field(default_factory=list)  # (" "|"+"|"-", line)
+
+    @property
+    def id(self) -> int:
+        assert self.result.id is not None  # recorded rows always have one
+        return self.result.id
+
+    @property
+    def strategy(self) -> str:
+        return self.result.strategy.value if self.result.strategy is not None else "none"
+
+    @property
+    def trigger(self) -> str:
+        return self.result.trigger.value if self.result.trigger is not None else "none"
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.result.rolled_back_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    """Everything one session's page shows."""
+
+    session_id: str
+    format: str
+    context_window: int
+    threshold: float  # the auto-compact threshold, a share of the window
+    created_at: float
+    message_count: int
+    calls: list[ModelCall]
+    compactions: list[CompactionView]
+    context: list[ContextBar]
+    usage: int  # the store's usage of the active context now
+    breaker: BreakerState
+    breaker_max_failures: int
+
+    @property
+    def cards(self) -> list[CompactionView]:
+        return [c for c in self.compactions if c.card]
+
+    @property
+    def others(self) -> list[CompactionView]:
+        return [c for c in self.compactions if not c.card]
+
+    @property
+    def reactive(self) -> list[CompactionView]:
+        return [c for c in self.compactions if c.result.trigger == CompactTrigger.REACTIVE]
+
+    @property
+    def trips(self) -> list[CompactionView]:
+        return [c for c in self.compactions if c.tripped_breaker]
+
+    @property
+    def peak(self) -> int:
+        """The highest usage any model call or compaction saw."""
+        seen = [c.usage for c in self.calls] + [c.real_tokens or 0 for c in self.calls]
+        seen += [c.result.tokens_before for c in self.compactions]
+        return max([self.usage, *seen])
+
+
+def collect(store: CompactStore, session_id: str) -> ReportData:
+    """Read one session for its report, in one read transaction.
+
+    Raises:
+        NotFoundError: there is no such session.
+    """
+    session = store.get_session(session_id)
+    return store._read(lambda connection: _collect(connection, session))
+
+
+def _collect(connection: Connection, session: Session) -> ReportData:
+    row = repo.get_session(connection, session.id)
+    assert row is not None  # get_session found it, and sessions are not deleted mid-read
+    boundaries = {
+        b.id: boundary_model(b)
+        for b in repo.boundary_rows(connection, session.id, include_rolled_back=True)
+    }
+    rows = repo.compaction_rows(connection, session.id)
+    breaker_row = repo.get_breaker(connection, session.id)
+    breaker = BreakerState(
+        consecutive_failures=breaker_row.consecutive_failures,
+        tripped=bool(breaker_row.tripped),
+        reactive_attempts=breaker_row.reactive_attempts,
+        last_microcompact_at=breaker_row.last_microcompact_at,
+    )
+    # Whether the breaker was tripped when each compaction ran, then now: the failure just
+    # before a change from untripped to tripped is the one that tripped it.
+    inputs = [json.loads(r.inputs) for r in rows]
+    tripped = [bool(i.get("tripped", False)) for i in inputs] + [breaker.tripped]
+    views: list[CompactionView] = []
+    for index, (compaction, recorded) in enumerate(zip(rows, inputs, strict=True)):
+        result = compaction_model(compaction, boundaries)
+        boundary = result.boundary
+        parent = boundaries.get(boundary.parent_id) if boundary and boundary.parent_id else None
+        previous = parent.summary_text if parent is not None else None
+        cut_or_recovered = boundary is not None or result.trigger == CompactTrigger.REACTIVE
+        views.append(
+            CompactionView(
+                result=result,
+                last_seq=int(recorded.get("last_seq", -1)),
+                card=cut_or_recovered or result.strategy in _CARD_STRATEGIES,
+                tripped_breaker=not tripped[index] and tripped[index + 1],
+                previous_summary=previous,
+                summary_diff=_diff(previous, result.summary_text) if boundary else [],
+            )
+        )
+    context = session._context(connection, row)
+    return ReportData(
+        session_id=row.id,
+        format=row.format,
+        context_window=row.context_window,
+        threshold=row.config.auto_compact_threshold,
+        created_at=row.created_at,
+        message_count=row.last_seq + 1,
+        calls=model_calls.calls_of(connection, session.id),
+        compactions=views,
+        context=[ContextBar(i.seq, i.kind, i.state, i.tokens) for i in context.items],
+        usage=context.usage,
+        breaker=breaker,
+        breaker_max_failures=row.config.breaker_max_failures,
+    )
+
+
+def _diff(previous: str | None, summary: str) -> list[tuple[str, str]]:
+    """What changed from the summary folded in: changed lines with one line of context
+    ("+" new, "-" gone, " " unchanged, "…" lines left out between two changes)."""
+    if previous is None:
+        return []
+    before, after = previous.splitlines(), summary.splitlines()
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    lines: list[tuple[str, str]] = []
+    for number, group in enumerate(matcher.get_grouped_opcodes(1)):
+        if number:
+            lines.append(("…", ""))
+        for op, b1, b2, a1, a2 in group:
+            if op == "equal":
+                lines += [(" ", line) for line in before[b1:b2]]
+                continue
+            lines += [("-", line) for line in before[b1:b2]]
+            lines += [("+", line) for line in after[a1:a2]]
+    return lines
+
+
+def as_json(data: ReportData) -> dict[str, Any]:
+    """The numbers the page's script draws its readout from."""
+    return {
+        "session": data.session_id,
+        "window": data.context_window,
+        "threshold": data.threshold,
+        "calls": [[c.seq, c.usage, c.real_tokens] for c in data.calls],
+    }
