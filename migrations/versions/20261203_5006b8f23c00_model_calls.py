@@ -1,7 +1,7 @@
 """model_calls: one row per model call, for the usage curve of `compactstore report` (additive)
 
 Revision ID: 5006b8f23c00
-Revises: 2dc75d0a49b9
+Revises: 99c54f1405bd
 Create Date: 2026-12-03 08:20:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "5006b8f23c00"
-down_revision: str | None = "2dc75d0a49b9"
+down_revision: str | None = "99c54f1405bd"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
