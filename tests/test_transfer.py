@@ -39,15 +39,15 @@ IdMap = dict[str, dict[int, int]]
 
 
 def rich_session(store: CompactStore, sid: str) -> Session:
-    """A session that fills every table: compactions of every kind, edits and blobs, a
-    read-dedup entry, memory, a rollback and an applied replay (replay_of and the hidden
+    """A session that fills every table: compactions of every kind, model calls, edits and
+    blobs, a read-dedup entry, memory, a rollback and an applied replay (replay_of and the hidden
     rolled_back_after), and messages after the last compaction."""
     chat = new_session(store, sid=sid)
     busy_log(chat)
     _, (tool_use_id,) = chat.calls([("read_file", {"file_path": "src/app.py"})])
     chat.result(tool_use_id, words(900, "app"), file_path="src/app.py")
     for _ in every_stage(chat):
-        pass
+        chat.sess.record_usage(chat.sess.token_usage(), now=chat.tick())  # a model call
     sess = chat.sess
     live = sess.boundaries()
     sess.rollback(now=T0 + 2 * HOUR)  # the newest boundary goes
