@@ -59,7 +59,7 @@ def calls_of(connection: Connection, session_id: str) -> list[ModelCall]:
         .where(model_calls.c.session_id == session_id)
         .order_by(model_calls.c.id)
     )
-    return [ModelCall(row.seq, row.usage, row.real_tokens, row.created_at) for row in rows]
+    return [ModelCall(*row) for row in rows.tuples()]
 
 
 def imported_calls(

@@ -18,6 +18,7 @@ only here, when a page is written.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -49,7 +50,9 @@ _JSON_ESCAPES = {
 }
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    """The templates, compiled once per process."""
     try:
         import jinja2
     except ImportError:

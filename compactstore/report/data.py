@@ -53,6 +53,7 @@ class CompactionView:
     card: bool  # it cut or recovered the context: shown in full
     tripped_breaker: bool  # it was the failure that tripped the circuit breaker
     previous_summary: str | None  # the summary it folded in (its boundary's parent's)
+    previous_id: int | None  # the compaction that wrote that summary
     summary_diff: list[tuple[str, str]] = field(default_factory=list)  # (" "|"+"|"-", line)
 
     @property
@@ -132,6 +133,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         for b in repo.boundary_rows(connection, session.id, include_rolled_back=True)
     }
     rows = repo.compaction_rows(connection, session.id)
+    compaction_of = {r.boundary_id: r.id for r in rows if r.boundary_id is not None}
     breaker_row = repo.get_breaker(connection, session.id)
     breaker = BreakerState(
         consecutive_failures=breaker_row.consecutive_failures,
@@ -157,6 +159,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
                 card=cut_or_recovered or result.strategy in _CARD_STRATEGIES,
                 tripped_breaker=not tripped[index] and tripped[index + 1],
                 previous_summary=previous,
+                previous_id=compaction_of.get(parent.id) if parent is not None else None,
                 summary_diff=_diff(previous, result.summary_text) if boundary else [],
             )
         )

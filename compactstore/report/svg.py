@@ -43,17 +43,20 @@ def usage_chart(data: ReportData) -> str:
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = _USAGE_HEIGHT - _TOP - _BOTTOM
 
+    x_scale, y_scale = plot_w / last, plot_h / top_tokens
+
     def x(seq: float) -> float:
-        return round(LEFT + plot_w * max(seq, 0) / last, 1)
+        return round(LEFT + x_scale * seq, 1) if seq > 0 else LEFT
 
     def y(tokens: float) -> float:
-        return round(_TOP + plot_h * (1 - tokens / top_tokens), 1)
+        return round(_TOP + plot_h - y_scale * tokens, 1)
 
     out = [
         f'<svg id="usage-chart" class="chart" viewBox="0 0 {WIDTH} {_USAGE_HEIGHT}" '
         f'role="img" aria-label="usage per model call">',
         f'<rect class="plot" x="{LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}"/>',
     ]
+    out.append(f'<text class="axis" x="{LEFT - 6}" y="{_TOP + plot_h}" text-anchor="end">0</text>')
     for share in (0.25, 0.5, 0.75):
         level = y(data.context_window * share)
         out.append(
@@ -77,18 +80,17 @@ def usage_chart(data: ReportData) -> str:
         f"seq {last:,}</text>",
     ]
     if calls:
-        estimate = " L".join(f"{x(c.seq)} {y(c.usage)}" for c in calls)
-        out.append(f'<path class="usage" d="M{estimate}"/>')
-        real: list[str] = []
-        drawing = False
+        estimate = [(x(c.seq), y(c.usage)) for c in calls]
+        out.append(f'<path class="usage" d="{_path([estimate])}"/>')
+        runs: list[list[tuple[float, float]]] = [[]]
         for call in calls:
             if call.real_tokens is None:
-                drawing = False
+                if runs[-1]:
+                    runs.append([])
                 continue
-            real.append(f"{'L' if drawing else 'M'}{x(call.seq)} {y(call.real_tokens)}")
-            drawing = True
-        if real:
-            out.append(f'<path class="real" d="{" ".join(real)}"/>')
+            runs[-1].append((x(call.seq), y(call.real_tokens)))
+        if runs[0]:
+            out.append(f'<path class="real" d="{_path(runs)}"/>')
     for view in data.compactions:
         out.append(_marker(view, x(view.last_seq), y(view.result.tokens_before)))
     out.append(
@@ -97,6 +99,25 @@ def usage_chart(data: ReportData) -> str:
     )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _path(runs: list[list[tuple[float, float]]]) -> str:
+    """SVG path data of polylines, drawing per pixel column only the first, lowest, highest
+    and last point (the line looks the same; 10,000 calls make a path of ~2,000 points)."""
+    parts: list[str] = []
+    for run in runs:
+        columns: dict[int, list[tuple[float, float]]] = {}
+        for point in run:  # x never decreases: a column's points are consecutive
+            columns.setdefault(int(point[0]), []).append(point)
+        kept: list[tuple[float, float]] = []
+        for column in columns.values():
+            ends = {0, len(column) - 1}
+            ends.add(min(range(len(column)), key=lambda i: column[i][1]))
+            ends.add(max(range(len(column)), key=lambda i: column[i][1]))
+            kept += [column[i] for i in sorted(ends)]
+        if kept:
+            parts.append("M" + " L".join(f"{px} {py}" for px, py in kept))
+    return " ".join(parts)
 
 
 def _marker(view: CompactionView, cx: float, cy: float) -> str:
