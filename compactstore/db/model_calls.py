@@ -59,7 +59,7 @@ def calls_of(connection: Connection, session_id: str) -> list[ModelCall]:
         .where(model_calls.c.session_id == session_id)
         .order_by(model_calls.c.id)
     )
-    return [ModelCall(*row) for row in rows.tuples()]
+    return [ModelCall(*row) for row in rows]
 
 
 def imported_calls(

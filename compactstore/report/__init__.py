@@ -50,15 +50,22 @@ _JSON_ESCAPES = {
 }
 
 
-@functools.cache
 def _environment() -> jinja2.Environment:
-    """The templates, compiled once per process."""
+    """The templates; a missing Jinja2 is an error naming the extra."""
     try:
-        import jinja2
+        import jinja2  # noqa: F401
     except ImportError:
         raise MissingExtraError(
             "writing a report needs Jinja2, the 'report' extra: pip install 'compactstore[report]'"
         ) from None
+    return _compiled()
+
+
+@functools.cache
+def _compiled() -> jinja2.Environment:
+    """The templates, compiled once per process."""
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.PackageLoader("compactstore.report", "templates"),
         autoescape=True,
