@@ -8,6 +8,7 @@ is covered because the copier walks the schema's table list; a test adds a table
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,37 @@ def row_counts(store: CompactStore, sid: str) -> dict[str, int]:
     return counts
 
 
+def stored_rows(store: CompactStore, sid: str, ids: IdMap | None = None) -> dict[str, Any]:
+    """Every row of the session in every table, in source order, with the renumbered ids
+    (keys, references and ids inside JSON) taken back through ``ids``."""
+    back = {table: {new: old for old, new in m.items()} for table, m in (ids or {}).items()}
+    out = {}
+    with store.engine.connect() as connection:
+        for table_plan in db_transfer.plan():
+            renumbered = dict(table_plan.references)
+            if table_plan.key is not None:
+                renumbered[table_plan.key.name] = table_plan.table.name
+            rows = []
+            for row in connection.execute(
+                select(table_plan.table)
+                .where(table_plan.session_column == sid)
+                .order_by(*table_plan.order)
+            ):
+                values = dict(row._mapping)
+                for column, table in renumbered.items():
+                    if ids is not None and values[column] is not None:
+                        values[column] = back[table][values[column]]
+                for column, keys in table_plan.json_references.items():
+                    document = json.loads(values[column])
+                    for key, table in keys.items():
+                        if ids is not None and document.get(key) is not None:
+                            document[key] = back[table][document[key]]
+                    values[column] = document
+                rows.append(values)
+            out[table_plan.table.name] = rows
+    return out
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A SQLite store holding two rich sessions, built once for the module."""
@@ -159,6 +191,7 @@ def test_copy_keeps_everything_modulo_the_id_map(
             assert portrait(target.get_session("beta")) == resident
         copied = target.get_session("alpha")
         assert portrait(copied, report.ids) == before
+        assert stored_rows(target, "alpha", report.ids) == stored_rows(source, "alpha")
         assert row_counts(target, "alpha") == row_counts(source, "alpha")
         # The copy is a live session: it carries on like the original.
         assert copied.process_request(now=T0 + 3 * HOUR) is not None
