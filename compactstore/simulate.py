@@ -20,10 +20,12 @@ a live agent would with the API's answer, and compares what the store predicted 
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.store import CompactStore, Session
 from compactstore.summary_audit import is_noise
 from compactstore.tokens import MAX_FACTOR, MIN_FACTOR
+from compactstore.transfer import staging
 
 __all__ = ["Progress", "SimulationReport", "simulate", "simulate_transcript"]
 
@@ -310,18 +313,23 @@ def simulate_transcript(
     import time
 
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="compactstore-sim-") as tmp:
-        own = store is None
-        opened = store or CompactStore.open(Path(tmp) / "simulate.db")
-        try:
-            if not use_usage:
-                transcript = replace(transcript, usage=[None] * len(transcript.usage))
-            replay = _Replay(transcript, name, window, config, opened, progress, on_compaction)
-            replay.calibrate = calibrate
-            report = replay.run()
-        finally:
-            if own:
-                opened.close()
+    with ExitStack() as stack:
+        if store is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="compactstore-sim-"))
+            opened = stack.enter_context(CompactStore.open(Path(tmp) / "simulate.db"))
+            sid = "simulate-1"
+        else:
+            taken = {info.id for info in store.sessions()}
+            sid = next(f"simulate-{n}" for n in itertools.count(len(taken) + 1)
+                       if f"simulate-{n}" not in taken)  # fmt: skip
+            # Built apart and copied into the store when complete: a run that is stopped
+            # (Ctrl-C, kill, a full disk) leaves no half session there.
+            opened = stack.enter_context(staging(store))
+        if not use_usage:
+            transcript = replace(transcript, usage=[None] * len(transcript.usage))
+        replay = _Replay(transcript, name, sid, window, config, opened, progress, on_compaction)
+        replay.calibrate = calibrate
+        report = replay.run()
     report.seconds = time.perf_counter() - began
     return report
 
@@ -331,6 +339,7 @@ class _Replay:
         self,
         transcript: Transcript,
         name: str,
+        sid: str,
         window: int,
         config: CompactionConfig | None,
         store: CompactStore,
@@ -344,7 +353,6 @@ class _Replay:
         self.on_compaction = on_compaction
         first = next((ts for ts in transcript.timestamps if ts is not None), 0.0)
         self.now = first
-        sid = f"simulate-{len(store.sessions()) + 1}"
         self.sess: Session = store.session(
             sid,
             context_window=window,

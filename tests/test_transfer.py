@@ -9,6 +9,10 @@ is covered because the copier walks the schema's table list; a test adds a table
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -32,9 +36,12 @@ from compactstore import CompactStore, ConflictError, NotFoundError, Session
 from compactstore.db import schema
 from compactstore.db import transfer as db_transfer
 from compactstore.errors import InvalidInputError, SchemaError
+from compactstore.importers import read_transcript
+from compactstore.simulate import simulate_transcript
 from compactstore.transfer import backup, copy_sessions, prune, restore, staging
 from tests.conftest import fresh_database, snapshot
 from tests.helpers import HOUR, T0, Chat, busy_log, every_stage, new_session, opened, words
+from tests.test_simulate import transcript, write_jsonl
 
 IdMap = dict[str, dict[int, int]]
 
@@ -472,3 +479,61 @@ def test_staging_copies_when_done_and_leaves_the_target_untouched_on_error(
             Chat(stage.session("whole", now=T0), "anthropic").chatter(20)
             staged = stage.get_session("whole").messages()
         assert target.get_session("whole").messages() == staged
+
+
+# -- demo and simulate build apart: a stopped run leaves no half session ---------------------
+
+# Runs one of the long writers into DB and kills itself (SIGKILL, as `kill -9` would) or
+# raises KeyboardInterrupt (Ctrl-C) when its progress reaches half way: a deterministic point.
+STOPPED_CHILD = """
+import os, signal, sys
+from compactstore import CompactStore
+from compactstore.importers import read_transcript
+from compactstore.simulate import simulate_transcript
+
+what, db, how, source = sys.argv[1:5]
+
+def progress(done, total):
+    if total and done * 2 >= total:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise KeyboardInterrupt
+
+with CompactStore.open(db) as store:
+    if what == "simulate":
+        transcript = read_transcript(source)
+        simulate_transcript(transcript, window=8_000, store=store, progress=progress)
+print("finished")
+"""
+
+
+def run_stopped(what: str, db: str, how: str, source: Path, tmp: Path) -> int:
+    tmp.mkdir(exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_CHILD, what, db, how, str(source)],
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "finished" not in done.stdout, done.stderr
+    return done.returncode
+
+
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_a_simulation_stopped_half_way_leaves_no_half_session(
+    db_url: str, tmp_path: Path, how: str
+) -> None:
+    source = write_jsonl(tmp_path / "t.jsonl", transcript("anthropic"))
+    with opened(db_url) as target:
+        new_session(target, sid="resident").request("keep me")
+        rows = snapshot(target)
+    returncode = run_stopped("simulate", db_url, how, source, tmp_path / "tmp")
+    assert returncode == (-signal.SIGKILL if how == "kill" else -signal.SIGINT)
+    with opened(db_url) as target:
+        assert snapshot(target) == rows
+        # A run that completes copies its whole session in.
+        report = simulate_transcript(read_transcript(source), window=8_000, store=target)
+        (simulated,) = [info for info in target.sessions() if info.id != "resident"]
+        assert simulated.message_count == report.messages == len(transcript("anthropic"))
