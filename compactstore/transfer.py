@@ -159,6 +159,7 @@ def restore(
     Raises:
         NotFoundError: no such file, or a session is not in the backup.
         InvalidInputError: the file is not a compactstore database.
+        SchemaError: the backup was written by a newer compactstore.
         ConflictError: a session of the backup already exists in the store; nothing is written.
     """
     src = Path(path).expanduser().resolve()
@@ -179,7 +180,14 @@ def restore(
     with tempfile.TemporaryDirectory(prefix="compactstore-restore-") as tmp:
         upgraded = Path(tmp) / src.name
         shutil.copyfile(src, upgraded)
-        older = CompactStore.open(upgraded)
+        try:
+            older = CompactStore.open(upgraded)
+        except SchemaError:
+            raise SchemaError(
+                f"the backup {src} has schema revision {revision}, which this compactstore "
+                f"does not know (its newest is {head_revision()}); restore it with a newer "
+                f"compactstore (pip install -U compactstore)"
+            ) from None
         try:
             return copy_sessions(older, store, session_ids)
         finally:

@@ -30,11 +30,13 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 
 from compactstore import CompactStore, ConflictError, NotFoundError, Session
 from compactstore.db import schema
 from compactstore.db import transfer as db_transfer
+from compactstore.db.migrate import alembic_config, head_revision, stored_revision
 from compactstore.errors import InvalidInputError, SchemaError
 from compactstore.importers import read_transcript
 from compactstore.simulate import simulate_transcript
@@ -406,6 +408,36 @@ def test_backup_refuses_to_overwrite_unless_told_and_never_its_own_database(
     own = source.location
     with pytest.raises(InvalidInputError, match="database being backed up"):
         backup(source, own, overwrite=True)
+
+
+def test_a_backup_from_an_older_schema_is_upgraded_in_a_copy_and_a_newer_one_refused(
+    source: CompactStore, tmp_path: Path
+) -> None:
+    from alembic import command
+
+    file = tmp_path / "old.backup"
+    backup(source, file, ["alpha"])
+    engine = create_engine(f"sqlite:///{file}")
+    with engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "-1")
+        older = stored_revision(connection)
+    engine.dispose()
+    assert older != head_revision()
+    written = file.read_bytes()
+    with opened(tmp_path / "t.db") as target:
+        report = restore(target, file)
+        assert portrait(target.get_session("alpha"), report.ids) == portrait(
+            source.get_session("alpha")
+        )
+    assert file.read_bytes() == written  # only ever read
+    engine = create_engine(f"sqlite:///{file}")
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = 'f00000000000'"))
+    engine.dispose()
+    with opened(tmp_path / "t2.db") as target, pytest.raises(SchemaError, match="f00000000000"):
+        restore(target, file)
 
 
 def test_restore_of_something_that_is_not_a_backup(tmp_path: Path) -> None:
