@@ -169,6 +169,20 @@ def test_summaries_and_what_changed_in_them(store: CompactStore, tmp_path: Path)
     assert "src/new_api.py" in text
 
 
+def test_the_failure_that_tripped_the_breaker_is_named(store: CompactStore, tmp_path: Path) -> None:
+    chat = new_session(store, context_window=20_000)
+    chat.request("Fix it " + words(70_000))  # a pinned request the window cannot hold
+    for turn in range(5):
+        chat.say(words(400, f"a{turn}"))
+        chat.sess.process_request(now=T0 + turn)
+    failures = [c for c in chat.sess.compactions() if not c.success]
+    assert len(failures) == 3 and chat.sess.breaker().tripped
+    page = Page(write_report(store, "s", tmp_path / "s.html").read_text("utf-8"))
+    assert page.field("consecutive_failures") == 3
+    (tripped,) = [c for c, f, _ in page.fields if f == "tripped_by"]
+    assert tripped == str(failures[-1].id)
+
+
 def test_imported_and_simulated_sessions(tmp_path: Path) -> None:
     messages = [{"role": "user", "content": "Fix the build"}]
     for i in range(40):
