@@ -38,7 +38,16 @@ if TYPE_CHECKING:
 
     from compactstore.store import CompactStore
 
-__all__ = ["ReportData", "collect", "render", "safe_filename", "write_all", "write_report"]
+__all__ = [
+    "ReportData",
+    "Writer",
+    "collect",
+    "render",
+    "safe_filename",
+    "session_page",
+    "write_all",
+    "write_report",
+]
 
 _STATES = ("pinned", "summary", "original", "persisted", "cleared", "deduplicated", "synthetic")
 _JSON_ESCAPES = {
@@ -168,6 +177,17 @@ def _strategy_order(name: str) -> tuple[int, str]:
     return (names.index(name) if name in names else len(names), name)
 
 
+def session_page(store: CompactStore, session_id: str) -> str:
+    """The HTML page of one session's report.
+
+    Raises:
+        NotFoundError: there is no such session.
+        MissingExtraError: Jinja2 (the ``report`` extra) is not installed.
+    """
+    _environment()  # fail on a missing extra before reading anything
+    return render(collect(store, session_id))
+
+
 def write_report(store: CompactStore, session_id: str, path: str | Path | None = None) -> Path:
     """Write one session's report; returns the file written.
 
@@ -178,24 +198,34 @@ def write_report(store: CompactStore, session_id: str, path: str | Path | None =
         MissingExtraError: Jinja2 (the ``report`` extra) is not installed.
         InvalidInputError: the file cannot be written.
     """
-    _environment()  # fail on a missing extra before reading anything
-    data = collect(store, session_id)
+    page = session_page(store, session_id)
     target = Path(path) if path is not None else Path(safe_filename(session_id))
-    _write(target, render(data))
+    _write(target, page.encode("utf-8"))
     return target
+
+
+Writer = Callable[[Path, bytes], None]
 
 
 def write_all(
     store: CompactStore,
     directory: str | Path,
+    *,
     progress: Callable[[int, int], None] | None = None,
+    write: Writer | None = None,
 ) -> Path:
     """Write ``DIRECTORY/index.html`` and one page per session; returns the index.
 
     Pages are named by :func:`safe_filename`, so no session id can reach outside the
-    directory or collide with the index.
+    directory or collide with the index. ``write(path, data)`` writes each file (default:
+    a plain write).
+
+    Raises:
+        MissingExtraError: Jinja2 (the ``report`` extra) is not installed.
+        InvalidInputError: the directory or a file cannot be written.
     """
     environment = _environment()
+    put = write or _write
     folder = Path(directory)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -206,8 +236,21 @@ def write_all(
     for done, info in enumerate(sessions, start=1):
         data = collect(store, info.id)
         name = safe_filename(info.id)
-        _write(folder / name, render(data))
-        rows.append({"d": data, "file": name})
+        put(folder / name, render(data).encode("utf-8"))
+        rows.append(
+            {
+                "id": data.session_id,
+                "file": name,
+                "format": data.format,
+                "messages": data.message_count,
+                "calls": len(data.calls),
+                "compactions": len(data.compactions),
+                "cuts": len(data.cards),
+                "usage": data.usage,
+                "window": data.context_window,
+                "tripped": data.breaker.tripped,
+            }
+        )
         if progress is not None:
             progress(done, len(sessions))
     style = _static("report.css")
@@ -219,7 +262,7 @@ def write_all(
         written_at=time.time(),
         **_filters(),
     )
-    _write(folder / "index.html", index)
+    put(folder / "index.html", index.encode("utf-8"))
     return folder / "index.html"
 
 
@@ -237,8 +280,8 @@ def safe_filename(session_id: str) -> str:
     return f"{readable}-{digest}.html"
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, data: bytes) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     except OSError as exc:
         raise InvalidInputError(f"cannot write {path}: {exc.strerror or exc}") from None
