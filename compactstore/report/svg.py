@@ -80,8 +80,8 @@ def usage_chart(data: ReportData) -> str:
         f"seq {last:,}</text>",
     ]
     if calls:
-        estimate = [(x(c.seq), y(c.usage)) for c in calls]
-        out.append(f'<path class="usage" d="{_path([estimate])}"/>')
+        # The provider's count is a wide pale line under the store's, so both show where
+        # they agree.
         runs: list[list[tuple[float, float]]] = [[]]
         for call in calls:
             if call.real_tokens is None:
@@ -91,6 +91,8 @@ def usage_chart(data: ReportData) -> str:
             runs[-1].append((x(call.seq), y(call.real_tokens)))
         if runs[0]:
             out.append(f'<path class="real" d="{_path(runs)}"/>')
+        estimate = [(x(c.seq), y(c.usage)) for c in calls]
+        out.append(f'<path class="usage" d="{_path([estimate])}"/>')
     for view in data.compactions:
         out.append(_marker(view, x(view.last_seq), y(view.result.tokens_before)))
     out.append(
