@@ -7,9 +7,15 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from compactstore.context import ActiveContext
+from sqlalchemy import Connection
 
-__all__ = ["CachedContext", "ContextCache"]
+from compactstore.context import ActiveContext
+from compactstore.db import repository as repo
+from compactstore.errors import NotFoundError
+from compactstore.formats import MessageFormat
+from compactstore.tokens import TokenCounter
+
+__all__ = ["CachedContext", "ContextCache", "read_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +58,37 @@ class ContextCache:
         """Forget a session (deleted: a new one under its id must not meet its context)."""
         with self._lock:
             self._entries.pop(session_id, None)
+
+
+def read_context(
+    connection: Connection,
+    cache: ContextCache,
+    session_id: str,
+    adapter: MessageFormat,
+    count_tokens: TokenCounter,
+    *,
+    location: str,
+    row: repo.SessionRow | None = None,
+) -> ActiveContext:
+    """The session's active context, from the cache when only appends happened since.
+
+    ``row`` is the session as the caller's transaction locked it; without it this is a
+    read, and when nothing changed since the cached entry, the versions alone say so.
+    """
+    cached = cache.get(session_id)
+    if row is None and cached is not None:
+        versions = repo.session_versions(connection, session_id)
+        if versions == (cached.version, cached.context_version):
+            return cached.answered
+    row = row or repo.get_session(connection, session_id)
+    if row is None:
+        raise NotFoundError(f"session {session_id!r} no longer exists in {location}")
+    if cached is not None and cached.context_version == row.context_version:
+        if cached.version == row.version:
+            return cached.answered
+        base = repo.extend_context(connection, cached.base, row)
+    else:
+        base = repo.load_context(connection, row, adapter, count_tokens)
+    entry = CachedContext.of(base, row.version, row.context_version)
+    cache.put(session_id, entry)
+    return entry.answered

@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import check_nesting, storage_json
-from compactstore.models import CompactionConfig
+from compactstore.models import MEMORY_KINDS, CompactionConfig, ImportedBoundary
+from compactstore.tokens import TokenCounter
 
 __all__ = [
     "MAX_INT",
     "MAX_NAME",
     "MAX_TIMESTAMP",
+    "NewToolResult",
     "PendingMessage",
     "check_column_text",
     "check_config",
+    "check_cwd",
+    "check_file_path",
     "check_id",
+    "check_memory",
     "check_session_id",
     "check_timestamp",
+    "check_tool_result",
+    "check_transcript",
+    "check_usage",
     "check_utf8",
     "check_whole",
     "now_or_clock",
@@ -120,6 +129,7 @@ class PendingMessage:
 
     message: dict[str, Any]
     payload: str
+    tokens: int
     created_at: float
     pinned: bool = False
     dedup_of_seq: int | None = None
@@ -128,13 +138,14 @@ class PendingMessage:
 def prepare_message(
     adapter: MessageFormat,
     config: CompactionConfig,
+    count_tokens: TokenCounter,
     message: Any,
     timestamp: Any,
     *,
     pinned: bool = False,
     index: int | None = None,
 ) -> PendingMessage:
-    """Check one message on its own (shape, JSON, size, pin) and serialise it.
+    """Check one message on its own (shape, JSON, size, pin), serialise and count it.
 
     Pairing with the session's other messages is checked when it is inserted.
     ``index`` (its place in a batch) prefixes the error message.
@@ -169,4 +180,93 @@ def prepare_message(
             f"{where}a message with tool calls or results cannot be pinned: pinning it "
             f"would separate it from its pair"
         )
-    return PendingMessage(message, payload, now_or_clock(timestamp, "timestamp"), pinned)
+    created_at = now_or_clock(timestamp, "timestamp")
+    tokens = count_tokens(adapter.token_text(message))
+    return PendingMessage(message, payload, tokens, created_at, pinned)
+
+
+@dataclass(frozen=True, slots=True)
+class NewToolResult:
+    """The arguments of ``append_tool_result``, checked."""
+
+    tool_use_id: str
+    content: str
+    tool_name: str
+    file_path: str | None
+    is_error: bool
+
+
+def check_tool_result(
+    tool_use_id: Any, content: Any, *, tool_name: Any, file_path: Any, is_error: Any
+) -> NewToolResult:
+    for name, value in (("tool_use_id", tool_use_id), ("tool_name", tool_name)):
+        if not isinstance(value, str) or not value:
+            raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    if not isinstance(content, str):
+        raise InvalidInputError(
+            f"tool result content must be a string, got {type(content).__name__}"
+        )
+    if file_path is not None and (not isinstance(file_path, str) or not file_path):
+        raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
+    if not isinstance(is_error, bool):
+        raise InvalidInputError("is_error must be True or False")
+    check_utf8(content, "tool result content")
+    check_column_text(tool_name, "tool_name", MAX_NAME)
+    if file_path is not None:
+        check_column_text(file_path, "file_path")
+    return NewToolResult(tool_use_id, content, tool_name, file_path, is_error)
+
+
+def check_file_path(file_path: Any) -> str:
+    if not isinstance(file_path, str) or not file_path:
+        raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
+    check_column_text(file_path, "file_path")
+    return file_path
+
+
+def check_memory(kind: Any, text: Any, scope: Any) -> None:
+    """The arguments of ``remember``."""
+    if kind not in MEMORY_KINDS:
+        raise InvalidInputError(
+            f"unknown memory kind {kind!r}; expected one of: {', '.join(MEMORY_KINDS)}"
+        )
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("memory text must be a non-empty string")
+    if not isinstance(scope, str) or not scope:
+        raise InvalidInputError("scope must be a non-empty string of at most 32 characters")
+    check_column_text(scope, "scope", 32)
+    check_column_text(text, "memory text")
+
+
+def check_transcript(
+    messages: Sequence[Any],
+    timestamps: Sequence[Any] | None,
+    boundaries: Sequence[ImportedBoundary],
+) -> tuple[list[Any], list[ImportedBoundary]]:
+    """The arguments of ``import_session``: the timestamps (None where missing) and the
+    boundaries in transcript order."""
+    if timestamps is not None and len(timestamps) != len(messages):
+        raise InvalidInputError("timestamps must be a list as long as messages")
+    stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
+    order = sorted(boundaries, key=lambda b: b.first_kept_index)
+    for boundary in order:
+        if not 0 < boundary.first_kept_index <= len(messages):
+            raise InvalidInputError(
+                f"imported boundary at message {boundary.first_kept_index} is outside the "
+                f"transcript's {len(messages)} messages"
+            )
+    return stamps, order
+
+
+def check_cwd(cwd: Any) -> str:
+    if not isinstance(cwd, str) or not cwd.strip():
+        raise InvalidInputError(f"cwd must be a directory path, got {cwd!r}")
+    check_column_text(cwd, "cwd", 4_096)
+    return cwd
+
+
+def check_usage(messages: Sequence[Any], usage: Sequence[Any] | None) -> dict[int, int]:
+    """``import_session``'s per-message real counts, by message index (None ones left out)."""
+    if usage is not None and len(usage) != len(messages):
+        raise InvalidInputError("usage must be a list as long as messages")
+    return {i: check_whole(n, "usage") for i, n in enumerate(usage or ()) if n is not None}

@@ -44,7 +44,7 @@ from compactstore.db.schema import (
     tool_calls,
     tool_result_blobs,
 )
-from compactstore.formats import MessageFormat, ToolCall
+from compactstore.formats import MessageFormat
 from compactstore.formats.base import storage_json
 from compactstore.models import CompactionConfig, MemoryEntry
 from compactstore.tokens import TokenCounter
@@ -276,20 +276,19 @@ def insert_messages(connection: Connection, session_id: str, rows: Sequence[Mess
     )
 
 
-def moved_on_after(connection: Connection, session_id: str, seq: int) -> bool:
-    """Whether a message other than a tool result follows seq (its calls were abandoned)."""
-    return (
-        connection.execute(
-            select(messages.c.seq)
-            .where(
-                messages.c.session_id == session_id,
-                messages.c.seq > seq,
-                messages.c.kind != "tool",
-            )
-            .limit(1)
-        ).first()
-        is not None
-    )
+_LAST_TURN = (
+    select(messages.c.seq)
+    .where(messages.c.session_id == _SID, messages.c.kind != "tool")
+    .order_by(messages.c.seq.desc())
+    .limit(1)
+)
+
+
+def last_turn_seq(connection: Connection, session_id: str) -> int:
+    """Seq of the newest message that is not a tool result (-1 when there is none): the
+    calls made before it were abandoned if still unanswered."""
+    seq = connection.execute(_LAST_TURN, {"sid": session_id}).scalar_one_or_none()
+    return -1 if seq is None else int(seq)
 
 
 def message_count(connection: Connection, session_id: str) -> int:
@@ -331,14 +330,15 @@ _INSERT_CALLS = insert(tool_calls)
 
 
 def insert_calls(
-    connection: Connection, session_id: str, calls: Sequence[tuple[ToolCall, int]]
+    connection: Connection, session_id: str, calls: Sequence[tuple[str, str, int]]
 ) -> None:
+    """Register tool calls: (tool-use id, tool name, seq of the message that made it)."""
     if calls:
         connection.execute(
             _INSERT_CALLS,
             [
-                {"session_id": session_id, "tool_use_id": c.id, "name": c.name, "call_seq": seq}
-                for c, seq in calls
+                {"session_id": session_id, "tool_use_id": call_id, "name": name, "call_seq": seq}
+                for call_id, name, seq in calls
             ],
         )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compactstore.core.checks import MAX_TIMESTAMP
+from compactstore.core.pairing import Conversation
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import FORMAT_NAMES, get_format
 from compactstore.models import ImportedBoundary
@@ -180,34 +181,21 @@ class TranscriptBuilder:
         """Check the whole transcript as the store will, and freeze it."""
         if not self.messages:
             raise InvalidInputError(f"{self.name} holds no conversation messages to import")
-        fmt = get_format(self.format)
-        starts = sorted(b.first_kept_index for b in self.boundaries)
-        called: dict[str, int] = {}
-        answered: set[str] = set()
+        adapter = get_format(self.format)
+        starts = {b.first_kept_index for b in self.boundaries}
+        conversation = Conversation(adapter)
         for index, message in enumerate(self.messages):
             where = self.where[index]
             try:
-                fmt.validate(message)
+                adapter.validate(message)
             except InvalidMessageError as exc:
                 raise self.error(where, f"not a valid {self.format} message: {exc}") from None
-            for result in fmt.tool_results(message):
-                call_id = result.tool_use_id
-                if call_id not in called:
-                    raise self.error(
-                        where, f"tool result for {call_id!r}, but no earlier tool call has that id"
-                    )
-                if call_id in answered:
-                    raise self.error(where, f"tool call {call_id!r} already has a result")
-                if any(called[call_id] < start <= index for start in starts):
-                    raise self.error(
-                        where,
-                        f"tool result for {call_id!r}, whose call was compacted away before it",
-                    )
-                answered.add(call_id)
-            for call in fmt.tool_calls(message):
-                if call.id in called:
-                    raise self.error(where, f"duplicate tool call id {call.id!r}")
-                called[call.id] = index
+            if index in starts:
+                conversation.cut()
+            try:
+                conversation.admit(message)
+            except InvalidMessageError as exc:
+                raise self.error(where, str(exc)) from None
         for boundary, where in zip(self.boundaries, self.boundary_where, strict=True):
             if not 0 < boundary.first_kept_index <= len(self.messages):
                 raise self.error(where, "compaction boundary with no conversation before it")

@@ -1,0 +1,161 @@
+"""Appending messages: read what the rules need, apply them, write the rows.
+
+Runs inside the caller's write transaction with the session locked; raises before writing
+anything, so a refused batch leaves the log as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sqlalchemy import Connection
+
+from compactstore.core.checks import (
+    MAX_NAME,
+    NewToolResult,
+    PendingMessage,
+    check_column_text,
+    prepare_message,
+)
+from compactstore.core.pairing import Conversation, PinRules, StoredCall
+from compactstore.db import repository as repo
+from compactstore.engines import read_dedup
+from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.formats import MessageFormat
+from compactstore.tokens import TokenCounter
+
+__all__ = ["append_tool_result", "dedup_of", "insert_messages"]
+
+
+def insert_messages(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    pending: Sequence[PendingMessage],
+) -> list[int]:
+    """Number, pin, pair-check and store messages; returns their seqs.
+
+    Raises:
+        InvalidMessageError: a message breaks the pairing rules (nothing is written).
+    """
+    sid = session.id
+    calls = [[*adapter.tool_calls(p.message)] for p in pending]
+    results = [[*adapter.tool_results(p.message)] for p in pending]
+    # Ids are checked before they are used in a query: PostgreSQL refuses a NUL in text.
+    for offset in range(len(pending)):
+        try:
+            for result in results[offset]:
+                check_column_text(result.tool_use_id, "tool result id", MAX_NAME)
+            for call in calls[offset]:
+                check_column_text(call.id, "tool call id", MAX_NAME)
+                check_column_text(call.name, "tool name", MAX_NAME)
+        except InvalidInputError as exc:
+            raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None
+    mentioned = {c.id for group in calls for c in group} | {
+        r.tool_use_id for group in results for r in group
+    }
+    stored = {
+        call_id: StoredCall(row.call_seq, row.result_seq is not None)
+        for call_id, row in repo.known_calls(connection, sid, mentioned).items()
+    }
+    last = repo.last_message(connection, sid)
+    boundary = repo.live_boundary(connection, sid) if any(results) else None
+    conversation = Conversation(
+        adapter,
+        next_seq=0 if last is None else last.seq + 1,
+        stored=stored,
+        last_turn_seq=repo.last_turn_seq(connection, sid) if stored else -1,
+        first_kept_seq=boundary.first_kept_seq if boundary is not None else 0,
+        pins=PinRules(
+            leading_system=last is None or last.pinned == "system",
+            request_seq=session.request_seq,
+            real_request_seq=session.real_request_seq,
+            boilerplate_patterns=session.config.boilerplate_patterns,
+        ),
+        session_id=sid,
+    )
+    rows: list[repo.MessageRow] = []
+    new_calls: list[tuple[str, str, int]] = []
+    answers: list[tuple[str, int]] = []
+    for offset, item in enumerate(pending):
+        try:
+            admitted = conversation.admit(item.message, pinned=item.pinned)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None
+        new_calls.extend((call.id, call.name, admitted.seq) for call in admitted.calls)
+        answers.extend((call_id, admitted.seq) for call_id in admitted.answers)
+        rows.append(
+            repo.MessageRow(
+                seq=admitted.seq,
+                role=str(item.message.get("role")),
+                kind=admitted.kind,
+                payload=item.payload,
+                tokens=item.tokens,
+                created_at=item.created_at,
+                pinned=admitted.pin,
+                dedup_of_seq=item.dedup_of_seq,
+            )
+        )
+    repo.insert_messages(connection, sid, rows)
+    repo.insert_calls(connection, sid, new_calls)
+    repo.mark_results(connection, sid, answers)
+    pins = conversation.pins
+    repo.update_session(
+        connection,
+        sid,
+        request_seq=pins.request_seq,
+        real_request_seq=pins.real_request_seq,
+        last_seq=rows[-1].seq,
+    )
+    return [row.seq for row in rows]
+
+
+def _where(offset: int, pending: Sequence[PendingMessage]) -> str:
+    return f"message {offset}: " if len(pending) > 1 else ""
+
+
+def dedup_of(
+    connection: Connection, session_id: str, file_path: str, content_hash: str
+) -> tuple[str, int] | None:
+    """(path, seq) of an earlier read of the same content still in the context in full,
+    which the new read can point at instead of repeating it; None when there is none."""
+    earlier = repo.dedup_entry(connection, session_id, file_path)
+    if earlier is None:
+        return None
+    boundary = repo.live_boundary(connection, session_id)
+    in_full = not (boundary is not None and earlier.seq < boundary.first_kept_seq) and (
+        not repo.has_live_edit(connection, session_id, earlier.seq)
+    )
+    if not read_dedup.should_deduplicate(
+        earlier.content_hash, content_hash, previous_in_context_in_full=in_full
+    ):
+        return None
+    return earlier.file_path, earlier.seq
+
+
+def append_tool_result(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    count_tokens: TokenCounter,
+    result: NewToolResult,
+    timestamp: float | None,
+) -> int:
+    """Store a tool result built in the session's format; a read of an unchanged file
+    whose earlier content is still in the context in full becomes a stub pointing at it."""
+    sid, path = session.id, result.file_path
+    digest = read_dedup.content_hash(result.content)
+    dedup = path is not None and not result.is_error and session.config.read_dedup_enabled
+    earlier = dedup_of(connection, sid, path, digest) if dedup and path is not None else None
+    text = result.content if earlier is None else read_dedup.dedup_stub(*earlier)
+    message = adapter.tool_result_message(
+        result.tool_use_id, text, tool_name=result.tool_name, is_error=result.is_error
+    )
+    pending = prepare_message(adapter, session.config, count_tokens, message, timestamp)
+    if earlier is not None:
+        pending = replace(pending, dedup_of_seq=earlier[1])
+    seq = insert_messages(connection, session, adapter, [pending])[0]
+    if dedup and path is not None and earlier is None:
+        repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
+    return seq

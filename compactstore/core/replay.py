@@ -1,0 +1,232 @@
+"""Rollback and replay of recorded compactions (SPEC §7), as plan -> decide -> commit.
+
+A rollback marks rows; nothing is deleted. A replay rebuilds the context as it stood just
+before a recorded compaction from the rows and the inputs recorded with it, and runs the
+same pipeline again; applied, it rolls back what it replaces and records the new result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection
+
+from compactstore.context import ActiveContext
+from compactstore.core.compaction import Plugins
+from compactstore.core.recording import record_outcome, rolled_back_model, unrecorded_result
+from compactstore.db import repository as repo
+from compactstore.engines import pipeline
+from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.engines.pipeline import Outcome
+from compactstore.errors import ConflictError, NotFoundError
+from compactstore.formats import MessageFormat
+from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult
+from compactstore.tokens import TokenCounter
+
+__all__ = [
+    "ReplayPlan",
+    "commit_replay",
+    "decide_replay",
+    "plan_replay",
+    "replay",
+    "roll_back",
+    "rollback",
+    "target",
+]
+
+
+def target(connection: Connection, session_id: str, boundary_id: int | None) -> repo.DbRow:
+    """The boundary a rollback or replay names; the latest live one when None."""
+    if boundary_id is None:
+        row = repo.live_boundary(connection, session_id)
+        if row is None:
+            raise NotFoundError(f"session {session_id!r} has no live boundary to roll back")
+        return row
+    row = repo.get_boundary(connection, session_id, boundary_id)
+    if row is None:
+        raise NotFoundError(f"no boundary {boundary_id} in session {session_id!r}")
+    return row
+
+
+def roll_back(
+    connection: Connection, session_id: str, boundary: repo.DbRow, at: float
+) -> list[CompactBoundary]:
+    """Mark a boundary, its compaction and everything recorded after them rolled back."""
+    compaction = repo.compaction_of_boundary(connection, session_id, boundary.id)
+    assert compaction is not None, "every boundary is written with its compaction"
+    live = [
+        row
+        for row in repo.boundary_rows(connection, session_id, include_rolled_back=False)
+        if row.id >= boundary.id
+    ]
+    repo.roll_back(connection, session_id, boundary.id, compaction.id, at)
+    # The context changed, so the last real count no longer describes it.
+    repo.update_session(
+        connection, session_id, structural=True, real_tokens=None, real_estimate=None
+    )
+    return [rolled_back_model(row, at) for row in live]
+
+
+def rollback(
+    connection: Connection, session_id: str, boundary_id: int | None, at: float
+) -> list[CompactBoundary]:
+    """Roll back the boundary (the latest live one when None) and everything after it.
+
+    Raises:
+        NotFoundError: no such boundary, or nothing to roll back.
+        ConflictError: the boundary is already rolled back.
+    """
+    boundary = target(connection, session_id, boundary_id)
+    if boundary.rolled_back_at is not None:
+        raise ConflictError(
+            f"boundary {boundary.id} of session {session_id!r} is already rolled back"
+        )
+    return roll_back(connection, session_id, boundary, at)
+
+
+def replay(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    plugins: Plugins,
+    boundary_id: int,
+    *,
+    config: CompactionConfig | None,
+    apply: bool,
+) -> CompactionResult:
+    """plan -> decide -> (with ``apply``) commit, in the caller's transaction."""
+    planned = plan_replay(
+        connection,
+        session,
+        adapter,
+        plugins.count_tokens,
+        plugins.summarizer,
+        boundary_id,
+        config=config,
+        apply=apply,
+    )
+    outcome = decide_replay(planned)
+    if not apply:
+        return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
+    return commit_replay(connection, session.id, planned, outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """A recorded compaction and everything needed to run it again."""
+
+    boundary: repo.DbRow
+    compaction: repo.DbRow
+    recorded: dict[str, Any]
+    context: ActiveContext
+    inputs: EngineInputs
+
+
+def plan_replay(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    count_tokens: TokenCounter,
+    summarizer: Summarizer | None,
+    boundary_id: int,
+    *,
+    config: CompactionConfig | None,
+    apply: bool,
+) -> ReplayPlan:
+    """Rebuild the context just before the boundary's compaction, with its inputs.
+
+    Raises:
+        NotFoundError: no such boundary in this session.
+        ConflictError: apply=True where the replayed result cannot take its place.
+    """
+    sid = session.id
+    boundary = target(connection, sid, boundary_id)
+    compaction = repo.compaction_of_boundary(connection, sid, boundary.id)
+    assert compaction is not None
+    recorded = json.loads(compaction.inputs)
+    as_of = repo.AsOf(
+        compaction_id=compaction.id,
+        boundary_id=boundary.parent_id,
+        last_seq=int(recorded["last_seq"]),
+        usage_offset=int(recorded["usage_offset"]),
+        token_factor=recorded["token_factor"],
+        config=config or CompactionConfig.model_validate_json(compaction.config),
+    )
+    context = repo.load_context(connection, session, adapter, count_tokens, as_of=as_of)
+    context = context.answered()
+    inputs = EngineInputs(
+        now=float(recorded["now"]),
+        next_blob_id=int(recorded["next_blob_id"]),
+        memory_text=str(recorded["memory_text"]),
+        memory_count=int(recorded["memory_count"]),
+        last_microcompact_at=float(recorded["last_microcompact_at"]),
+        consecutive_failures=int(recorded["consecutive_failures"]),
+        tripped=bool(recorded["tripped"]),
+        reactive_attempts=int(recorded["reactive_attempts"]),
+        summary_state=context.boundary.summary_state if context.boundary is not None else {},
+        summarizer=summarizer,
+        instructions=compaction.instructions,
+    )
+    if apply:
+        live = repo.live_boundary(connection, sid)
+        if boundary.rolled_back_at is None:
+            if live is None or live.id != boundary.id:
+                raise ConflictError(
+                    f"boundary {boundary.id} is not the latest live boundary; roll back "
+                    f"the later ones first or replay without apply"
+                )
+        elif (live.id if live is not None else None) != boundary.parent_id:
+            raise ConflictError(
+                f"boundary {boundary.id} was rolled back, but the live boundary is no "
+                f"longer its parent ({boundary.parent_id}); replay without apply"
+            )
+        # Blobs the replay persists get new ids: the recorded ones stay with the original.
+        inputs = replace(inputs, next_blob_id=repo.next_blob_id(connection, sid))
+    return ReplayPlan(boundary, compaction, recorded, context, inputs)
+
+
+def decide_replay(plan: ReplayPlan) -> Outcome:
+    """Run the recorded pipeline again on the rebuilt context (pure)."""
+    recorded, context, inputs = plan.recorded, plan.context, plan.inputs
+    call = recorded["kind"]
+    if call == "import":
+        raise ConflictError(
+            "this boundary was imported from a transcript: the agent that wrote it did the "
+            "compaction, so there is nothing recorded to replay"
+        )
+    if call == "process":
+        return pipeline.process(
+            context,
+            inputs,
+            enable_tool_budget=bool(recorded["enable_tool_budget"]),
+            enable_microcompact=bool(recorded["enable_microcompact"]),
+            enable_auto_compact=bool(recorded["enable_auto_compact"]),
+        )
+    if call == "manual":
+        return pipeline.manual(context, inputs, up_to_seq=recorded["up_to_seq"])
+    outcome = pipeline.recover(context, inputs)
+    if outcome is None:
+        raise ConflictError("the recorded reactive attempt would now give up; nothing to replay")
+    return outcome
+
+
+def commit_replay(
+    connection: Connection, session_id: str, plan: ReplayPlan, outcome: Outcome
+) -> CompactionResult:
+    """Record the replayed result in place of the original (rolled back first if live)."""
+    at = plan.inputs.now
+    if plan.boundary.rolled_back_at is None:
+        roll_back(connection, session_id, plan.boundary, at)
+    compaction = plan.compaction
+    return record_outcome(
+        connection,
+        session_id,
+        outcome,
+        {**plan.recorded, "replay_of": compaction.id},
+        at=at,
+        instructions=compaction.instructions,
+        error=compaction.error,
+        replay_of=compaction.id,
+    )

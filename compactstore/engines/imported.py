@@ -1,0 +1,39 @@
+"""A compaction the agent did itself, found in an imported transcript.
+
+The agent (e.g. Claude Code) already cut its context and wrote the summary it continued
+with; this engine turns that into the same outcome a full compact would give: everything
+kept so far but the pins is removed, the agent's summary stands for it, and the summary
+state is folded as usual so later compactions still carry the request and the files.
+"""
+
+from __future__ import annotations
+
+from compactstore.context import ActiveContext
+from compactstore.engines.base import Cut, StageResult
+from compactstore.engines.full_compact import fold_state
+from compactstore.engines.pipeline import Outcome
+from compactstore.models import CompactStrategy, ImportedBoundary
+
+__all__ = ["DETAIL", "cut_as_imported"]
+
+DETAIL = "imported from the transcript"
+
+
+def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outcome:
+    """The outcome of cutting ``context`` just before the next message, with the
+    transcript's summary."""
+    removed = [item for item in context.kept if not item.pinned]
+    previous = context.boundary.summary_state if context.boundary is not None else {}
+    state = fold_state(previous, removed, context)
+    after = context.cut(len(context.kept), boundary.summary_text)
+    stage = StageResult(
+        strategy=CompactStrategy.FULL,
+        trigger=boundary.trigger,
+        success=True,
+        context=after,
+        tokens_before=context.usage,
+        tokens_after=after.usage,
+        cut=Cut.of(after, removed, boundary.summary_text, state),
+        detail=DETAIL,
+    )
+    return Outcome(start=context, context=after, stages=[stage])
