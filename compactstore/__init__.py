@@ -6,6 +6,7 @@ roll back and replay. Start with :meth:`CompactStore.open`.
 
 from compactstore.errors import (
     CompactStoreError,
+    CompactStoreWarning,
     ConflictError,
     DatabaseError,
     InvalidInputError,
@@ -34,6 +35,7 @@ __all__ = [
     "CompactBoundary",
     "CompactStore",
     "CompactStoreError",
+    "CompactStoreWarning",
     "CompactStrategy",
     "CompactTrigger",
     "CompactionConfig",

@@ -12,12 +12,15 @@ act on. The tree::
     ├── DatabaseError                         the database cannot be opened or read
     ├── MissingExtraError (ImportError)       a feature's optional extra is not installed
     └── SummarizerError                       a custom summarizer or counter failed hard
+
+    CompactStoreWarning (UserWarning)         something was done, but not all as asked
 """
 
 from __future__ import annotations
 
 __all__ = [
     "CompactStoreError",
+    "CompactStoreWarning",
     "ConflictError",
     "DatabaseError",
     "InvalidInputError",
@@ -63,3 +66,8 @@ class MissingExtraError(CompactStoreError, ImportError):
 
 class SummarizerError(CompactStoreError):
     """Raised by a summarizer or token counter to abort the whole call instead of falling back."""
+
+
+class CompactStoreWarning(UserWarning):
+    """Work was done with a caveat the caller should hear about (e.g. an import that left
+    out a transcript's cut last line)."""

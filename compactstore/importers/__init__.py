@@ -7,45 +7,57 @@ Four sources are understood, detected from the file's content:
 - ``swe-agent``: SWE-agent ``.traj`` trajectories (session format ``openai``);
 - ``jsonl``: plain JSONL, one message per line, in any session format.
 
-Every importer parses the whole file and checks the result (message shapes, tool-call
-pairing, boundaries) before anything is written, so a malformed file fails with its line
-number and leaves the database untouched; :meth:`CompactStore.import_session` then stores
-the transcript in one transaction.
+Files are read line by line (plain or gzip, or standard input) and converted as they are
+read; every message is checked as the store will check it (shape, tool-call pairing,
+boundaries), so a malformed file fails naming its line. Nothing reaches the database until
+the whole file has been read and checked.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import warnings
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from compactstore.core.checks import MAX_TIMESTAMP
 from compactstore.core.pairing import Conversation
-from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.errors import CompactStoreWarning, InvalidInputError, InvalidMessageError
 from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.importers.files import (
+    Progress,
+    Record,
+    TranscriptFile,
+    open_transcript,
+    parse_json,
+)
 from compactstore.models import ImportedBoundary
 
 if TYPE_CHECKING:
-    import os
-
     from compactstore.store import CompactStore, Session
 
 __all__ = [
     "SOURCES",
     "SOURCE_FORMATS",
+    "BoundaryEntry",
+    "Entry",
+    "Item",
     "Progress",
     "Record",
     "Transcript",
     "TranscriptBuilder",
+    "TranscriptFile",
+    "collect",
+    "convert",
     "detect",
     "import_file",
-    "load_text",
+    "open_transcript",
     "parse_json",
     "parse_timestamp",
-    "read_records",
     "read_transcript",
 ]
 
@@ -58,11 +70,6 @@ SOURCE_FORMATS: dict[str, str | None] = {
     "swe-agent": "openai",
     "jsonl": None,
 }
-
-Progress = Callable[[int, int], None]
-
-# One parsed JSONL line: (1-based line number, the object on it).
-Record = tuple[int, dict[str, Any]]
 
 # How many records detection looks at before giving up on a file.
 _DETECT_RECORDS = 50
@@ -121,25 +128,63 @@ class Transcript:
 
 
 @dataclass
-class TranscriptBuilder:
-    """Collects converted messages with their source location, then checks them all.
+class Entry:
+    """One converted message with where it came from and what the importer learnt of it."""
 
-    Importers add messages as they walk the file; :meth:`finish` validates every message
-    against the session format and checks tool-call pairing the way the store will, so a
-    problem is reported with the line it came from instead of a message index.
+    message: dict[str, Any]
+    where: str  # its place in the file: "line 12", "history[3]"
+    timestamp: float | None = None  # epoch seconds
+    usage: int | None = None  # the provider's prompt size for the call that produced it
+    read_path: str | None = None  # a tool result of a file read: the file
+    write_paths: list[str] = field(default_factory=list)  # files its tool calls write
+
+
+@dataclass(frozen=True)
+class BoundaryEntry:
+    """A compaction the agent did, cutting before message ``boundary.first_kept_index``."""
+
+    boundary: ImportedBoundary
+    where: str
+
+
+# What a converter yields, in order: messages, and each boundary just before the message
+# it cuts before (or after the last message).
+Item = Entry | BoundaryEntry
+
+
+class TranscriptBuilder:
+    """Collects converted messages, checks them and hands them on in order, a few at a time.
+
+    Importers add messages as they walk the file. A message stays in the builder while the
+    importer may still change it (the blocks of one API response arrive on several lines,
+    a boundary's summary comes after it): the importer says so by calling :meth:`release`
+    with the first index it may still touch. Released messages are checked against the
+    session format and for tool-call pairing the way the store will, so a problem is
+    reported with the line it came from instead of a message index; :meth:`drain` hands
+    them out. Memory therefore stays bounded by the longest run of held messages.
     """
 
-    name: str
-    source: str
-    format: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    where: list[str] = field(default_factory=list)
-    timestamps: list[float | None] = field(default_factory=list)
-    usage: list[int | None] = field(default_factory=list)
-    read_paths: list[str | None] = field(default_factory=list)
-    write_paths: list[list[str]] = field(default_factory=list)
-    boundaries: list[ImportedBoundary] = field(default_factory=list)
-    boundary_where: list[str] = field(default_factory=list)
+    def __init__(self, name: str, source: str, format: str) -> None:
+        self.name = name
+        self.source = source
+        self.format = format
+        self._adapter = get_format(format)
+        self._held: deque[Entry] = deque()  # messages from index self._base on
+        self._base = 0
+        self._boundaries: list[BoundaryEntry] = []  # not yet handed out
+        self._outbox: list[Item] = []
+        # Pairing, checked by the rules the store applies, as messages are handed out.
+        self._conversation = Conversation(self._adapter)
+
+    @property
+    def count(self) -> int:
+        """How many messages have been added."""
+        return self._base + len(self._held)
+
+    @property
+    def released(self) -> int:
+        """How many messages have been released (they can no longer change)."""
+        return self._base
 
     def add(
         self,
@@ -152,13 +197,33 @@ class TranscriptBuilder:
         write_paths: list[str] | None = None,
     ) -> int:
         """Append a message; returns its index."""
-        self.messages.append(message)
-        self.where.append(where)
-        self.timestamps.append(timestamp)
-        self.usage.append(usage)
-        self.read_paths.append(read_path)
-        self.write_paths.append(list(write_paths or []))
-        return len(self.messages) - 1
+        self._held.append(
+            Entry(message, where, timestamp, usage, read_path, list(write_paths or []))
+        )
+        return self.count - 1
+
+    def entry(self, index: int) -> Entry:
+        """A message not yet released, to change it."""
+        assert index >= self._base, f"message {index} was already released"
+        return self._held[index - self._base]
+
+    def held(self) -> deque[Entry]:
+        """The messages not yet released, oldest first."""
+        return self._held
+
+    def insert_first(self, entry: Entry) -> None:
+        """Put a message before all others (nothing may have been released yet)."""
+        assert self._base == 0 and not self._outbox
+        self._held.appendleft(entry)
+        self._boundaries = [
+            BoundaryEntry(
+                item.boundary.model_copy(
+                    update={"first_kept_index": item.boundary.first_kept_index + 1}
+                ),
+                item.where,
+            )
+            for item in self._boundaries
+        ]
 
     def add_boundary(self, boundary: ImportedBoundary, *, where: str) -> None:
         """Record a compaction the agent did, cutting before the next message added.
@@ -166,118 +231,74 @@ class TranscriptBuilder:
         A second boundary with no message in between replaces the first: the later summary
         is the one the agent continued with.
         """
-        if self.boundaries and self.boundaries[-1].first_kept_index == boundary.first_kept_index:
-            self.boundaries[-1] = boundary
-            self.boundary_where[-1] = where
+        if not boundary.first_kept_index > 0:
+            raise self.error(where, "compaction boundary with no conversation before it")
+        if (
+            self._boundaries
+            and self._boundaries[-1].boundary.first_kept_index == boundary.first_kept_index
+        ):
+            self._boundaries[-1] = BoundaryEntry(boundary, where)
             return
-        self.boundaries.append(boundary)
-        self.boundary_where.append(where)
+        self._boundaries.append(BoundaryEntry(boundary, where))
 
     def error(self, where: str, problem: str) -> InvalidInputError:
         """An error naming the file and the place in it."""
         return InvalidInputError(f"{self.name} {where}: {problem}")
 
-    def finish(self) -> Transcript:
-        """Check the whole transcript as the store will, and freeze it."""
-        if not self.messages:
+    def release(self, upto: int | None = None) -> None:
+        """Check and hand on the messages before index ``upto`` (None: all of them)."""
+        end = self.count if upto is None else min(upto, self.count)
+        while self._base < end:
+            index = self._base
+            while self._boundaries and self._boundaries[0].boundary.first_kept_index == index:
+                self._conversation.cut()
+                self._outbox.append(self._boundaries.pop(0))
+            entry = self._held.popleft()
+            self._check(entry)
+            self._outbox.append(entry)
+            self._base += 1
+
+    def drain(self) -> list[Item]:
+        """The checked items released since the last call, in order."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def finish(self) -> list[Item]:
+        """Release everything and check the transcript is whole; the last items."""
+        if not self.count:
             raise InvalidInputError(f"{self.name} holds no conversation messages to import")
-        adapter = get_format(self.format)
-        starts = {b.first_kept_index for b in self.boundaries}
-        conversation = Conversation(adapter)
-        for index, message in enumerate(self.messages):
-            where = self.where[index]
-            try:
-                adapter.validate(message)
-            except InvalidMessageError as exc:
-                raise self.error(where, f"not a valid {self.format} message: {exc}") from None
-            if index in starts:
-                conversation.cut()
-            try:
-                conversation.admit(message)
-            except InvalidMessageError as exc:
-                raise self.error(where, str(exc)) from None
-        for boundary, where in zip(self.boundaries, self.boundary_where, strict=True):
-            if not 0 < boundary.first_kept_index <= len(self.messages):
-                raise self.error(where, "compaction boundary with no conversation before it")
-        return Transcript(
-            source=self.source,
-            format=self.format,
-            messages=self.messages,
-            timestamps=self.timestamps,
-            boundaries=self.boundaries,
-            usage=self.usage,
-            read_paths=self.read_paths,
-            write_paths=self.write_paths,
-        )
+        self.release()
+        for item in self._boundaries:
+            if item.boundary.first_kept_index > self.count:
+                raise self.error(item.where, "compaction boundary after the end of the transcript")
+            self._outbox.append(item)
+        self._boundaries = []
+        return self.drain()
+
+    def _check(self, entry: Entry) -> None:
+        try:
+            self._adapter.validate(entry.message)
+        except InvalidMessageError as exc:
+            raise self.error(entry.where, f"not a valid {self.format} message: {exc}") from None
+        try:
+            self._conversation.admit(entry.message)
+        except InvalidMessageError as exc:
+            raise self.error(entry.where, str(exc)) from None
 
 
-# -- reading files ------------------------------------------------------------------------
-
-
-def load_text(path: str | os.PathLike[str]) -> str:
-    """The file's text, which must be UTF-8 and not empty."""
-    file = Path(path)
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {file}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"{file.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
-        ) from None
-    text = text.removeprefix("\ufeff")  # a byte-order mark is not content
-    if not text.strip():
-        raise InvalidInputError(f"{file.name} is empty: there is nothing to import")
-    return text
-
-
-def parse_json(name: str, text: str, line: int | None = None) -> Any:
-    """Parse one JSON value: a whole document, or line ``line`` of a JSONL file."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"{name} line {line or exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
-    except RecursionError:
-        where = f"{name} line {line}" if line is not None else name
-        raise InvalidInputError(f"{where}: JSON nested too deeply") from None
-
-
-def read_records(name: str, text: str, progress: Progress | None = None) -> list[Record]:
-    """Parse JSONL text: every non-blank line must be one JSON object.
-
-    ``progress(done, total)`` is called as lines are parsed (counting lines).
-    """
-    lines = text.splitlines()
-    total = len(lines)
-    step = max(1, total // 100)
-    records: list[Record] = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            value = parse_json(name, line, number)
-            if not isinstance(value, dict):
-                raise InvalidInputError(
-                    f"{name} line {number}: expected a JSON object, got {_json_kind(value)}"
-                )
-            records.append((number, value))
-        if progress is not None and (number % step == 0 or number == total):
-            progress(number, total)
-    return records
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null"
+def collect(source: str, format: str, items: Iterable[Item]) -> Transcript:
+    """A whole :class:`Transcript` from a converter's items."""
+    out = Transcript(source, format, [], [], [], [], [], [])
+    for item in items:
+        if isinstance(item, BoundaryEntry):
+            out.boundaries.append(item.boundary)
+            continue
+        out.messages.append(item.message)
+        out.timestamps.append(item.timestamp)
+        out.usage.append(item.usage)
+        out.read_paths.append(item.read_path)
+        out.write_paths.append(item.write_paths)
+    return out
 
 
 def parse_timestamp(value: Any) -> float | None:
@@ -325,44 +346,37 @@ def _is_trajectory(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("history"), list)
 
 
-def _detect_text(name: str, text: str, suffix: str) -> str:
-    if suffix == ".traj":
+def _detect(file: TranscriptFile) -> str:
+    if file.suffix == ".traj":
         return "swe-agent"
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = next((text for _, text, _ in file.lines() if text.strip()), "")
     try:
         head = json.loads(first)
     except RecursionError:
-        raise InvalidInputError(f"{name}: JSON nested too deeply") from None
+        raise InvalidInputError(f"{file.name}: JSON nested too deeply") from None
     except json.JSONDecodeError:
-        # Not JSONL: a pretty-printed JSON document may still be a trajectory.
-        try:
-            whole = json.loads(text)
-        except RecursionError:
-            raise InvalidInputError(f"{name}: JSON nested too deeply") from None
-        except json.JSONDecodeError:
-            whole = None
-        if _is_trajectory(whole):
-            return "swe-agent"
         head = None
+        # Not JSONL: a pretty-printed JSON document may still be a trajectory.
+        if first.lstrip().startswith("{"):
+            try:
+                whole = json.loads(file.text())
+            except RecursionError:
+                raise InvalidInputError(f"{file.name}: JSON nested too deeply") from None
+            except json.JSONDecodeError:
+                whole = None
+            if _is_trajectory(whole):
+                return "swe-agent"
     if _is_trajectory(head):
         return "swe-agent"
-    number = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, record in file.records():
         if number > _DETECT_RECORDS * 4:
             break
-        if not line.strip():
-            continue
-        record = parse_json(name, line, number)
-        if not isinstance(record, dict):
-            raise InvalidInputError(
-                f"{name} line {number}: expected a JSON object, got {_json_kind(record)}"
-            )
         source = _classify(record)
         if source is not None:
             return source
     raise InvalidInputError(
-        f"cannot tell what kind of transcript {name} is: its records are neither Claude Code, "
-        f"Codex rollout, SWE-agent nor plain messages (with a 'role'); give the format"
+        f"cannot tell what kind of transcript {file.name} is: its records are neither Claude "
+        f"Code, Codex rollout, SWE-agent nor plain messages (with a 'role'); give the format"
     )
 
 
@@ -372,105 +386,146 @@ def detect(path: str | os.PathLike[str]) -> str:
     Raises:
         InvalidInputError: unreadable, not UTF-8, empty, or not a known kind of transcript.
     """
-    file = Path(path)
-    return _detect_text(file.name, load_text(file), file.suffix.lower())
+    with open_transcript(path) as file:
+        return _detect(file)
 
 
 # -- reading and importing ----------------------------------------------------------------
 
 
+def _resolve(format: str | None) -> tuple[str | None, str | None]:
+    """(source, session format) named by a ``format`` argument: a source of
+    :data:`SOURCES` or a message format (None: both detected)."""
+    if format is None:
+        return None, None
+    if format in SOURCES:
+        return format, None
+    if format in FORMAT_NAMES:
+        return None, format
+    raise InvalidInputError(
+        f"unknown import format {format!r} (expected a source: {', '.join(SOURCES)}; "
+        f"or a message format: {', '.join(FORMAT_NAMES)})"
+    )
+
+
+def convert(
+    file: TranscriptFile, format: str | None = None, progress: Progress | None = None
+) -> tuple[str, str, Iterator[Item]]:
+    """Start converting a transcript: (its source, its session format, the items).
+
+    The items are produced as the file is read and checked (see :class:`TranscriptBuilder`);
+    an error names the file's line. ``format`` as in :func:`read_transcript`.
+    """
+    source, session_format = _resolve(format)
+    found = source or _detect(file)
+    produces = SOURCE_FORMATS[found]
+    if session_format is not None and produces is not None and session_format != produces:
+        raise InvalidInputError(
+            f"{file.name} is a {found} transcript, which imports as format {produces!r}, "
+            f"not {session_format!r}"
+        )
+    if found == "claude-code":
+        from compactstore.importers import claude_code
+
+        return found, "anthropic", claude_code.convert(file, progress)
+    if found == "codex":
+        from compactstore.importers import codex
+
+        return found, "openai", codex.convert(file, progress)
+    if found == "swe-agent":
+        from compactstore.importers import swe_agent
+
+        return found, "openai", swe_agent.convert(file, progress)
+    from compactstore.importers import jsonl
+
+    fmt = session_format or jsonl.detect_format(file)
+    return found, fmt, jsonl.convert(file, fmt, progress)
+
+
+def _warn_cut(file: TranscriptFile) -> None:
+    if file.cut_line is not None:
+        warnings.warn(
+            f"{file.name} line {file.cut_line} is cut short (the file may still be being "
+            f"written); the lines before it were read, that line was left out",
+            CompactStoreWarning,
+            stacklevel=3,
+        )
+
+
 def read_transcript(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | IO[bytes],
     *,
     format: str | None = None,
-    source: str | None = None,
     progress: Progress | None = None,
+    strict: bool = False,
 ) -> Transcript:
-    """Read and convert a whole transcript file, checking it fully; stores nothing.
+    """Read and convert a whole transcript, checking it fully; stores nothing.
 
     Args:
-        path: the transcript file.
-        format: the session format of a plain JSONL file (detected when None); for the
-            other sources it must match the format they produce.
-        source: one of :data:`SOURCES` (detected from the content when None).
-        progress: called as ``progress(done, total)`` while the file is read.
+        path: the transcript file (plain or gzip), or a binary stream such as stdin.
+        format: a source of :data:`SOURCES`, or the message format of plain JSONL (for
+            the other sources it must be the one they produce); detected when None.
+        progress: called as ``progress(bytes read, file size)`` while the file is read.
+        strict: refuse a cut last line instead of leaving it out with a warning.
 
     Raises:
         InvalidInputError: the file is malformed; the message names the line.
+
+    Warns:
+        CompactStoreWarning: the last line was cut short and left out.
     """
-    if source is not None and source not in SOURCES:
-        raise InvalidInputError(
-            f"unknown transcript source {source!r} (expected one of: {', '.join(SOURCES)})"
-        )
-    if format is not None:
-        get_format(format)  # raises, naming the valid formats
-    file = Path(path)
-    text = load_text(file)
-    found = source or _detect_text(file.name, text, file.suffix.lower())
-    produces = SOURCE_FORMATS[found]
-    if format is not None and produces is not None and format != produces:
-        raise InvalidInputError(
-            f"{file.name} is a {found} transcript, which imports as format {produces!r}, "
-            f"not {format!r}"
-        )
-    if found == "claude-code":
-        from compactstore.importers.claude_code import convert as convert_claude_code
-
-        return convert_claude_code(file.name, read_records(file.name, text, progress))
-    if found == "codex":
-        from compactstore.importers.codex import convert as convert_codex
-
-        return convert_codex(file.name, read_records(file.name, text, progress))
-    if found == "swe-agent":
-        from compactstore.importers.swe_agent import convert as convert_swe_agent
-
-        return convert_swe_agent(file.name, text, progress)
-    from compactstore.importers.jsonl import convert as convert_jsonl
-
-    return convert_jsonl(file.name, read_records(file.name, text, progress), format=format)
+    with open_transcript(path, strict=strict) as file:
+        source, fmt, items = convert(file, format, progress)
+        transcript = collect(source, fmt, items)
+        _warn_cut(file)
+    return transcript
 
 
 def import_file(
     store: CompactStore,
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | IO[bytes],
     *,
     session_id: str | None = None,
     format: str | None = None,
     context_window: int | None = None,
     progress: Progress | None = None,
+    strict: bool = False,
 ) -> Session:
-    """Import a transcript file as a new session, in one transaction.
+    """Import a transcript as a new session: all of it or nothing.
 
-    ``format`` is a session format (for plain JSONL) or a source name from
-    :data:`SOURCES`; both are detected from the content when it is None. The session id
-    defaults to the file's stem.
+    Args:
+        path: the transcript file (plain or gzip), or a binary stream such as stdin.
+        session_id: the new session's id; default: the file's name without its suffix
+            (it must be given for a stream).
+        format: as in :func:`read_transcript`.
+        context_window: the new session's window (default: the store's default).
+        progress: called as ``progress(bytes read, file size)`` while the file is read.
+        strict: refuse a cut last line instead of leaving it out with a warning.
 
     Raises:
         InvalidInputError: the file is malformed (nothing is stored).
         ConflictError: the session already exists.
+
+    Warns:
+        CompactStoreWarning: the last line was cut short and left out.
     """
-    source: str | None = None
-    session_format: str | None = None
-    if format in SOURCES:
-        source = format
-    elif format is not None and format not in FORMAT_NAMES:
-        raise InvalidInputError(
-            f"unknown import format {format!r} (expected a source: {', '.join(SOURCES)}; "
-            f"or a message format: {', '.join(FORMAT_NAMES)})"
-        )
-    else:
-        session_format = format
-    file = Path(path)
-    transcript = read_transcript(file, format=session_format, source=source, progress=progress)
-    try:
-        return store.import_session(
-            session_id if session_id is not None else file.stem,
-            transcript.messages,
-            format=transcript.format,
-            context_window=context_window,
-            timestamps=transcript.timestamps,
-            boundaries=transcript.boundaries,
-            usage=transcript.usage,
-        )
-    except InvalidMessageError as exc:
-        raise InvalidMessageError(f"{file.name}: {exc}") from None
+    _resolve(format)
+    if session_id is None and not isinstance(path, str | os.PathLike):
+        raise InvalidInputError("give the session id of a transcript read from a stream")
+    with open_transcript(path, strict=strict) as file:
+        source, fmt, items = convert(file, format, progress)
+        transcript = collect(source, fmt, items)
+        try:
+            session = store.import_session(
+                session_id if session_id is not None else file.stem,
+                transcript.messages,
+                format=transcript.format,
+                context_window=context_window,
+                timestamps=transcript.timestamps,
+                boundaries=transcript.boundaries,
+                usage=transcript.usage,
+            )
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"{file.name}: {exc}") from None
+        _warn_cut(file)
+    return session

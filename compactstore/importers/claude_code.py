@@ -21,17 +21,14 @@ is unknown, already answered, or was compacted away — the store would refuse t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.errors import InvalidMessageError
 from compactstore.formats import get_format
-from compactstore.importers import (
-    Record,
-    Transcript,
-    TranscriptBuilder,
-    parse_timestamp,
-)
+from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
@@ -74,13 +71,19 @@ class _State:
     boundary: _Boundary | None = None  # waiting for its summary record
 
 
-def convert(name: str, records: list[Record]) -> Transcript:
-    """Convert parsed Claude Code records (see the module docstring for what is kept)."""
-    state = _State(TranscriptBuilder(name, "claude-code", "anthropic"))
-    conversation = [(n, r) for n, r in records if _is_conversation(state.out, n, r)]
+def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+    """Convert a Claude Code transcript (see the module docstring for what is kept)."""
+    state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic"))
     # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
-    main_only = any(not record.get("isSidechain") for _, record in conversation)
-    for number, record in conversation:
+    # (A main transcript shows a main-conversation record within its first lines.)
+    main_only = any(
+        not record.get("isSidechain")
+        for number, record in file.records()
+        if _is_conversation(state.out, number, record)
+    )
+    for number, record in file.records(progress):
+        if not _is_conversation(state.out, number, record):
+            continue
         if main_only and record.get("isSidechain"):
             continue
         uuid = record.get("uuid")
@@ -95,8 +98,19 @@ def convert(name: str, records: list[Record]) -> Transcript:
             _assistant(state, where, record)
         else:
             _user(state, where, record)
+        state.out.release(_held_from(state))
+        yield from state.out.drain()
     _flush_boundary(state)
-    return state.out.finish()
+    yield from state.out.finish()
+
+
+def _held_from(state: _State) -> int | None:
+    """The first message the records to come may still change: the API message being
+    grouped, and what follows a boundary waiting for its summary."""
+    held = [] if state.group_index is None else [state.group_index]
+    if state.boundary is not None:
+        held.append(state.boundary.first_kept_index)
+    return min(held, default=None)
 
 
 def _is_conversation(out: TranscriptBuilder, number: int, record: dict[str, Any]) -> bool:
@@ -128,7 +142,7 @@ def _boundary(state: _State, where: str, record: dict[str, Any]) -> None:
     pre = meta.get("preTokens")
     state.boundary = _Boundary(
         where=where,
-        first_kept_index=len(state.out.messages),
+        first_kept_index=state.out.count,
         trigger=_TRIGGERS.get(str(meta.get("trigger")), CompactTrigger.AUTO),
         tokens_before=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
         timestamp=parse_timestamp(record.get("timestamp")),
@@ -193,10 +207,11 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
         state.group_index = index if message_id is not None else None
     else:
         index = state.group_index
-        out.messages[index]["content"].extend(blocks)
-        out.write_paths[index].extend(p for p in writes if p not in out.write_paths[index])
-        if out.usage[index] is None:
-            out.usage[index] = _usage(message.get("usage"))
+        entry = out.entry(index)
+        entry.message["content"].extend(blocks)
+        entry.write_paths.extend(p for p in writes if p not in entry.write_paths)
+        if entry.usage is None:
+            entry.usage = _usage(message.get("usage"))
     for block in blocks:
         if block.get("type") == "tool_use":
             tool_input = block.get("input")

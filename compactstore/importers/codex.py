@@ -25,10 +25,12 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.importers import Record, Transcript, TranscriptBuilder, parse_timestamp
+from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
 from compactstore.models import CompactTrigger, ImportedBoundary
 
@@ -65,10 +67,10 @@ class _State:
     instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
 
 
-def convert(name: str, records: list[Record]) -> Transcript:
-    """Convert parsed rollout records (see the module docstring for what is kept)."""
-    state = _State(TranscriptBuilder(name, "codex", "openai"))
-    for number, record in records:
+def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+    """Convert a rollout (see the module docstring for what is kept)."""
+    state = _State(TranscriptBuilder(file.name, "codex", "openai"))
+    for number, record in file.records(progress):
         where = f"line {number}"
         kind, payload = _unwrap(record)
         if payload is None:
@@ -87,8 +89,17 @@ def convert(name: str, records: list[Record]) -> Transcript:
             _compacted(state, where, payload, timestamp)
         elif kind == "response_item":
             _item(state, where, payload, timestamp)
+        state.out.release(_held_from(state))
+        yield from state.out.drain()
     _prepend_instructions(state)
-    return state.out.finish()
+    yield from state.out.finish()
+
+
+def _held_from(state: _State) -> int | None:
+    """The first message the records to come may still change: all of them while the
+    session instructions may still have to go first, else the assistant message taking
+    items."""
+    return 0 if state.instructions is not None else state.group
 
 
 def _unwrap(record: dict[str, Any]) -> tuple[str, Any]:
@@ -109,12 +120,14 @@ def _session_meta(
     if isinstance(payload.get("cwd"), str):
         state.cwd = payload["cwd"]
     instructions = payload.get("instructions")
-    if isinstance(instructions, str) and instructions.strip():
+    # (Instructions met after the conversation started cannot go before it any more.)
+    if isinstance(instructions, str) and instructions.strip() and not state.out.released:
         state.instructions = (instructions, where, timestamp)
 
 
 def _prepend_instructions(state: _State) -> None:
-    """Session instructions as a leading system message, unless a message already has them.
+    """Session instructions as a leading system message, unless a message before the
+    model's first reply already has them (this runs just before that reply is added).
 
     Codex usually also sends them as a user message (``<user_instructions>``), which is
     then kept where it was instead.
@@ -122,26 +135,14 @@ def _prepend_instructions(state: _State) -> None:
     if state.instructions is None:
         return
     text, where, timestamp = state.instructions
-    out = state.out
+    state.instructions = None
     wanted = text.strip()
-    if any(isinstance(m.get("content"), str) and wanted in m["content"] for m in out.messages):
+    if any(
+        isinstance(entry.message.get("content"), str) and wanted in entry.message["content"]
+        for entry in state.out.held()
+    ):
         return
-    out.messages.insert(0, {"role": "system", "content": text})
-    out.where.insert(0, where)
-    out.timestamps.insert(0, timestamp)
-    out.usage.insert(0, None)
-    out.read_paths.insert(0, None)
-    out.write_paths.insert(0, [])
-    out.boundaries = [
-        ImportedBoundary(
-            first_kept_index=b.first_kept_index + 1,
-            summary_text=b.summary_text,
-            trigger=b.trigger,
-            tokens_before=b.tokens_before,
-            timestamp=b.timestamp,
-        )
-        for b in out.boundaries
-    ]
+    state.out.insert_first(Entry({"role": "system", "content": text}, where, timestamp))
 
 
 def _event(state: _State, payload: dict[str, Any]) -> None:
@@ -152,10 +153,9 @@ def _event(state: _State, payload: dict[str, Any]) -> None:
     tokens = last.get("input_tokens") if isinstance(last, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
         return
-    out = state.out
     # Newer Codex writes the count after the response's items, older before them.
-    if state.group is not None and out.usage[state.group] is None:
-        out.usage[state.group] = tokens
+    if state.group is not None and state.out.entry(state.group).usage is None:
+        state.out.entry(state.group).usage = tokens
     else:
         state.pending_usage = tokens
 
@@ -164,11 +164,11 @@ def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: fl
     summary = payload.get("message")
     state.group = None
     state.epoch += 1
-    if not isinstance(summary, str) or not summary.strip() or not state.out.messages:
+    if not isinstance(summary, str) or not summary.strip() or not state.out.count:
         return
     state.out.add_boundary(
         ImportedBoundary(
-            first_kept_index=len(state.out.messages),
+            first_kept_index=state.out.count,
             summary_text=summary,
             trigger=CompactTrigger.AUTO,
             timestamp=timestamp,
@@ -206,7 +206,7 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
         out.add({"role": role, "content": text}, where=where, timestamp=timestamp)
         return
     if state.group is not None:
-        message = out.messages[state.group]
+        message = out.entry(state.group).message
         earlier = message.get("content")
         message["content"] = f"{earlier}\n\n{text}" if earlier else text
         return
@@ -214,6 +214,7 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
 
 
 def _open_group(state: _State, where: str, timestamp: float | None, *, content: str | None) -> int:
+    _prepend_instructions(state)
     state.group = state.out.add(
         {"role": "assistant", "content": content},
         where=where,
@@ -245,12 +246,12 @@ def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | No
         if state.group is not None
         else _open_group(state, where, timestamp, content=None)
     )
-    out = state.out
-    out.messages[index].setdefault("tool_calls", []).append(call)
+    entry = state.out.entry(index)
+    entry.message.setdefault("tool_calls", []).append(call)
     parsed = _parse_arguments(arguments)
     for path in _write_paths(name, parsed, text, state.cwd):
-        if path not in out.write_paths[index]:
-            out.write_paths[index].append(path)
+        if path not in entry.write_paths:
+            entry.write_paths.append(path)
     state.calls[call_id] = _Call(read_path=_read_path(name, parsed, state.cwd), epoch=state.epoch)
 
 

@@ -15,9 +15,12 @@ without its call, fails the import naming its line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from compactstore.importers import Record, Transcript, TranscriptBuilder
+from compactstore.errors import InvalidInputError
+from compactstore.importers import Item, TranscriptBuilder
+from compactstore.importers.files import Progress, TranscriptFile
 
 __all__ = ["convert", "detect_format", "text_parts"]
 
@@ -48,19 +51,23 @@ def _block_types(message: dict[str, Any]) -> set[str]:
     return {str(block.get("type")) for block in content if isinstance(block, dict)}
 
 
-def detect_format(messages: list[dict[str, Any]]) -> str:
-    """The session format these messages are written in (see the module docstring)."""
-    roles = {m["role"] for m in messages if isinstance(m.get("role"), str)}
+def detect_format(file: TranscriptFile) -> str:
+    """The session format a plain JSONL file's messages are written in (see the module
+    docstring); one pass over the file, keeping only what it has seen."""
+    roles: set[str] = set()
     blocks: set[str] = set()
-    for message in messages:
+    openai_keys = False
+    for number, message in file.records():
+        role = message.get("role")
+        if role is None:
+            raise InvalidInputError(f"{file.name} line {number}: a message needs a 'role'")
+        if isinstance(role, str):
+            roles.add(role)
         blocks |= _block_types(message)
+        openai_keys = openai_keys or "tool_calls" in message or "tool_call_id" in message
     if "tool_result" in roles:
         return "minicode"
-    if (
-        roles & _OPENAI_ROLES
-        or blocks & _OPENAI_PARTS
-        or any("tool_calls" in m or "tool_call_id" in m for m in messages)
-    ):
+    if roles & _OPENAI_ROLES or blocks & _OPENAI_PARTS or openai_keys:
         return "openai"
     if "tool_result" in blocks:
         return "anthropic"
@@ -69,15 +76,13 @@ def detect_format(messages: list[dict[str, Any]]) -> str:
     return "openai" if "system" in roles else "anthropic"
 
 
-def convert(name: str, records: list[Record], *, format: str | None = None) -> Transcript:
-    """Take each line as one message of ``format`` (detected when None)."""
-    for number, record in records:
-        if "role" not in record:
-            raise TranscriptBuilder(name, "jsonl", "anthropic").error(
-                f"line {number}", "a message needs a 'role'"
-            )
-    messages = [record for _, record in records]
-    out = TranscriptBuilder(name, "jsonl", format or detect_format(messages))
-    for number, message in records:
+def convert(file: TranscriptFile, format: str, progress: Progress | None = None) -> Iterator[Item]:
+    """Take each line as one message of ``format``."""
+    out = TranscriptBuilder(file.name, "jsonl", format)
+    for number, message in file.records(progress):
+        if "role" not in message:
+            raise out.error(f"line {number}", "a message needs a 'role'")
         out.add(message, where=f"line {number}")
-    return out.finish()
+        out.release()
+        yield from out.drain()
+    yield from out.finish()

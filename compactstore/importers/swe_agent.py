@@ -15,10 +15,12 @@ the result that follows is paired with that new id.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from compactstore.errors import InvalidInputError
-from compactstore.importers import Progress, Transcript, TranscriptBuilder, parse_json
+from compactstore.importers import Item, TranscriptBuilder
+from compactstore.importers.files import Progress, TranscriptFile, parse_json
 from compactstore.importers.jsonl import text_parts
 
 __all__ = ["READ_COMMANDS", "WRITE_COMMANDS", "convert"]
@@ -30,9 +32,14 @@ READ_COMMANDS = frozenset({"view"})
 WRITE_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 
 
-def convert(name: str, text: str, progress: Progress | None = None) -> Transcript:
-    """Convert a trajectory document (see the module docstring for what is kept)."""
-    document = parse_json(name, text)
+def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+    """Convert a trajectory document (see the module docstring for what is kept).
+
+    A trajectory is one JSON document, so it is read whole; its messages are handed on as
+    they are converted.
+    """
+    name = file.name
+    document = parse_json(name, file.text())
     history = document.get("history") if isinstance(document, dict) else None
     if not isinstance(history, list):
         raise InvalidInputError(f"{name} is not a SWE-agent trajectory: it has no 'history' list")
@@ -79,7 +86,9 @@ def convert(name: str, text: str, progress: Progress | None = None) -> Transcrip
             out.add({"role": role, "content": content}, where=where)
         if progress is not None:
             progress(index + 1, total)
-    return out.finish()
+        out.release()
+        yield from out.drain()
+    yield from out.finish()
 
 
 def _content(out: TranscriptBuilder, where: str, content: Any) -> str:

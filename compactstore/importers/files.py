@@ -1,0 +1,217 @@
+"""Reading transcript files line by line: plain or gzip, a path or standard input.
+
+A file is never read whole (except a SWE-agent trajectory, which is one JSON document):
+lines are decoded and parsed one at a time, so memory does not grow with the file. A
+:class:`TranscriptFile` can be read more than once (detection looks at the start; some
+sources need a first pass); standard input is therefore spooled to a temporary file first.
+
+A last line with no line end that is not valid JSON is a record still being written: it is
+left out and reported (:attr:`TranscriptFile.cut_line`), or refused with ``strict``. Every
+other unparsable line is an error naming it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from compactstore.errors import InvalidInputError
+
+__all__ = [
+    "STDIN_NAME",
+    "Progress",
+    "Record",
+    "TranscriptFile",
+    "json_kind",
+    "open_transcript",
+    "parse_json",
+]
+
+Progress = Callable[[int, int], None]
+
+# One parsed JSONL line: (1-based line number, the object on it).
+Record = tuple[int, dict[str, Any]]
+
+# How standard input is named in messages.
+STDIN_NAME = "stdin"
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+_SPOOL_CHUNK = 1 << 20
+
+
+def parse_json(name: str, text: str, line: int | None = None) -> Any:
+    """Parse one JSON value: a whole document, or line ``line`` of a JSONL file."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{name} line {line or exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    except RecursionError:
+        where = f"{name} line {line}" if line is not None else name
+        raise InvalidInputError(f"{where}: JSON nested too deeply") from None
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for messages ("an array", "a number", ...)."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"
+
+
+class TranscriptFile:
+    """A transcript on disk, read line by line (gzip is recognised by its content).
+
+    Args:
+        path: the file.
+        name: how messages name it (default: the file's name).
+        strict: refuse a cut last line instead of leaving it out.
+    """
+
+    def __init__(self, path: Path, name: str | None = None, *, strict: bool = False) -> None:
+        self.path = path
+        self.name = name if name is not None else path.name
+        self.strict = strict
+        # The number of a last line left out because it was cut short; None when complete.
+        self.cut_line: int | None = None
+
+    @property
+    def suffix(self) -> str:
+        """The name's suffix, looking through a ``.gz``: ``run.traj.gz`` -> ``.traj``."""
+        name = self.name.removesuffix(".gz") if self.name.lower().endswith(".gz") else self.name
+        return Path(name).suffix.lower()
+
+    @property
+    def stem(self) -> str:
+        """The name without its suffix (and without ``.gz``): the default session id."""
+        name = self.name[:-3] if self.name.lower().endswith(".gz") else self.name
+        return Path(name).stem
+
+    @contextmanager
+    def _open(self) -> Iterator[tuple[IO[bytes], Any, int]]:
+        """(the file on disk, the stream of its content, the file's size)."""
+        try:
+            raw = self.path.open("rb")
+            size = self.path.stat().st_size
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        with raw:
+            if raw.read(2) == _GZIP_MAGIC:
+                raw.seek(0)
+                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                    yield raw, unzipped, size
+            else:
+                raw.seek(0)
+                yield raw, raw, size
+
+    def lines(self, progress: Progress | None = None) -> Iterator[tuple[int, str, bool]]:
+        """(line number, text, whether it ended with a line end) for every line.
+
+        Raises:
+            InvalidInputError: unreadable, not UTF-8, a damaged gzip stream, or empty.
+        """
+        with self._open() as (raw, stream, size):
+            step = max(1, size // 100)
+            reported = offset = 0
+            number = 0
+            content = False
+            try:
+                for data in stream:
+                    number += 1
+                    if number == 1 and data.startswith(_BOM):
+                        data, offset = data[len(_BOM) :], len(_BOM)  # not content
+                    try:
+                        text = data.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise InvalidInputError(
+                            f"{self.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                            f"offset {offset + exc.start})"
+                        ) from None
+                    offset += len(data)
+                    content = content or bool(text.strip())
+                    yield number, text, text.endswith("\n")
+                    if progress is not None and raw.tell() - reported >= step:
+                        reported = raw.tell()
+                        progress(reported, size)
+            except (OSError, EOFError, zlib.error) as exc:
+                # gzip.BadGzipFile is an OSError; EOFError: the gzip stream ends early.
+                raise InvalidInputError(
+                    f"cannot read {self.name} as gzip: {getattr(exc, 'strerror', None) or exc}"
+                ) from None
+        if not content:
+            raise InvalidInputError(f"{self.name} is empty: there is nothing to import")
+        if progress is not None:
+            progress(size, size)
+
+    def records(self, progress: Progress | None = None) -> Iterator[Record]:
+        """Parse the file as JSONL: every non-blank line must be one JSON object.
+
+        A cut last line (see the module docstring) sets :attr:`cut_line` and ends the
+        records; with ``strict`` it is an error.
+        """
+        for number, text, ended in self.lines(progress):
+            if not text.strip():
+                continue
+            if not ended:
+                try:
+                    json.loads(text)
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    if self.strict:
+                        raise InvalidInputError(
+                            f"{self.name} line {number}: the last line is cut short ({exc}); "
+                            f"the file may still be being written"
+                        ) from None
+                    self.cut_line = number
+                    return
+            value = parse_json(self.name, text, number)
+            if not isinstance(value, dict):
+                raise InvalidInputError(
+                    f"{self.name} line {number}: expected a JSON object, got {json_kind(value)}"
+                )
+            yield number, value
+
+    def text(self) -> str:
+        """The whole content as text (for one-document formats)."""
+        return "".join(text for _, text, _ in self.lines())
+
+
+@contextmanager
+def open_transcript(
+    source: str | os.PathLike[str] | IO[bytes], *, strict: bool = False
+) -> Iterator[TranscriptFile]:
+    """A :class:`TranscriptFile` for a path, or for a binary stream such as standard input
+    (copied to a temporary file, removed afterwards, and named ``stdin``).
+
+    Raises:
+        InvalidInputError: the path is not a readable file.
+    """
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if not path.is_file():
+            reason = "it is a directory" if path.is_dir() else "No such file or directory"
+            raise InvalidInputError(f"cannot read {path}: {reason}")
+        yield TranscriptFile(path, strict=strict)
+        return
+    stream: Any = source
+    name = getattr(stream, "name", None)
+    label = name if isinstance(name, str) and not name.startswith("<") else STDIN_NAME
+    with tempfile.TemporaryDirectory(prefix="compactstore-import-") as tmp:
+        spooled = Path(tmp) / "input"
+        with spooled.open("wb") as out:
+            shutil.copyfileobj(stream, out, _SPOOL_CHUNK)
+        yield TranscriptFile(spooled, Path(label).name, strict=strict)
