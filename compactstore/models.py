@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -259,6 +260,16 @@ class MemoryEntry(BaseModel):
     tokens: int
     created_at: float
     scope: str = "session"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedMessage:
+    """A message of an imported transcript (a plain dataclass: transcripts are long)."""
+
+    message: dict[str, Any]
+    timestamp: float | None = None  # epoch seconds; None: the import time
+    usage: int | None = None  # the prompt size the provider reported for the call producing it
+    where: str | None = None  # its place in the file, for errors ("run.jsonl line 12")
 
 
 class ImportedBoundary(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -27,8 +27,6 @@ from compactstore.core.checks import (
     check_memory,
     check_session_id,
     check_tool_result,
-    check_transcript,
-    check_usage,
     check_whole,
     now_or_clock,
     prepare_message,
@@ -57,7 +55,7 @@ from compactstore.db.migrate import ensure_schema
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
-from compactstore.errors import InvalidInputError, NotFoundError
+from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 from compactstore.formats import FORMAT_NAMES, MessageFormat, get_format
 from compactstore.models import (
     BreakerState,
@@ -65,6 +63,7 @@ from compactstore.models import (
     CompactionConfig,
     CompactionResult,
     ImportedBoundary,
+    ImportedMessage,
     MemoryEntry,
     SessionInfo,
 )
@@ -240,49 +239,46 @@ class CompactStore:
     def import_session(
         self,
         session_id: str,
-        messages: Sequence[dict[str, Any]],
+        items: Iterable[ImportedMessage | ImportedBoundary],
         *,
         format: str = DEFAULT_FORMAT,
         context_window: int | None = None,
         config: CompactionConfig | None = None,
-        timestamps: Sequence[float | None] | None = None,
-        boundaries: Sequence[ImportedBoundary] = (),
-        usage: Sequence[int | None] | None = None,
     ) -> Session:
-        """Create a session from a whole transcript in one transaction: all or nothing.
+        """Create a session from a transcript in one transaction: all or nothing.
 
-        ``boundaries`` are compactions the agent already did (e.g. Claude Code's
-        compact_boundary records): each becomes a boundary row whose summary stands for
-        the messages before ``first_kept_index``, as the agent continued after it.
-        ``usage`` gives, per message, the prompt size the provider reported for the model
-        call that produced it (None where unknown); each becomes a ``model_calls`` row.
+        ``items`` are the transcript's messages in order, each compaction the agent already
+        did (e.g. Claude Code's compact_boundary records) coming just before the first
+        message it kept (its ``first_kept_index``) or after the last: each becomes a
+        boundary row whose summary stands for the messages before it. A message's ``usage``
+        (the prompt size the provider reported for the call that produced it) becomes a
+        ``model_calls`` row. Items are consumed as they come and stored in batches, so a
+        long transcript need not be in memory; tokens are counted and the write
+        transaction stays open meanwhile, which is why
+        :func:`compactstore.importers.import_file` runs this on a staging database.
 
         Raises:
             ConflictError: the session already exists.
-            InvalidMessageError: a message is invalid (the error names its index).
+            InvalidMessageError: a message is invalid (the error names its ``where``, or
+                its index).
         """
         sid = check_session_id(session_id)
         adapter = get_format(format)
-        stamps, order = check_transcript(messages, timestamps, boundaries)
-        real = check_usage(messages, usage)
-        created = now_or_clock(next((float(t) for t in stamps if t is not None), None))
         stored_config = config or CompactionConfig()
-        pending = [
-            prepare_message(adapter, stored_config, self.token_counter, m, t, index=i)
-            for i, (m, t) in enumerate(zip(messages, stamps, strict=True))
-        ]
+        started = False
 
         def tx(connection: Connection) -> repo.SessionRow:
+            nonlocal started
+            if started:  # the items were consumed by an attempt that failed
+                raise DatabaseError(f"{self.location} was busy; the import was not stored")
+            started = True
             return import_transcript(
                 connection,
                 sid,
                 adapter,
-                pending,
-                order,
-                real,
+                items,
                 context_window=context_window or DEFAULT_CONTEXT_WINDOW,
                 config=stored_config,
-                created_at=created,
                 count_tokens=self.token_counter,
                 location=self.location,
             )

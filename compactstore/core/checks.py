@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import check_nesting, storage_json
-from compactstore.models import MEMORY_KINDS, CompactionConfig, ImportedBoundary
+from compactstore.models import MEMORY_KINDS, CompactionConfig
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -33,8 +32,6 @@ __all__ = [
     "check_session_id",
     "check_timestamp",
     "check_tool_result",
-    "check_transcript",
-    "check_usage",
     "check_utf8",
     "check_whole",
     "now_or_clock",
@@ -238,35 +235,8 @@ def check_memory(kind: Any, text: Any, scope: Any) -> None:
     check_column_text(text, "memory text")
 
 
-def check_transcript(
-    messages: Sequence[Any],
-    timestamps: Sequence[Any] | None,
-    boundaries: Sequence[ImportedBoundary],
-) -> tuple[list[Any], list[ImportedBoundary]]:
-    """The arguments of ``import_session``: the timestamps (None where missing) and the
-    boundaries in transcript order."""
-    if timestamps is not None and len(timestamps) != len(messages):
-        raise InvalidInputError("timestamps must be a list as long as messages")
-    stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
-    order = sorted(boundaries, key=lambda b: b.first_kept_index)
-    for boundary in order:
-        if not 0 < boundary.first_kept_index <= len(messages):
-            raise InvalidInputError(
-                f"imported boundary at message {boundary.first_kept_index} is outside the "
-                f"transcript's {len(messages)} messages"
-            )
-    return stamps, order
-
-
 def check_cwd(cwd: Any) -> str:
     if not isinstance(cwd, str) or not cwd.strip():
         raise InvalidInputError(f"cwd must be a directory path, got {cwd!r}")
     check_column_text(cwd, "cwd", 4_096)
     return cwd
-
-
-def check_usage(messages: Sequence[Any], usage: Sequence[Any] | None) -> dict[int, int]:
-    """``import_session``'s per-message real counts, by message index (None ones left out)."""
-    if usage is not None and len(usage) != len(messages):
-        raise InvalidInputError("usage must be a list as long as messages")
-    return {i: check_whole(n, "usage") for i, n in enumerate(usage or ()) if n is not None}

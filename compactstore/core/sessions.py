@@ -6,19 +6,31 @@ request contradicts what is stored.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
 from compactstore.core.appending import insert_messages
-from compactstore.core.checks import PendingMessage, check_timestamp
+from compactstore.core.checks import (
+    PendingMessage,
+    check_timestamp,
+    check_whole,
+    now_or_clock,
+    prepare_message,
+)
 from compactstore.core.compaction import record_imported
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
-from compactstore.errors import ConflictError, NotFoundError
+from compactstore.errors import (
+    ConflictError,
+    InvalidInputError,
+    InvalidMessageError,
+    NotFoundError,
+)
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactionConfig, ImportedBoundary, SessionInfo
+from compactstore.models import CompactionConfig, ImportedBoundary, ImportedMessage, SessionInfo
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -33,6 +45,11 @@ __all__ = [
 # What a new session takes when it is not given (SPEC §2).
 DEFAULT_FORMAT = "anthropic"
 DEFAULT_CONTEXT_WINDOW = 200_000
+
+# Messages of an import stored per insert (bounds the memory an import holds).
+_IMPORT_BATCH = 500
+# How an insert names a message of its batch: "message 3: problem".
+_BATCH_PLACE = re.compile(r"message (\d+): (.*)", re.DOTALL)
 
 
 def require(
@@ -100,52 +117,97 @@ def import_transcript(
     connection: Connection,
     session_id: str,
     adapter: MessageFormat,
-    pending: Sequence[PendingMessage],
-    boundaries: Sequence[ImportedBoundary],
-    real_tokens: dict[int, int],
+    items: Iterable[ImportedMessage | ImportedBoundary],
     *,
     context_window: int,
     config: CompactionConfig,
-    created_at: float,
     count_tokens: TokenCounter,
     location: str,
 ) -> repo.SessionRow:
-    """Create a session holding a whole transcript and the compactions its agent did.
+    """Create a session holding a transcript and the compactions its agent did.
 
-    ``boundaries`` are sorted by ``first_kept_index``; each cuts the context just before
-    that message, as the agent continued after it. ``real_tokens`` are the prompt sizes the
-    transcript reports, by the index of the message the call produced (model_calls rows).
+    ``items`` are the messages in order, each boundary coming just before the first
+    message it keeps (or after the last): it cuts the context there, as the agent
+    continued after it. A message's ``usage`` (the prompt size the transcript reports for
+    the call that produced it) becomes a model_calls row. Items are checked, counted and
+    stored a batch at a time as they come, so memory stays bounded however long the
+    transcript; since tokens are counted inside this transaction, a long import runs on a
+    staging database of its own (see :func:`compactstore.importers.import_file`). The
+    session's creation time is the first timestamp of its first batch.
 
     Raises:
         ConflictError: the session already exists.
+        InvalidMessageError: a message is refused; the error names its ``where`` (or index).
+        InvalidInputError: a boundary is out of place.
     """
     sid = session_id
     if repo.get_session(connection, sid, lock=True) is not None:
         raise ConflictError(f"session {sid!r} already exists; import into a new session id")
-    repo.create_session(
-        connection,
-        sid,
-        format=adapter.name,
-        context_window=context_window,
-        config=config,
-        created_at=created_at,
-    )
-    start = 0
-    for boundary in [*boundaries, None]:
-        end = len(pending) if boundary is None else boundary.first_kept_index
-        if end > start:
-            insert_messages(
-                connection, require(connection, sid, location), adapter, pending[start:end]
+    batch: list[ImportedMessage] = []
+    created = False
+    stored = 0  # messages stored so far: the seq of the next one
+    real_tokens: dict[int, int] = {}
+    called: dict[int, float] = {}
+
+    def flush() -> None:
+        nonlocal created, stored
+        if not created:
+            first = next((m.timestamp for m in batch if m.timestamp is not None), None)
+            repo.create_session(
+                connection,
+                sid,
+                format=adapter.name,
+                context_window=context_window,
+                config=config,
+                created_at=now_or_clock(first),
             )
-            start = end
-        if boundary is not None:
-            row = require(connection, sid, location)
-            context = repo.load_context(connection, row, adapter, count_tokens)
-            stamp = boundary.timestamp
-            at = check_timestamp(stamp) if stamp is not None else time.time()
-            record_imported(connection, sid, context, boundary, at)
-    # Messages are numbered from 0 in transcript order, so an index is a seq.
-    called = {i: p.created_at for i, p in enumerate(pending) if i in real_tokens}
+            created = True
+        if not batch:
+            return
+        pending: list[PendingMessage] = []
+        for offset, item in enumerate(batch):
+            seq = stored + offset  # messages are numbered from 0 in transcript order
+            try:
+                pending.append(
+                    prepare_message(adapter, config, count_tokens, item.message, item.timestamp)
+                )
+                if item.usage is not None:
+                    real_tokens[seq] = check_whole(item.usage, "usage")
+                    called[seq] = pending[-1].created_at
+            except InvalidInputError as exc:
+                raise type(exc)(f"{item.where or f'message {seq}'}: {exc}") from None
+        try:
+            insert_messages(connection, require(connection, sid, location), adapter, pending)
+        except InvalidMessageError as exc:
+            # The batch's own numbering ("message 3: ...") -> the message's place.
+            found = _BATCH_PLACE.match(str(exc)) if len(batch) > 1 else None
+            offset, problem = (int(found[1]), found[2]) if found else (0, str(exc))
+            where = batch[offset].where or f"message {stored + offset}"
+            raise InvalidMessageError(f"{where}: {problem}") from None
+        stored += len(batch)
+        batch.clear()
+
+    for item in items:
+        if isinstance(item, ImportedMessage):
+            batch.append(item)
+            if len(batch) >= _IMPORT_BATCH:
+                flush()
+            continue
+        at_index = stored + len(batch)
+        if not 0 < item.first_kept_index == at_index:
+            raise InvalidInputError(
+                f"imported boundary before message {item.first_kept_index} comes after "
+                f"message {at_index - 1} of the transcript"
+            )
+        flush()
+        context = repo.load_context(
+            connection, require(connection, sid, location), adapter, count_tokens
+        )
+        stamp = item.timestamp
+        record_imported(
+            connection, sid, context, item, check_timestamp(stamp) if stamp else time.time()
+        )
+    flush()
     calls = model_calls.imported_calls(
         connection,
         sid,

@@ -15,6 +15,7 @@ the whole file has been read and checked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -26,7 +27,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from compactstore.core.checks import MAX_TIMESTAMP
 from compactstore.core.pairing import Conversation
-from compactstore.errors import CompactStoreWarning, InvalidInputError, InvalidMessageError
+from compactstore.errors import (
+    CompactStoreWarning,
+    ConflictError,
+    InvalidInputError,
+    InvalidMessageError,
+    NotFoundError,
+)
 from compactstore.formats import FORMAT_NAMES, get_format
 from compactstore.importers.files import (
     Progress,
@@ -35,7 +42,7 @@ from compactstore.importers.files import (
     open_transcript,
     parse_json,
 )
-from compactstore.models import ImportedBoundary
+from compactstore.models import ImportedBoundary, ImportedMessage
 
 if TYPE_CHECKING:
     from compactstore.store import CompactStore, Session
@@ -509,23 +516,31 @@ def import_file(
     Warns:
         CompactStoreWarning: the last line was cut short and left out.
     """
+    from compactstore.transfer import staging
+
     _resolve(format)
     if session_id is None and not isinstance(path, str | os.PathLike):
         raise InvalidInputError("give the session id of a transcript read from a stream")
     with open_transcript(path, strict=strict) as file:
-        source, fmt, items = convert(file, format, progress)
-        transcript = collect(source, fmt, items)
-        try:
-            session = store.import_session(
-                session_id if session_id is not None else file.stem,
-                transcript.messages,
-                format=transcript.format,
+        sid = session_id if session_id is not None else file.stem
+        with contextlib.suppress(NotFoundError):  # (checked again when copying)
+            store.get_session(sid)
+            raise ConflictError(f"session {sid!r} already exists; import into a new session id")
+        _, fmt, items = convert(file, format, progress)
+        # Staged in a temporary database (token counting happens there), then copied into
+        # the store in one write transaction: the store is locked only for the copy.
+        with staging(store) as stage:
+            stage.import_session(
+                sid,
+                (_imported(file.name, item) for item in items),
+                format=fmt,
                 context_window=context_window,
-                timestamps=transcript.timestamps,
-                boundaries=transcript.boundaries,
-                usage=transcript.usage,
             )
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(f"{file.name}: {exc}") from None
         _warn_cut(file)
-    return session
+    return store.get_session(sid)
+
+
+def _imported(name: str, item: Item) -> ImportedMessage | ImportedBoundary:
+    if isinstance(item, BoundaryEntry):
+        return item.boundary
+    return ImportedMessage(item.message, item.timestamp, item.usage, f"{name} {item.where}")
