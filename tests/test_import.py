@@ -7,7 +7,10 @@ written to tmp_path.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -21,9 +24,11 @@ from pydantic import BaseModel, TypeAdapter
 
 from compactstore import (
     CompactStore,
+    CompactStoreWarning,
     CompactTrigger,
     ConflictError,
     InvalidInputError,
+    InvalidMessageError,
     NotFoundError,
 )
 from compactstore.formats import get_format
@@ -843,3 +848,114 @@ def test_import_options_and_an_existing_session(
     with pytest.raises(ConflictError, match="already exists"):
         import_file(store, path, session_id="mine")
     assert db_snapshot(store) == before
+
+
+# -- files as they come: cut short, gzip, standard input -----------------------------------
+
+
+def _claude_code_lines() -> list[Any]:
+    return [
+        _cc("user", "list the files", uuid="u1"),
+        _cc("assistant", [_use("t1", command="ls")], uuid="a1", message_id="m1"),
+        _cc("user", [_result("t1", "a.py")], uuid="u2"),
+        _cc("assistant", [{"type": "text", "text": "one file"}], uuid="a2", message_id="m2"),
+    ]
+
+
+def test_a_cut_last_line_is_left_out_with_a_warning(
+    store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    lines = _claude_code_lines()
+    path = write_lines(tmp_path / "live.jsonl", lines[:3])
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(lines[3])[:40])  # the agent is still writing line 4
+    before = db_snapshot(store)
+    with pytest.raises(InvalidInputError, match=r"^live\.jsonl line 4: the last line is cut short"):
+        import_file(store, path, strict=True)
+    assert db_snapshot(store) == before
+    with pytest.warns(CompactStoreWarning, match=r"live\.jsonl line 4 is cut short"):
+        session = import_file(store, path)
+    assert [m["role"] for m in session.messages()] == ["user", "assistant", "user"]
+    with pytest.warns(CompactStoreWarning, match="line 4 is cut short"):
+        assert len(read_transcript(path).messages) == 3
+
+
+def test_a_damaged_last_line_that_was_finished_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "done.jsonl"
+    path.write_text(json.dumps(PLAIN["anthropic"][0]) + "\n" + '{"role": "user", "con\n')
+    with pytest.raises(InvalidInputError, match=r"^done\.jsonl line 2: not valid JSON"):
+        read_transcript(path)
+
+
+def test_gzip_files_and_streams_import_like_the_plain_file(
+    store: CompactStore, tmp_path: Path
+) -> None:
+    data = "".join(json.dumps(line) + "\n" for line in _claude_code_lines()).encode()
+    zipped = tmp_path / "run.jsonl.gz"
+    zipped.write_bytes(gzip.compress(data))
+    expected = read_transcript(write_lines(tmp_path / "plain.jsonl", _claude_code_lines()))
+    assert detect(zipped) == "claude-code"
+    session = import_file(store, zipped)
+    assert session.id == "run" and session.messages() == expected.messages
+    with pytest.raises(InvalidInputError, match="give the session id"):
+        import_file(store, io.BytesIO(data))
+    assert import_file(store, io.BytesIO(data), session_id="piped").messages() == expected.messages
+    unzipped = import_file(store, io.BytesIO(gzip.compress(data)), session_id="piped-gz")
+    assert unzipped.messages() == expected.messages
+    # A trajectory keeps its suffix under .gz; a damaged gzip stream is one clear error.
+    traj = tmp_path / "t.traj.gz"
+    traj.write_bytes(gzip.compress(json.dumps({"history": PLAIN["openai"]}).encode()))
+    assert read_transcript(traj).source == "swe-agent"
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(data)[:-30])
+    with pytest.raises(InvalidInputError, match=r"cannot read broken\.jsonl\.gz as gzip"):
+        import_file(store, broken)
+    with pytest.raises(NotFoundError):
+        store.get_session("broken")
+
+
+def test_format_takes_a_source_name_when_reading_too(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "cc.jsonl", _claude_code_lines())
+    assert read_transcript(path, format="claude-code").format == "anthropic"
+    plain = write_lines(tmp_path / "plain.jsonl", PLAIN["minicode"])
+    assert read_transcript(plain, format="jsonl").format == "minicode"
+
+
+def test_a_message_the_store_refuses_is_named_by_its_file_line(
+    store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    path = tmp_path / "odd.jsonl"
+    lines = [
+        '{"role": "user", "content": "hi"}',
+        '{"role": "assistant", "content": "ok"}',
+        "",
+        '{"role": "user", "content": "caf\\ud800"}',  # a lone surrogate, escaped
+    ]
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    before = db_snapshot(store)
+    with pytest.raises(InvalidMessageError, match=r"^odd\.jsonl line 4: message text is not valid"):
+        import_file(store, path)
+    assert db_snapshot(store) == before
+
+
+def test_tokens_are_counted_while_the_target_is_not_locked(tmp_path: Path) -> None:
+    """SPEC 9.1: the import is staged (and counted) in a temporary database; the target's
+    write lock is taken only to copy the finished session in."""
+    target = tmp_path / "target.db"
+    probes: list[bool] = []
+
+    def counter(text: str) -> int:
+        probe = sqlite3.connect(target, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")  # fails while another writer holds the lock
+            probes.append(True)
+        except sqlite3.OperationalError:
+            probes.append(False)
+        finally:
+            probe.close()
+        return len(text) // 4
+
+    with CompactStore.open(target, token_counter=counter) as store:
+        session = import_file(store, write_lines(tmp_path / "run.jsonl", _claude_code_lines()))
+        assert len(session.messages()) == 4
+    assert probes and all(probes)
