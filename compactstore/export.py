@@ -18,10 +18,11 @@ __all__ = ["export_lines"]
 def export_lines(session: Session, *, active: bool = False) -> Iterator[str]:
     """The session's messages as JSONL lines, each ending with a newline.
 
-    With ``active=False`` the whole log, verbatim (what compaction removed included); with
-    ``active=True`` the active context, as the model would be sent it now.
+    With ``active=False`` the whole log, verbatim (what compaction removed included), read
+    a page at a time as the lines are consumed; with ``active=True`` the active context, as
+    the model would be sent it now (bounded by the context window).
     """
-    messages = session.active_context() if active else session.messages()
+    messages = session.active_context() if active else session.iter_messages()
     for message in messages:
         # Non-ASCII stays readable; the store has already refused lone surrogates.
         yield json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"

@@ -7,9 +7,10 @@ leaves the database exactly as it was when anything raises.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -443,6 +444,24 @@ class Session:
         return self.store._read(
             lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
         )
+
+    def iter_messages(self, *, page: int = 100) -> Iterator[dict[str, Any]]:
+        """The whole log as :meth:`messages` gives it, read ``page`` messages at a time so a
+        long log is never in memory at once: the log as it stood when iteration began
+        (messages appended meanwhile are left out; the log is append-only)."""
+        last = self.store._read(lambda c: repo.last_message(c, self.id))
+        after, end = -1, (-1 if last is None else last.seq)
+        while after < end:
+            rows = self.store._read(
+                functools.partial(
+                    repo.log_page, session_id=self.id, after_seq=after, up_to_seq=end, limit=page
+                )
+            )
+            if not rows:
+                return  # the session was deleted meanwhile
+            for seq, payload in rows:
+                after = seq
+                yield json.loads(payload)
 
     def record_usage(self, input_tokens: int, *, now: float | None = None) -> None:
         """Report the real prompt size the API counted for the current active context.

@@ -5,6 +5,7 @@ backends: the whole log verbatim, and the active context.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,26 @@ def test_every_format_round_trips(store: CompactStore, tmp_path: Path) -> None:
         assert copy.format == format_name
         assert copy.messages() == messages == session.messages()
         assert list(export_lines(copy)) == list(export_lines(session))
+
+
+def test_exporting_a_long_log_reads_it_a_page_at_a_time(store: CompactStore) -> None:
+    """Memory does not grow with the log: the whole log (6 MB here) is never held at once."""
+    session = store.session("long", format="anthropic")
+    text = "word " * 2_000  # 10 kB a message
+    session.extend(
+        [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i} {text}"}
+            for i in range(600)
+        ]
+    )
+    lines = 0
+    tracemalloc.start()
+    try:
+        for line in export_lines(session):
+            lines += 1
+            assert line.startswith('{"role":')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == 600
+    assert peak < 3_000_000, f"exporting held {peak / 1e6:.1f} MB"

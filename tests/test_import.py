@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import sqlite3
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -959,3 +960,26 @@ def test_tokens_are_counted_while_the_target_is_not_locked(tmp_path: Path) -> No
         session = import_file(store, write_lines(tmp_path / "run.jsonl", _claude_code_lines()))
         assert len(session.messages()) == 4
     assert probes and all(probes)
+
+
+@pytest.mark.slow
+def test_import_memory_does_not_grow_with_the_transcript(tmp_path: Path) -> None:
+    """Memory held while importing stays bounded: a 4x longer transcript needs no more.
+
+    (benchmarks/memory.py measures the process's peak RSS on a 200 MB transcript.)
+    """
+    from benchmarks.memory import generate
+
+    peaks: list[int] = []
+    for size in (1_000_000, 4_000_000):
+        path = tmp_path / f"t{size}.jsonl"
+        generate(path, size)
+        with CompactStore.open(tmp_path / f"{size}.db") as store:
+            tracemalloc.start()
+            try:
+                session = import_file(store, path)
+                peaks.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+            assert session.boundaries()  # Claude Code's own compactions came along
+    assert peaks[1] < peaks[0] + 1_500_000, [f"{p / 1e6:.1f} MB" for p in peaks]

@@ -309,6 +309,23 @@ def log_messages(
     return list(connection.execute(query.order_by(messages.c.seq)).all())
 
 
+def log_page(
+    connection: Connection, session_id: str, *, after_seq: int, up_to_seq: int, limit: int
+) -> list[tuple[int, str]]:
+    """(seq, payload) of up to ``limit`` log messages after ``after_seq``, in seq order."""
+    query = (
+        select(messages.c.seq, messages.c.payload)
+        .where(
+            messages.c.session_id == session_id,
+            messages.c.seq > after_seq,
+            messages.c.seq <= up_to_seq,
+        )
+        .order_by(messages.c.seq)
+        .limit(limit)
+    )
+    return [(row.seq, row.payload) for row in connection.execute(query)]
+
+
 # -- tool calls -----------------------------------------------------------------------------
 
 

@@ -43,8 +43,7 @@ _TRIGGERS = {"auto": CompactTrigger.AUTO, "manual": CompactTrigger.MANUAL}
 @dataclass
 class _Call:
     index: int  # message index of the assistant message making the call
-    name: str
-    input: dict[str, Any]
+    read_path: str | None  # the file a read tool reads (only that is kept of the input)
     epoch: int  # how many boundaries preceded the call
 
 
@@ -215,12 +214,9 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
     for block in blocks:
         if block.get("type") == "tool_use":
             tool_input = block.get("input")
-            state.calls[block["id"]] = _Call(
-                index=index,
-                name=str(block.get("name")),
-                input=tool_input if isinstance(tool_input, dict) else {},
-                epoch=state.epoch,
-            )
+            path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
+            read = str(block.get("name")) in READ_TOOLS and isinstance(path, str) and path
+            state.calls[block["id"]] = _Call(index, path if read else None, state.epoch)
 
 
 def _user(state: _State, where: str, record: dict[str, Any]) -> None:
@@ -319,10 +315,7 @@ def _result_call(state: _State, block: dict[str, Any]) -> _Call | None:
 
 
 def _read_path(call: _Call, block: dict[str, Any]) -> str | None:
-    if call.name not in READ_TOOLS or block.get("is_error") is True:
-        return None
-    path = call.input.get("file_path")
-    return path if isinstance(path, str) and path else None
+    return None if block.get("is_error") is True else call.read_path
 
 
 def _write_paths(blocks: list[dict[str, Any]]) -> list[str]:
