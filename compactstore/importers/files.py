@@ -103,60 +103,68 @@ class TranscriptFile:
         return Path(name).stem
 
     @contextmanager
-    def _open(self) -> Iterator[tuple[IO[bytes], Any, int]]:
-        """(the file on disk, the stream of its content, the file's size)."""
+    def _open(self) -> Iterator[Any]:
+        """The stream of the file's content (unzipped)."""
         try:
             raw = self.path.open("rb")
-            size = self.path.stat().st_size
         except OSError as exc:
             raise InvalidInputError(f"cannot read {self.path}: {exc.strerror or exc}") from None
-        with raw:
-            if raw.read(2) == _GZIP_MAGIC:
-                raw.seek(0)
-                with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                    yield raw, unzipped, size
-            else:
-                raw.seek(0)
-                yield raw, raw, size
+        try:
+            with raw:
+                if raw.read(2) == _GZIP_MAGIC:
+                    raw.seek(0)
+                    with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                        yield unzipped
+                else:
+                    raw.seek(0)
+                    yield raw
+        except (OSError, EOFError, zlib.error) as exc:
+            # gzip.BadGzipFile is an OSError; EOFError: the gzip stream ends early.
+            raise InvalidInputError(
+                f"cannot read {self.name} as gzip: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+
+    def _count_lines(self) -> int:
+        count = 0
+        last = b"\n"
+        with self._open() as stream:
+            while chunk := stream.read(_SPOOL_CHUNK):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        return count + (last != b"\n")
 
     def lines(self, progress: Progress | None = None) -> Iterator[tuple[int, str, bool]]:
         """(line number, text, whether it ended with a line end) for every line.
 
+        ``progress(lines read, lines in the file)`` is called as the file is read (the lines
+        are counted first, a quick pass).
+
         Raises:
             InvalidInputError: unreadable, not UTF-8, a damaged gzip stream, or empty.
         """
-        with self._open() as (raw, stream, size):
-            step = max(1, size // 100)
-            reported = offset = 0
-            number = 0
+        total = self._count_lines() if progress is not None else 0
+        step = max(1, total // 100)
+        with self._open() as stream:
+            offset = 0
             content = False
-            try:
-                for data in stream:
-                    number += 1
-                    if number == 1 and data.startswith(_BOM):
-                        data, offset = data[len(_BOM) :], len(_BOM)  # not content
-                    try:
-                        text = data.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        raise InvalidInputError(
-                            f"{self.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
-                            f"offset {offset + exc.start})"
-                        ) from None
-                    offset += len(data)
-                    content = content or bool(text.strip())
-                    yield number, text, text.endswith("\n")
-                    if progress is not None and raw.tell() - reported >= step:
-                        reported = raw.tell()
-                        progress(reported, size)
-            except (OSError, EOFError, zlib.error) as exc:
-                # gzip.BadGzipFile is an OSError; EOFError: the gzip stream ends early.
-                raise InvalidInputError(
-                    f"cannot read {self.name} as gzip: {getattr(exc, 'strerror', None) or exc}"
-                ) from None
+            for number, line in enumerate(stream, start=1):
+                data = line
+                if number == 1 and data.startswith(_BOM):
+                    data, offset = data[len(_BOM) :], len(_BOM)  # not content
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InvalidInputError(
+                        f"{self.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                        f"offset {offset + exc.start})"
+                    ) from None
+                offset += len(data)
+                content = content or bool(text.strip())
+                yield number, text, text.endswith("\n")
+                if progress is not None and (number % step == 0 or number == total):
+                    progress(number, total)
         if not content:
             raise InvalidInputError(f"{self.name} is empty: there is nothing to import")
-        if progress is not None:
-            progress(size, size)
 
     def records(self, progress: Progress | None = None) -> Iterator[Record]:
         """Parse the file as JSONL: every non-blank line must be one JSON object.
