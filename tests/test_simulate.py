@@ -145,3 +145,16 @@ def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     calibrated = report.error_stats(report.usage_errors)
     assert calibrated is not None and calibrated["within_5pct"] >= 0.95
     assert report.missed_over_window["calibrated"] == 0
+
+
+def test_format_takes_the_names_import_takes(tmp_path: Path) -> None:
+    file = write_jsonl(tmp_path / "s.jsonl", transcript("openai", turns=4, huge=False))
+    for name in ("jsonl", "openai"):
+        out = CliRunner().invoke(cli, ["simulate", str(file), "--format", name, "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["validity"] == 1.0
+    wrong = CliRunner().invoke(cli, ["simulate", str(file), "--format", "claude-code"])
+    assert wrong.exit_code == 1
+    assert "s.jsonl holds no conversation messages" in wrong.stderr  # read as Claude Code
+    unknown = CliRunner().invoke(cli, ["simulate", str(file), "--format", "yaml"])
+    assert unknown.exit_code != 0 and "yaml" in unknown.stderr
