@@ -178,7 +178,9 @@ class TranscriptFile:
             if not ended:
                 try:
                     json.loads(text)
-                except (json.JSONDecodeError, RecursionError) as exc:
+                except RecursionError:
+                    pass  # whole but nested too deeply: parse_json says so below
+                except json.JSONDecodeError as exc:
                     if self.strict:
                         raise InvalidInputError(
                             f"{self.name} line {number}: the last line is cut short ({exc}); "
