@@ -44,17 +44,18 @@ import os
 import shlex
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
-from compactstore.errors import CompactStoreError, NotFoundError
+from compactstore.errors import CompactStoreError, CompactStoreWarning, NotFoundError
 from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult
 from compactstore.store import CompactStore, Session
 
@@ -160,15 +161,47 @@ def _progress(label: str) -> Iterator[Progress]:
         click.echo(f"{label}: {done:,} of {total:,}", err=True)
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    """Write a file whole or not at all (a temporary file renamed into place)."""
+def _transcript_source(file: Path) -> Path | BinaryIO:
+    """The transcript to read: the file, or standard input for ``-``."""
+    return sys.stdin.buffer if str(file) == "-" else file
+
+
+def _transcript_name(file: Path) -> str:
+    return "stdin" if str(file) == "-" else file.name
+
+
+@contextmanager
+def _transcript_warnings() -> Iterator[None]:
+    """Print the library's warnings about a transcript (a cut last line) as
+    ``Warning: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompactStoreWarning)
+        try:
+            yield
+        finally:
+            for warning in caught:
+                if issubclass(warning.category, CompactStoreWarning):
+                    click.echo(f"Warning: {warning.message}", err=True)
+                else:
+                    warnings.warn_explicit(
+                        warning.message, warning.category, warning.filename, warning.lineno
+                    )
+
+
+def _write_file(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write a file whole or not at all (a temporary file renamed into place); ``data`` may
+    come in chunks, written as they come."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
+        with tmp.open("wb") as out:
+            out.writelines([data] if isinstance(data, bytes) else data)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_config(path: Path) -> CompactionConfig:
@@ -666,7 +699,9 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
 
 
 @cli.command("import", short_help="Import a transcript as a new session.")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "file", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+)
 @click.option("--session", "session_id", metavar="ID", help="Session id (default: from the file).")
 @click.option(
     "--format",
@@ -678,6 +713,12 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
 @click.option(
     "--context-window", type=click.IntRange(min=1_000), help="Context window of the new session."
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse a transcript whose last line is cut short (still being written) instead of "
+    "importing the lines before it with a warning.",
+)
 @db_option
 @json_option
 @_library_errors
@@ -686,14 +727,17 @@ def import_(
     session_id: str | None,
     format_: str | None,
     context_window: int | None,
+    strict: bool,
     db: str,
     as_json: bool,
 ) -> None:
     """Import a transcript as a new session: Claude Code or Codex JSONL, a SWE-agent
-    trajectory, or JSONL of messages in any of the three formats.
+    trajectory, or JSONL of messages in any of the three formats; gzip files too, and `-`
+    for standard input (with --session).
 
     All or nothing: a malformed line stops the import with its line number and stores
-    nothing.
+    nothing. A last line cut short (the agent is still writing the file) is left out with a
+    warning, or refused with --strict.
 
     Example: compactstore import ~/.claude/projects/app/1234.jsonl --session app
     """
@@ -705,15 +749,16 @@ def import_(
             f"{format_!r} is not one of: {', '.join((*SOURCES, *FORMAT_NAMES))}",
             param_hint="'--format'",
         )
-    with _open(db) as store:
-        with _progress(f"Importing {file.name}") as report:
+    with _open(db) as store, _transcript_warnings():
+        with _progress(f"Importing {_transcript_name(file)}") as report:
             sess = import_file(
                 store,
-                file,
+                _transcript_source(file),
                 session_id=session_id,
                 format=format_,
                 context_window=context_window,
                 progress=report,
+                strict=strict,
             )
         count = next((i.message_count for i in store.sessions() if i.id == sess.id), 0)
         boundaries = len(sess.boundaries())
@@ -735,7 +780,9 @@ def import_(
 
 
 @cli.command(short_help="Replay a transcript through compaction and measure it.")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "file", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+)
 @click.option(
     "--window",
     type=click.IntRange(min=1_000),
@@ -797,11 +844,11 @@ def simulate(
         if not as_json:
             click.echo(sim.stage_rows([event])[0])
 
-    with _progress(f"Reading {file.name}") as report:
-        transcript = read_transcript(file, format=format_, progress=report)
+    with _progress(f"Reading {_transcript_name(file)}") as report, _transcript_warnings():
+        transcript = read_transcript(_transcript_source(file), format=format_, progress=report)
     store = CompactStore.open(db) if db is not None else None
     try:
-        with _progress(f"Simulating {file.name}") as report:
+        with _progress(f"Simulating {_transcript_name(file)}") as report:
             result = sim.simulate_transcript(
                 transcript,
                 name=str(file),
@@ -842,12 +889,13 @@ def export(session_id: str, active: bool, output: Path | None, db: str) -> None:
 
     with _open(db) as store:
         sess = _session(store, session_id)
-        # Read everything before writing anything: a failure leaves no half-written output.
-        lines = [line.rstrip("\n") + "\n" for line in export_lines(sess, active=active)]
-    if output is not None:
-        _write_file(output, "".join(lines).encode("utf-8"))
-    else:
-        click.echo("".join(lines), nl=False)
+        # Streamed a page of the log at a time; an output file appears only when complete.
+        lines = export_lines(sess, active=active)
+        if output is not None:
+            _write_file(output, (line.encode("utf-8") for line in lines))
+        else:
+            for line in lines:
+                click.echo(line, nl=False)
 
 
 @cli.command(short_help="Simulate a long agent session, then audit it.")

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from compactstore import CompactStore, Session
+from compactstore.cli import cli
 from compactstore.export import export_lines
 from compactstore.importers import import_file, read_transcript
 from tests.conftest import CORPUS_DEV
@@ -157,4 +159,23 @@ def test_exporting_a_long_log_reads_it_a_page_at_a_time(store: CompactStore) -> 
     finally:
         tracemalloc.stop()
     assert lines == 600
+    assert peak < 3_000_000, f"exporting held {peak / 1e6:.1f} MB"
+
+
+def test_the_cli_export_streams_to_a_file(tmp_path: Path) -> None:
+    db = tmp_path / "long.db"
+    with CompactStore.open(db) as store:
+        text = "word " * 2_000
+        store.session("long").extend(
+            [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(600)]
+        )
+    out = tmp_path / "long.jsonl"
+    tracemalloc.start()
+    try:
+        result = CliRunner().invoke(cli, ["export", "long", "--db", str(db), "-o", str(out)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text("utf-8").splitlines()) == 600
     assert peak < 3_000_000, f"exporting held {peak / 1e6:.1f} MB"

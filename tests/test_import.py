@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from anthropic.types import MessageParam
+from click.testing import CliRunner
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, TypeAdapter
 
@@ -32,6 +33,7 @@ from compactstore import (
     InvalidMessageError,
     NotFoundError,
 )
+from compactstore.cli import cli
 from compactstore.formats import get_format
 from compactstore.importers import (
     SOURCES,
@@ -983,3 +985,39 @@ def test_import_memory_does_not_grow_with_the_transcript(tmp_path: Path) -> None
                 tracemalloc.stop()
             assert session.boundaries()  # Claude Code's own compactions came along
     assert peaks[1] < peaks[0] + 1_500_000, [f"{p / 1e6:.1f} MB" for p in peaks]
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_the_cli_imports_from_stdin_and_reports_a_cut_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "cli.db")
+    data = "".join(json.dumps(line) + "\n" for line in _claude_code_lines())
+    runner = CliRunner()
+    piped = runner.invoke(cli, ["import", "-", "--session", "piped", "--db", db], input=data)
+    assert piped.exit_code == 0, piped.output
+    assert "imported 4 messages into session piped" in piped.stdout
+    nameless = runner.invoke(cli, ["import", "-", "--db", db], input=data)
+    assert nameless.exit_code == 1 and "give the session id" in nameless.stderr
+    cut = data[: data.rindex("{") + 30]  # the last record half written
+    warned = runner.invoke(cli, ["import", "-", "--session", "live", "--db", db], input=cut)
+    assert warned.exit_code == 0, warned.output
+    assert "imported 3 messages into session live" in warned.stdout
+    assert "\nWarning: stdin line 4 is cut short" in warned.stderr
+    strict = runner.invoke(
+        cli, ["import", "-", "--session", "strict", "--strict", "--db", db], input=cut
+    )
+    assert strict.exit_code == 1
+    assert strict.stderr.startswith("Error: stdin line 4: the last line is cut short")
+    listed = runner.invoke(cli, ["sessions", "--db", db, "--json"])
+    assert sorted(s["id"] for s in json.loads(listed.stdout)) == ["live", "piped"]
+
+
+def test_the_cli_simulates_a_gzip_file_and_stdin(tmp_path: Path) -> None:
+    plain = write_lines(tmp_path / "run.jsonl", _claude_code_lines())
+    zipped = tmp_path / "run.jsonl.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    for args, data in (([str(zipped)], None), (["-"], plain.read_text())):
+        out = CliRunner().invoke(cli, ["simulate", *args, "--json"], input=data)
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["calls"] == 2
