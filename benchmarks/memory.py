@@ -7,7 +7,7 @@ compacts at ~160k tokens), then runs each command in a child process and reports
 peak resident set size (``ru_maxrss``) and its wall time. The target is the import staying
 under 200 MB on a 200 MB file: memory must not grow with the transcript.
 
-Usage: python -m benchmarks.memory [--size-mb 200] [--dir DIR] [--keep]
+Usage: python -m benchmarks.memory [--size-mb 200] [--dir DIR] [--keep] [--transcript FILE]
 """
 
 from __future__ import annotations
@@ -206,17 +206,21 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=200.0)
     parser.add_argument("--dir", type=Path, help="Work here (default: a temporary directory).")
     parser.add_argument("--keep", action="store_true", help="Keep the files.")
+    parser.add_argument(
+        "--transcript", type=Path, help="Measure on this transcript instead of generating one."
+    )
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="compactstore-memory-"))
     work.mkdir(parents=True, exist_ok=True)
-    transcript, db = work / "big.jsonl", work / "big.db"
+    transcript, db = args.transcript or work / "big.jsonl", work / "big.db"
     db.unlink(missing_ok=True)
-    began = time.perf_counter()
-    lines = generate(transcript, int(args.size_mb * 1e6))
-    print(
-        f"generated {transcript.stat().st_size / 1e6:.0f} MB, {lines:,} lines of Claude Code "
-        f"transcript in {time.perf_counter() - began:.0f} s\n"
-    )
+    if args.transcript is None:
+        began = time.perf_counter()
+        generate(transcript, int(args.size_mb * 1e6))
+        print(f"generated in {time.perf_counter() - began:.0f} s")
+    with transcript.open("rb") as file:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
+    print(f"{transcript}: {transcript.stat().st_size / 1e6:.0f} MB, {lines:,} lines\n")
     cli = [sys.executable, "-m", "compactstore"]
     commands = {
         "baseline (sessions of an empty db)": [*cli, "sessions", "--db", str(work / "empty.db")],

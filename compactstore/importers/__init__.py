@@ -472,7 +472,7 @@ def read_transcript(
         path: the transcript file (plain or gzip), or a binary stream such as stdin.
         format: a source of :data:`SOURCES`, or the message format of plain JSONL (for
             the other sources it must be the one they produce); detected when None.
-        progress: called as ``progress(bytes read, file size)`` while the file is read.
+        progress: called as ``progress(lines read, lines in the file)``.
         strict: refuse a cut last line instead of leaving it out with a warning.
 
     Raises:
@@ -506,7 +506,7 @@ def import_file(
             (it must be given for a stream).
         format: as in :func:`read_transcript`.
         context_window: the new session's window (default: the store's default).
-        progress: called as ``progress(bytes read, file size)`` while the file is read.
+        progress: called as ``progress(lines read, lines in the file)``.
         strict: refuse a cut last line instead of leaving it out with a warning.
 
     Raises:
