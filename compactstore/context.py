@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
-from compactstore.models import CompactionConfig
+from compactstore.models import CompactionConfig, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -122,7 +122,7 @@ class BoundaryInfo:
     id: int
     first_kept_seq: int
     summary_text: str
-    summary_state: dict[str, Any] = field(default_factory=dict)
+    summary_state: SummaryState = field(default_factory=SummaryState)
 
 
 @dataclass(frozen=True)

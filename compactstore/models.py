@@ -23,6 +23,7 @@ __all__ = [
     "ImportedBoundary",
     "MemoryEntry",
     "SessionInfo",
+    "SummaryState",
 ]
 
 
@@ -282,3 +283,24 @@ class ImportedBoundary(BaseModel):
     trigger: CompactTrigger = CompactTrigger.AUTO
     tokens_before: int | None = None  # the agent's own count, kept for reference
     timestamp: float | None = None
+
+
+class SummaryState(BaseModel):
+    """What a boundary's rule-based summary was written from, folded into the next one so
+    the request and the files survive any number of compactions.
+
+    Stored as JSON with each boundary (``compact_boundaries.summary_state``) and parsed when
+    read: a row that does not parse is a damaged database. ``version`` says which shape it
+    has; a later shape upgrades older ones when it folds them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = 1
+    original_request: str | None = None
+    topics: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # newest last
+    errors: tuple[str, ...] = ()
+    compactions: int = Field(0, ge=0)
+    messages_removed: int = Field(0, ge=0)

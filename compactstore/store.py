@@ -590,26 +590,38 @@ class Session:
         *,
         config: CompactionConfig | None = None,
         apply: bool = False,
+        now: float | None = None,
     ) -> CompactionResult:
         """Run a recorded compaction again on the context as it stood just before it.
 
-        With the recorded config (or ``config``) and the recorded ``now``, the same inputs
+        With the recorded config (or ``config``) and the recorded time, the same inputs
         give a byte-identical boundary and summary. ``apply=True`` records the result as a
         new compaction: allowed on the latest live boundary (which it replaces) or on a
-        rolled-back one whose parent is the live boundary again.
+        rolled-back one whose parent is the live boundary again. The engines and the
+        summary keep the recorded time; the new rows and the rollback they imply are dated
+        ``now`` (epoch seconds; default: the clock).
 
         Raises:
             NotFoundError: no such boundary in this session.
-            ConflictError: apply=True where the replayed result cannot take its place.
+            ConflictError: the boundary was imported from a transcript (nothing to run
+                again), or apply=True where the replayed result cannot take its place.
         """
         check_id(boundary_id, "boundary", self.id)
         check_config(config)
+        at = now_or_clock(now)
         store = self.store
 
         def run(connection: Connection) -> CompactionResult:
             row = require(connection, self.id, store.location, lock=apply)
             return replay.replay(
-                connection, row, self.fmt, store.plugins, boundary_id, config=config, apply=apply
+                connection,
+                row,
+                self.fmt,
+                store.plugins,
+                boundary_id,
+                config=config,
+                apply=apply,
+                at=at,
             )
 
         return store._write(run) if apply else store._read(run)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext
 from compactstore.core.recording import cache_entry_after, record_outcome
+from compactstore.core.replay_inputs import EngineRun, ImportedRun
 from compactstore.db import repository as repo
 from compactstore.engines import pipeline
 from compactstore.engines.base import EngineInputs, Summarizer
@@ -30,7 +31,7 @@ from compactstore.engines.imported import cut_as_imported
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider, select_memory
 from compactstore.errors import InvalidInputError
-from compactstore.models import CompactionResult, ImportedBoundary
+from compactstore.models import CompactionResult, ImportedBoundary, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -66,10 +67,10 @@ class Plugins:
 class Request:
     """One compaction call: what to decide, and what to record with it for replay."""
 
-    call: str  # process | reactive | manual (the recorded replay inputs name it)
+    call: Literal["process", "reactive", "manual"]  # recorded with the replay inputs
     now: float
     decide: Decide
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # EngineRun fields of the call
     instructions: str | None = None
     error: str | None = None
 
@@ -163,7 +164,9 @@ def plan(
         consecutive_failures=breaker.consecutive_failures,
         tripped=bool(breaker.tripped),
         reactive_attempts=breaker.reactive_attempts,
-        summary_state=context.boundary.summary_state if context.boundary is not None else {},
+        summary_state=context.boundary.summary_state
+        if context.boundary is not None
+        else SummaryState(),
         summarizer=plugins.summarizer,
         instructions=request.instructions,
     )
@@ -176,21 +179,21 @@ def commit(
     """Write the outcome with what it was decided on (for replay); returns the result and
     the cache entry of the context it leaves (None: rebuild from the rows)."""
     context, inputs = snapshot.context, snapshot.inputs
-    recorded = {
-        "kind": request.call,
-        "now": inputs.now,
-        "last_seq": context.last_seq,
-        "next_blob_id": inputs.next_blob_id,
-        "memory_text": inputs.memory_text,
-        "memory_count": inputs.memory_count,
-        "last_microcompact_at": inputs.last_microcompact_at,
-        "consecutive_failures": inputs.consecutive_failures,
-        "tripped": inputs.tripped,
-        "reactive_attempts": inputs.reactive_attempts,
-        "usage_offset": context.usage_offset,
-        "token_factor": context.token_factor,
+    recorded = EngineRun(
+        call=request.call,
+        now=inputs.now,
+        last_seq=context.last_seq,
+        next_blob_id=inputs.next_blob_id,
+        memory_text=inputs.memory_text,
+        memory_count=inputs.memory_count,
+        last_microcompact_at=inputs.last_microcompact_at,
+        consecutive_failures=inputs.consecutive_failures,
+        tripped=inputs.tripped,
+        reactive_attempts=inputs.reactive_attempts,
+        usage_offset=context.usage_offset,
+        token_factor=context.token_factor,
         **request.options,
-    }
+    )
     sid = snapshot.session.id
     result = record_outcome(
         connection,
@@ -214,10 +217,7 @@ def record_imported(
     at: float,
 ) -> None:
     """Record a compaction the agent did itself, cutting ``context`` before the next message."""
-    recorded = {
-        "kind": "import",
-        "now": at,
-        "last_seq": context.last_seq,
-        "pre_tokens": boundary.tokens_before,
-    }
+    recorded = ImportedRun(
+        call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
+    )
     record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from compactstore.context import BoundaryInfo
 from compactstore.core.cache import CachedContext
+from compactstore.core.replay_inputs import EngineRun, ImportedRun
 from compactstore.db import repository as repo
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import (
@@ -39,7 +40,7 @@ def record_outcome(
     connection: Connection,
     session_id: str,
     outcome: Outcome,
-    inputs: dict[str, Any],
+    inputs: EngineRun | ImportedRun,
     *,
     at: float,
     instructions: str | None = None,
@@ -87,7 +88,7 @@ def record_outcome(
             "summary_text": cut.summary_text,
             "summary_message": repo.dumps(summary.message),
             "summary_tokens": summary.tokens,
-            "summary_state": repo.dumps(cut.summary_state),
+            "summary_state": cut.summary_state.model_dump_json(),
             "parent_id": start.boundary.id if start.boundary is not None else None,
         }
         boundary_id = repo.insert_boundary(connection, session_id, **values)
@@ -116,7 +117,7 @@ def record_outcome(
         blob_ids=repo.dumps([blob.id for blob in blobs]),
         instructions=instructions,
         error=error,
-        inputs=repo.dumps(inputs),
+        inputs=inputs.model_dump_json(),
         replay_of=replay_of,
     )
     repo.insert_edits(
@@ -194,7 +195,7 @@ def cache_entry_after(
             result.boundary.id,
             cut.first_kept_seq,
             cut.summary_text,
-            json.loads(repo.dumps(cut.summary_state)),
+            cut.summary_state,
         )
         final = replace(final, boundary=boundary)
     base = final.with_kept([item for item in final.kept if item.state != "synthetic"])

@@ -7,22 +7,22 @@ same pipeline again; applied, it rolls back what it replaces and records the new
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from typing import Any
 
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
+from compactstore.core import replay_inputs
 from compactstore.core.compaction import Plugins
 from compactstore.core.recording import record_outcome, rolled_back_model, unrecorded_result
+from compactstore.core.replay_inputs import EngineRun, ImportedRun
 from compactstore.db import repository as repo
 from compactstore.engines import pipeline
 from compactstore.engines.base import EngineInputs, Summarizer
 from compactstore.engines.pipeline import Outcome
-from compactstore.errors import ConflictError, NotFoundError
+from compactstore.errors import ConflictError, DatabaseError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult
+from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -95,8 +95,10 @@ def replay(
     *,
     config: CompactionConfig | None,
     apply: bool,
+    at: float,
 ) -> CompactionResult:
-    """plan -> decide -> (with ``apply``) commit, in the caller's transaction."""
+    """plan -> decide -> (with ``apply``) commit, in the caller's transaction; an applied
+    replay's rows are dated ``at``."""
     planned = plan_replay(
         connection,
         session,
@@ -110,7 +112,7 @@ def replay(
     outcome = decide_replay(planned)
     if not apply:
         return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
-    return commit_replay(connection, session.id, planned, outcome)
+    return commit_replay(connection, session.id, planned, outcome, at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,7 @@ class ReplayPlan:
 
     boundary: repo.DbRow
     compaction: repo.DbRow
-    recorded: dict[str, Any]
+    recorded: EngineRun
     context: ActiveContext
     inputs: EngineInputs
 
@@ -139,33 +141,42 @@ def plan_replay(
 
     Raises:
         NotFoundError: no such boundary in this session.
-        ConflictError: apply=True where the replayed result cannot take its place.
+        ConflictError: the boundary was imported (nothing of compactstore's ran to make it),
+            or apply=True where the replayed result cannot take its place.
     """
     sid = session.id
     boundary = target(connection, sid, boundary_id)
     compaction = repo.compaction_of_boundary(connection, sid, boundary.id)
-    assert compaction is not None
-    recorded = json.loads(compaction.inputs)
+    if compaction is None:
+        raise DatabaseError(f"boundary {boundary.id} of session {sid!r} has no compactions row")
+    recorded = replay_inputs.parse(compaction.inputs)
+    if isinstance(recorded, ImportedRun):
+        raise ConflictError(
+            f"boundary {boundary.id} was imported from a transcript: the agent that wrote it "
+            f"did that compaction, so compactstore has nothing recorded to replay"
+        )
     as_of = repo.AsOf(
         compaction_id=compaction.id,
         boundary_id=boundary.parent_id,
-        last_seq=int(recorded["last_seq"]),
-        usage_offset=int(recorded["usage_offset"]),
-        token_factor=recorded["token_factor"],
+        last_seq=recorded.last_seq,
+        usage_offset=recorded.usage_offset,
+        token_factor=recorded.token_factor,
         config=config or CompactionConfig.model_validate_json(compaction.config),
     )
     context = repo.load_context(connection, session, adapter, count_tokens, as_of=as_of)
     context = context.answered()
     inputs = EngineInputs(
-        now=float(recorded["now"]),
-        next_blob_id=int(recorded["next_blob_id"]),
-        memory_text=str(recorded["memory_text"]),
-        memory_count=int(recorded["memory_count"]),
-        last_microcompact_at=float(recorded["last_microcompact_at"]),
-        consecutive_failures=int(recorded["consecutive_failures"]),
-        tripped=bool(recorded["tripped"]),
-        reactive_attempts=int(recorded["reactive_attempts"]),
-        summary_state=context.boundary.summary_state if context.boundary is not None else {},
+        now=recorded.now,
+        next_blob_id=recorded.next_blob_id,
+        memory_text=recorded.memory_text,
+        memory_count=recorded.memory_count,
+        last_microcompact_at=recorded.last_microcompact_at,
+        consecutive_failures=recorded.consecutive_failures,
+        tripped=recorded.tripped,
+        reactive_attempts=recorded.reactive_attempts,
+        summary_state=context.boundary.summary_state
+        if context.boundary is not None
+        else SummaryState(),
         summarizer=summarizer,
         instructions=compaction.instructions,
     )
@@ -190,22 +201,16 @@ def plan_replay(
 def decide_replay(plan: ReplayPlan) -> Outcome:
     """Run the recorded pipeline again on the rebuilt context (pure)."""
     recorded, context, inputs = plan.recorded, plan.context, plan.inputs
-    call = recorded["kind"]
-    if call == "import":
-        raise ConflictError(
-            "this boundary was imported from a transcript: the agent that wrote it did the "
-            "compaction, so there is nothing recorded to replay"
-        )
-    if call == "process":
+    if recorded.call == "process":
         return pipeline.process(
             context,
             inputs,
-            enable_tool_budget=bool(recorded["enable_tool_budget"]),
-            enable_microcompact=bool(recorded["enable_microcompact"]),
-            enable_auto_compact=bool(recorded["enable_auto_compact"]),
+            enable_tool_budget=recorded.enable_tool_budget,
+            enable_microcompact=recorded.enable_microcompact,
+            enable_auto_compact=recorded.enable_auto_compact,
         )
-    if call == "manual":
-        return pipeline.manual(context, inputs, up_to_seq=recorded["up_to_seq"])
+    if recorded.call == "manual":
+        return pipeline.manual(context, inputs, up_to_seq=recorded.up_to_seq)
     outcome = pipeline.recover(context, inputs)
     if outcome is None:
         raise ConflictError("the recorded reactive attempt would now give up; nothing to replay")
@@ -213,10 +218,10 @@ def decide_replay(plan: ReplayPlan) -> Outcome:
 
 
 def commit_replay(
-    connection: Connection, session_id: str, plan: ReplayPlan, outcome: Outcome
+    connection: Connection, session_id: str, plan: ReplayPlan, outcome: Outcome, at: float
 ) -> CompactionResult:
-    """Record the replayed result in place of the original (rolled back first if live)."""
-    at = plan.inputs.now
+    """Record the replayed result in place of the original (rolled back first if live),
+    dated ``at``; the engines keep the recorded time."""
     if plan.boundary.rolled_back_at is None:
         roll_back(connection, session_id, plan.boundary, at)
     compaction = plan.compaction
@@ -224,7 +229,7 @@ def commit_replay(
         connection,
         session_id,
         outcome,
-        {**plan.recorded, "replay_of": compaction.id},
+        plan.recorded.model_copy(update={"replay_of": compaction.id}),
         at=at,
         instructions=compaction.instructions,
         error=compaction.error,

@@ -46,7 +46,7 @@ from compactstore.db.schema import (
 )
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import storage_json
-from compactstore.models import CompactionConfig, MemoryEntry
+from compactstore.models import CompactionConfig, MemoryEntry, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -502,7 +502,7 @@ def load_context(
             boundary_row.id,
             boundary_row.first_kept_seq,
             boundary_row.summary_text,
-            json.loads(boundary_row.summary_state),
+            SummaryState.model_validate_json(boundary_row.summary_state),
         )
     return ActiveContext(
         session_id=sid,

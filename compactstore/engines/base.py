@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from compactstore.context import ActiveContext, ContextMessage
-from compactstore.models import CompactStrategy, CompactTrigger
+from compactstore.models import CompactStrategy, CompactTrigger, SummaryState
 
 __all__ = [
     "Cut",
@@ -53,7 +53,7 @@ class EngineInputs:
     consecutive_failures: int = 0
     tripped: bool = False
     reactive_attempts: int = 0
-    summary_state: dict[str, Any] = field(default_factory=dict)
+    summary_state: SummaryState = field(default_factory=SummaryState)
     summarizer: Summarizer | None = None
     instructions: str | None = None
 
@@ -87,7 +87,7 @@ class Cut:
     first_kept_seq: int
     last_kept_seq: int | None
     summary_text: str
-    summary_state: dict[str, Any]
+    summary_state: SummaryState
     removed_seqs: tuple[int, ...]
 
     @classmethod
@@ -96,7 +96,7 @@ class Cut:
         after: ActiveContext,
         removed: Sequence[ContextMessage],
         summary_text: str,
-        summary_state: dict[str, Any],
+        summary_state: SummaryState,
     ) -> Cut:
         """The cut that produced ``after`` by summarising ``removed``."""
         return cls(

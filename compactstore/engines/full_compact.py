@@ -21,7 +21,7 @@ from compactstore.context import ActiveContext, ContextMessage, legal_cuts
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
 from compactstore.errors import SummarizerError
 from compactstore.formats import ToolCall
-from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
+from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger, SummaryState
 
 __all__ = [
     "PATH_PATTERN",
@@ -85,24 +85,24 @@ def _is_error(text: str, flagged: bool) -> bool:
 _SUMMARY_ALLOWANCE = 1_000
 
 
-def continuing(state: dict[str, Any]) -> dict[str, Any]:
+def continuing(state: SummaryState) -> SummaryState:
     """The state to fold into when a second cut continues the same compaction call."""
-    return {**state, "compactions": int(state.get("compactions", 1)) - 1}
+    return state.model_copy(update={"compactions": max(0, state.compactions - 1)})
 
 
 def fold_state(
-    previous: dict[str, Any],
+    previous: SummaryState,
     removed: Sequence[ContextMessage],
     context: ActiveContext,
-) -> dict[str, Any]:
+) -> SummaryState:
     """The summary state after summarising ``removed`` on top of ``previous``."""
     config = context.config
     fmt = context.fmt
-    request = original_request(context) or previous.get("original_request")
-    topics: list[str] = list(previous.get("topics", []))
-    tools: set[str] = set(previous.get("tools", []))
-    files: list[str] = list(previous.get("files", []))
-    errors: list[str] = list(previous.get("errors", []))
+    request = original_request(context) or previous.original_request
+    topics = list(previous.topics)
+    tools = set(previous.tools)
+    files = list(previous.files)
+    errors = list(previous.errors)
     for item in removed:
         if fmt.is_request(item.message):
             said = request_text(fmt.text(item.message), config.boilerplate_patterns)
@@ -118,41 +118,43 @@ def fold_state(
         for result in item.results:
             if _is_error(result.text, result.is_error):
                 errors.append(" ".join(result.text.split())[: config.summary_error_chars])
-    return {
-        "original_request": request,
-        "topics": topics[-config.summary_max_topics :] if config.summary_max_topics else [],
-        "tools": sorted(tools),
-        "files": files[-(config.summary_max_files + config.summary_max_earlier_files) :]
-        if config.summary_max_files
-        else [],
-        "errors": errors[-config.summary_max_errors :] if config.summary_max_errors else [],
-        "compactions": int(previous.get("compactions", 0)) + 1,
-        "messages_removed": int(previous.get("messages_removed", 0)) + len(removed),
-    }
+    return SummaryState(
+        original_request=request,
+        topics=tuple(topics[-config.summary_max_topics :] if config.summary_max_topics else ()),
+        tools=tuple(sorted(tools)),
+        files=tuple(
+            files[-(config.summary_max_files + config.summary_max_earlier_files) :]
+            if config.summary_max_files
+            else ()
+        ),
+        errors=tuple(errors[-config.summary_max_errors :] if config.summary_max_errors else ()),
+        compactions=previous.compactions + 1,
+        messages_removed=previous.messages_removed + len(removed),
+    )
 
 
-def render_state(state: dict[str, Any], config: CompactionConfig) -> str:
+def render_state(state: SummaryState, config: CompactionConfig) -> str:
     """The sections of a rule-based summary, without its header line."""
     parts = [
-        f"Summary of the conversation so far ({state['messages_removed']} earlier messages "
-        f"summarised over {state['compactions']} compactions)."
+        f"Summary of the conversation so far ({state.messages_removed} earlier messages "
+        f"summarised over {state.compactions} compactions)."
     ]
-    request = state.get("original_request")
+    request = state.original_request
     if request:
         parts.append("## Original request\n" + request[: config.summary_request_chars])
-    if state["topics"]:
-        parts.append("## Topics discussed\n" + "\n".join(f"- {t}" for t in state["topics"]))
-    if state["tools"]:
-        parts.append("## Tools used\n" + ", ".join(state["tools"]))
+    if state.topics:
+        parts.append("## Topics discussed\n" + "\n".join(f"- {t}" for t in state.topics))
+    if state.tools:
+        parts.append("## Tools used\n" + ", ".join(state.tools))
     parts.extend(render_files(state, config))
-    if state["errors"]:
-        parts.append("## Errors encountered\n" + "\n".join(f"- {e}" for e in state["errors"]))
+    if state.errors:
+        parts.append("## Errors encountered\n" + "\n".join(f"- {e}" for e in state.errors))
     return "\n\n".join(parts)
 
 
-def render_files(state: dict[str, Any], config: CompactionConfig) -> list[str]:
+def render_files(state: SummaryState, config: CompactionConfig) -> list[str]:
     """The files sections: the newest ten as a list, older ones on one line."""
-    files: list[str] = state.get("files", [])
+    files = state.files
     if not files or not config.summary_max_files:
         return []
     newest = files[-config.summary_max_files :]
@@ -172,7 +174,7 @@ def summarise(
     context: ActiveContext,
     inputs: EngineInputs,
     removed: Sequence[ContextMessage],
-    state: dict[str, Any],
+    state: SummaryState,
     label: str,
 ) -> tuple[str, str]:
     """Summary text for a cut, and a note on how it was made (empty when rule-based)."""

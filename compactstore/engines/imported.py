@@ -12,7 +12,7 @@ from compactstore.context import ActiveContext
 from compactstore.engines.base import Cut, StageResult
 from compactstore.engines.full_compact import fold_state
 from compactstore.engines.pipeline import Outcome
-from compactstore.models import CompactStrategy, ImportedBoundary
+from compactstore.models import CompactStrategy, ImportedBoundary, SummaryState
 
 __all__ = ["DETAIL", "cut_as_imported"]
 
@@ -23,7 +23,7 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
     """The outcome of cutting ``context`` just before the next message, with the
     transcript's summary."""
     removed = [item for item in context.kept if not item.pinned]
-    previous = context.boundary.summary_state if context.boundary is not None else {}
+    previous = context.boundary.summary_state if context.boundary is not None else SummaryState()
     state = fold_state(previous, removed, context)
     after = context.cut(len(context.kept), boundary.summary_text)
     stage = StageResult(

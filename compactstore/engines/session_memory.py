@@ -101,16 +101,15 @@ def run(
         return failed
     state = fold_state(inputs.summary_state, removed, context)
     carried = []
-    if state.get("original_request"):
+    if state.original_request:
         carried.append(
-            "## Original request\n"
-            + state["original_request"][: context.config.summary_request_chars]
+            "## Original request\n" + state.original_request[: context.config.summary_request_chars]
         )
     carried.extend(render_files(state, context.config))
     text = "\n\n".join(
         [
             header("Session Memory", inputs.now),
-            f"Messages removed: {len(removed)} ({state['messages_removed']} in all). "
+            f"Messages removed: {len(removed)} ({state.messages_removed} in all). "
             f"Tokens before: ~{before}. Memory entries: {inputs.memory_count}.",
             "## Project memory\n" + inputs.memory_text.strip(),
             *carried,
