@@ -13,6 +13,7 @@ from compactstore.errors import (
     InvalidMessageError,
     MissingExtraError,
     NotFoundError,
+    PluginError,
     SchemaError,
     SummarizerError,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "MemoryEntry",
     "MissingExtraError",
     "NotFoundError",
+    "PluginError",
     "SchemaError",
     "Session",
     "SessionInfo",

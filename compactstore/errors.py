@@ -11,6 +11,7 @@ act on. The tree::
     ├── SchemaError                           the database schema does not match this code
     ├── DatabaseError                         the database cannot be opened or read
     ├── MissingExtraError (ImportError)       a feature's optional extra is not installed
+    ├── PluginError                           a token counter or memory provider failed
     └── SummarizerError                       a custom summarizer or counter failed hard
 
     CompactStoreWarning (UserWarning)         something was done, but not all as asked
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidMessageError",
     "MissingExtraError",
     "NotFoundError",
+    "PluginError",
     "SchemaError",
     "SummarizerError",
 ]
@@ -68,6 +70,11 @@ class SummarizerError(CompactStoreError):
     """Raised by a summarizer or token counter to abort the whole call instead of falling back."""
 
 
+class PluginError(CompactStoreError):
+    """A plug-in given to the store (``token_counter``, ``memory_provider``) raised or
+    returned something unusable; nothing was stored."""
+
+
 class CompactStoreWarning(UserWarning):
     """Work was done with a caveat the caller should hear about (e.g. an import that left
-    out a transcript's cut last line)."""
+    out a transcript's cut last line, or a real token count too small to use)."""

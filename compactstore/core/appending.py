@@ -16,6 +16,7 @@ from compactstore.core.checks import (
     NewToolResult,
     PendingMessage,
     check_column_text,
+    check_size,
     prepare_message,
 )
 from compactstore.core.pairing import Conversation, PinRules, StoredCall
@@ -80,6 +81,8 @@ def insert_messages(
     answers: list[tuple[str, int]] = []
     for offset, item in enumerate(pending):
         try:
+            # Checked again with the stored config: another handle may have changed it.
+            check_size(item.size, session.config)
             admitted = conversation.admit(item.message, pinned=item.pinned)
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None

@@ -30,10 +30,12 @@ __all__ = [
     "check_id",
     "check_memory",
     "check_session_id",
+    "check_size",
     "check_timestamp",
     "check_tool_result",
     "check_utf8",
     "check_whole",
+    "check_window",
     "now_or_clock",
     "prepare_message",
 ]
@@ -126,6 +128,7 @@ class PendingMessage:
 
     message: dict[str, Any]
     payload: str
+    size: int  # bytes of the payload
     tokens: int
     created_at: float
     pinned: bool = False
@@ -165,11 +168,7 @@ def prepare_message(
         raise InvalidMessageError(
             f"{where}message text is not valid Unicode (a lone surrogate at position {exc.start})"
         ) from None
-    if size > config.max_message_bytes:
-        raise InvalidMessageError(
-            f"{where}message is {size} bytes, over the limit of "
-            f"{config.max_message_bytes} (CompactionConfig.max_message_bytes)"
-        )
+    check_size(size, config, where)
     if not isinstance(pinned, bool):
         raise InvalidInputError(f"{where}pinned must be True or False")
     if pinned and (adapter.tool_calls(message) or adapter.tool_results(message)):
@@ -179,7 +178,16 @@ def prepare_message(
         )
     created_at = now_or_clock(timestamp, "timestamp")
     tokens = count_tokens(adapter.token_text(message))
-    return PendingMessage(message, payload, tokens, created_at, pinned)
+    return PendingMessage(message, payload, size, tokens, created_at, pinned)
+
+
+def check_size(size: int, config: CompactionConfig, where: str = "") -> None:
+    """A stored message's JSON must fit ``max_message_bytes``."""
+    if size > config.max_message_bytes:
+        raise InvalidMessageError(
+            f"{where}message is {size} bytes, over the limit of "
+            f"{config.max_message_bytes} (CompactionConfig.max_message_bytes)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,3 +248,15 @@ def check_cwd(cwd: Any) -> str:
         raise InvalidInputError(f"cwd must be a directory path, got {cwd!r}")
     check_column_text(cwd, "cwd", 4_096)
     return cwd
+
+
+def check_window(session_id: str, context_window: int, config: CompactionConfig) -> None:
+    """A window the fixed overhead (system prompt, tool definitions) fills leaves no room
+    for any message, so no compaction could ever help (SPEC §9.0)."""
+    if context_window <= config.fixed_overhead_tokens:
+        raise InvalidInputError(
+            f"session {session_id!r}: context_window {context_window:,} is not larger than "
+            f"fixed_overhead_tokens {config.fixed_overhead_tokens:,}: the system prompt and "
+            f"tool definitions alone fill the window; give a larger window or a smaller "
+            f"overhead"
+        )

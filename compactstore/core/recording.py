@@ -16,11 +16,12 @@ from sqlalchemy import Connection
 
 from compactstore.context import BoundaryInfo
 from compactstore.core.cache import CachedContext
-from compactstore.core.replay_inputs import EngineRun, ImportedRun
+from compactstore.core.replay_inputs import Recorded
 from compactstore.db import repository as repo
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import (
     CompactBoundary,
+    CompactionConfig,
     CompactionResult,
     CompactionStep,
     CompactStrategy,
@@ -40,7 +41,7 @@ def record_outcome(
     connection: Connection,
     session_id: str,
     outcome: Outcome,
-    inputs: EngineRun | ImportedRun,
+    inputs: Recorded,
     *,
     at: float,
     instructions: str | None = None,
@@ -175,6 +176,42 @@ def record_outcome(
         blob_ids=[blob.id for blob in blobs],
         instructions=instructions,
         error=error,
+    )
+
+
+def record_failure(
+    connection: Connection,
+    session_id: str,
+    *,
+    trigger: CompactTrigger,
+    reason: str,
+    tokens: int,
+    config: CompactionConfig,
+    inputs: Recorded,
+    at: float,
+) -> int:
+    """Record an attempt that changed nothing and failed for ``reason`` (strategy null)."""
+    return repo.insert_compaction(
+        connection,
+        session_id,
+        trigger=trigger.value,
+        strategy=None,
+        success=False,
+        tokens_before=tokens,
+        tokens_after=tokens,
+        tokens_freed=0,
+        summary_text="",
+        boundary_id=None,
+        created_at=at,
+        steps="[]",
+        config=config.model_dump_json(),
+        removed_seqs="[]",
+        cleared_tool_use_ids="[]",
+        blob_ids="[]",
+        instructions=None,
+        error=reason,
+        inputs=inputs.model_dump_json(),
+        replay_of=None,
     )
 
 

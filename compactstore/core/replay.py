@@ -155,6 +155,8 @@ def plan_replay(
             f"boundary {boundary.id} was imported from a transcript: the agent that wrote it "
             f"did that compaction, so compactstore has nothing recorded to replay"
         )
+    if not isinstance(recorded, EngineRun):  # only engine runs cut, so this row is damaged
+        raise DatabaseError(f"boundary {boundary.id} of session {sid!r} has no engine inputs")
     as_of = repo.AsOf(
         compaction_id=compaction.id,
         boundary_id=boundary.parent_id,

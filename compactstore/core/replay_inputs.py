@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
-__all__ = ["EngineRun", "ImportedRun", "ReplayInputs", "parse"]
+__all__ = ["EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
 
 # Rows written before the field had its name spell ``call`` as "kind".
 _CALL_ALIASES = AliasChoices("call", "kind")
@@ -54,12 +54,20 @@ class ImportedRun(_Recorded):
     pre_tokens: int | None = None  # the agent's own count before it
 
 
-ReplayInputs = Annotated[EngineRun | ImportedRun, Field(union_mode="left_to_right")]
+class UsageCheck(_Recorded):
+    """A real count whose overhead fills the window (``record_usage``): nothing ran."""
 
-_ADAPTER: TypeAdapter[EngineRun | ImportedRun] = TypeAdapter(ReplayInputs)
+    call: Literal["usage"] = Field(validation_alias=_CALL_ALIASES)
+    real_tokens: int
 
 
-def parse(text: str) -> EngineRun | ImportedRun:
+Recorded = EngineRun | ImportedRun | UsageCheck
+ReplayInputs = Annotated[Recorded, Field(union_mode="left_to_right")]
+
+_ADAPTER: TypeAdapter[Recorded] = TypeAdapter(ReplayInputs)
+
+
+def parse(text: str) -> Recorded:
     """The recorded inputs of a compactions row (pydantic's ValidationError when damaged,
     which the store reports as a damaged database)."""
     return _ADAPTER.validate_json(text)

@@ -17,6 +17,7 @@ from compactstore.core.checks import (
     PendingMessage,
     check_timestamp,
     check_whole,
+    check_window,
     now_or_clock,
     prepare_message,
 )
@@ -82,6 +83,7 @@ def open_session(
     sid = session_id
     row = repo.get_session(connection, sid, lock=True)
     if row is None:
+        check_window(sid, context_window or DEFAULT_CONTEXT_WINDOW, config or CompactionConfig())
         repo.create_session(
             connection,
             sid,
@@ -109,6 +111,7 @@ def open_session(
             f"it cannot be reopened with {context_window}"
         )
     if config is not None and config != row.config:
+        check_window(sid, row.context_window, config)
         repo.update_session(connection, sid, structural=True, config=config.model_dump_json())
     return require(connection, sid, location)
 
@@ -143,6 +146,7 @@ def import_transcript(
     sid = session_id
     if repo.get_session(connection, sid, lock=True) is not None:
         raise ConflictError(f"session {sid!r} already exists; import into a new session id")
+    check_window(sid, context_window, config)
     batch: list[ImportedMessage] = []
     created = False
     stored = 0  # messages stored so far: the seq of the next one

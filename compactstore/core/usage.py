@@ -1,19 +1,42 @@
-"""Calibration from the provider's real prompt counts (SPEC §6, §9.4).
+"""Calibration from the provider's real prompt counts (SPEC §6, §9.0, §9.4).
 
 After ``record_usage(n)`` the session's usage is ``n`` plus the factor times what was
 appended since; the factor itself is learnt from the growth between consecutive counts.
+Two counts are not taken at their word:
+
+- a count below half the store's raw estimate of the context (no factor, no overhead) is
+  not used: the usual cause is ``input_tokens`` alone under prompt caching, which would
+  make the store believe the context is nearly empty and never compact it;
+- a count whose overhead (the count minus the factor times the raw estimate: the system
+  prompt and tool definitions) fills the auto-compact threshold of the window by itself
+  says that no compaction can help: one failed ``auto`` compaction is recorded with the
+  numbers, and the breaker trips at once instead of compacting on every turn.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
+from compactstore.core.recording import record_failure
+from compactstore.core.replay_inputs import UsageCheck
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
+from compactstore.models import CompactTrigger
 from compactstore.tokens import PRIOR_WEIGHT, learn_factor
 
-__all__ = ["calibrate"]
+__all__ = ["Calibration", "calibrate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a real count did: ``used`` for calibration; ``overhead_reason`` when the
+    overhead alone fills the window (a failed compaction was recorded with it)."""
+
+    used: bool
+    overhead_reason: str | None = None
 
 
 def calibrate(
@@ -22,14 +45,22 @@ def calibrate(
     context: ActiveContext,
     input_tokens: int,
     called_at: float,
-) -> None:
+) -> Calibration:
     """Store the real count of ``context`` and learn the factor from it; record the call
-    in ``model_calls``.
-
-    A model call that went through also resets the reactive-recovery counter.
+    in ``model_calls``. A model call that went through resets the reactive-recovery counter
+    whether or not its count is used.
     """
     sid = session.id
     raw = context.raw_tokens
+    repo.set_breaker(connection, sid, reactive_attempts=0)
+    if input_tokens < raw / 2:
+        model_calls.insert_calls(
+            connection,
+            sid,
+            [model_calls.ModelCall(session.last_seq, context.usage, None, called_at)],
+        )
+        repo.update_session(connection, sid)
+        return Calibration(used=False)
     factor, weight = session.config.token_factor, PRIOR_WEIGHT
     if session.token_factor is not None and session.token_factor_weight is not None:
         factor, weight = session.token_factor, session.token_factor_weight
@@ -44,9 +75,58 @@ def calibrate(
     repo.update_session(
         connection, sid, usage_offset=offset, real_tokens=input_tokens, real_estimate=raw
     )
-    repo.set_breaker(connection, sid, reactive_attempts=0)
     model_calls.insert_calls(
         connection,
         sid,
         [model_calls.ModelCall(session.last_seq, context.usage, input_tokens, called_at)],
     )
+    return Calibration(
+        used=True,
+        overhead_reason=_check_overhead(
+            connection, session, context, input_tokens, round(factor * raw), called_at
+        ),
+    )
+
+
+def _check_overhead(
+    connection: Connection,
+    session: repo.SessionRow,
+    context: ActiveContext,
+    input_tokens: int,
+    estimate: int,
+    at: float,
+) -> str | None:
+    """Record the window as full of overhead (once, until the breaker is reset)."""
+    config = session.config
+    overhead = input_tokens - estimate
+    limit = config.auto_compact_threshold * session.context_window
+    breaker = repo.get_breaker(connection, session.id)
+    if overhead < limit or breaker.tripped:
+        return None
+    reason = (
+        f"the overhead outside the messages (system prompt, tool definitions) is {overhead:,} "
+        f"tokens: the real count {input_tokens:,} minus {estimate:,} for the messages; that "
+        f"is at least {config.auto_compact_threshold:.0%} of the {session.context_window:,}-"
+        f"token window ({limit:,.0f}), so no compaction can make room; the breaker is tripped "
+        f"(reset_breaker() re-arms it)"
+    )
+    usage = input_tokens
+    record_failure(
+        connection,
+        session.id,
+        trigger=CompactTrigger.AUTO,
+        reason=reason,
+        tokens=usage,
+        config=config,
+        inputs=UsageCheck(
+            call="usage", now=at, last_seq=context.last_seq, real_tokens=input_tokens
+        ),
+        at=at,
+    )
+    repo.set_breaker(
+        connection,
+        session.id,
+        consecutive_failures=max(breaker.consecutive_failures + 1, config.breaker_max_failures),
+        tripped=True,
+    )
+    return reason

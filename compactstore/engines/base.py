@@ -31,6 +31,7 @@ class Summarizer(Protocol):
     Receives the messages being removed, the previous boundary's summary (or None) and the
     instructions given to ``compact()``; returns the summary text. Raising any exception
     falls back to the rule-based summary, except SummarizerError, which aborts the call.
+    Replay calls it again, so it must be deterministic for a replay to be exact.
     """
 
     def __call__(

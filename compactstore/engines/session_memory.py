@@ -26,9 +26,9 @@ __all__ = ["MemoryProvider", "run", "select_memory"]
 class MemoryProvider(Protocol):
     """Plug an application's own memory system into session-memory compact.
 
-    Called inside the compaction's transaction with the session id, the entries stored with
+    Called when a compaction is planned, with the session id, the entries stored with
     ``remember()`` and the token budget; returns the memory text to summarise with (empty
-    for none). It must be deterministic for replay to be exact.
+    for none). Its answer is recorded with the compaction, and replay reuses it.
     """
 
     def __call__(self, session_id: str, entries: Sequence[MemoryEntry], max_tokens: int) -> str: ...
