@@ -1,7 +1,6 @@
 """Store-wide statistics for operators (``compactstore stats``).
 
-Everything here is read in one snapshot with SQLAlchemy Core over the tables of
-:mod:`compactstore.db.schema`; nothing is written.
+The queries are :mod:`compactstore.db.stats`'s, read in one snapshot; nothing is written.
 """
 
 from __future__ import annotations
@@ -9,10 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, select
-
-from compactstore.db import schema
 from compactstore.db.engine import sqlite_path
+from compactstore.db.stats import store_counts
 from compactstore.store import CompactStore
 
 __all__ = ["StoreStats", "store_stats"]
@@ -63,47 +60,6 @@ class StoreStats:
         }
 
 
-def _count(connection: Connection, table: Any, *where: Any) -> int:
-    return int(
-        connection.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
-    )
-
-
-def _read(connection: Connection) -> dict[str, Any]:
-    messages, tokens = connection.execute(
-        select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
-    ).one()
-    by_strategy = {
-        str(strategy or "none"): int(count)
-        for strategy, count in connection.execute(
-            select(schema.compactions.c.strategy, func.count())
-            .group_by(schema.compactions.c.strategy)
-            .order_by(schema.compactions.c.strategy)
-        )
-    }
-    blobs, blob_bytes = connection.execute(
-        select(func.count(), func.coalesce(func.sum(schema.tool_result_blobs.c.size), 0))
-    ).one()
-    boundaries = schema.compact_boundaries
-    return {
-        "sessions": _count(connection, schema.sessions),
-        "messages": int(messages),
-        "message_tokens": int(tokens),
-        "compactions": sum(by_strategy.values()),
-        "compactions_rolled_back": _count(
-            connection, schema.compactions, schema.compactions.c.rolled_back_at.is_not(None)
-        ),
-        "compactions_by_strategy": by_strategy,
-        "boundaries_live": _count(connection, boundaries, boundaries.c.rolled_back_at.is_(None)),
-        "boundaries_rolled_back": _count(
-            connection, boundaries, boundaries.c.rolled_back_at.is_not(None)
-        ),
-        "blobs": int(blobs),
-        "blob_bytes": int(blob_bytes),
-        "memory_entries": _count(connection, schema.memory_entries),
-    }
-
-
 def store_stats(store: CompactStore) -> StoreStats:
     """Count sessions, messages, compactions, boundaries, blobs and memory of a store.
 
@@ -113,7 +69,7 @@ def store_stats(store: CompactStore) -> StoreStats:
     Returns:
         The counts, read in one consistent snapshot, and the file sizes for SQLite.
     """
-    counts = store._read(_read)
+    counts = store._read(store_counts)
     db_bytes = wal_bytes = None
     path = sqlite_path(store.engine.url.render_as_string(hide_password=False))
     if path is not None:

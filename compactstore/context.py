@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
@@ -24,9 +24,14 @@ __all__ = [
     "ActiveContext",
     "BoundaryInfo",
     "ContextMessage",
+    "LiveEdit",
+    "LoggedMessage",
     "MessageState",
+    "StoredSummary",
+    "assemble",
     "json_copy",
     "legal_cuts",
+    "logged_message",
     "pairing_problems",
 ]
 
@@ -370,3 +375,105 @@ def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
         open_pairs += delta[index]
         legal.append(open_pairs == 0)
     return legal
+
+
+# -- assembling the context from what is stored (SPEC §4) -----------------------------------
+
+
+class LoggedMessage(NamedTuple):
+    """A message of the log as the context needs it."""
+
+    seq: int
+    payload: str
+    tokens: int
+    created_at: float
+    pinned: str | None  # why it is pinned (system, request, user), None when it is not
+    dedup_of_seq: int | None
+
+
+class LiveEdit(NamedTuple):
+    """The latest live replacement a compaction gave a message of the kept part."""
+
+    payload: str
+    tokens: int
+    state: MessageState  # persisted or cleared
+    edited_ids: frozenset[str]  # tool-use ids of its results edited so far
+
+
+class StoredSummary(NamedTuple):
+    """The live boundary: where it cuts, and the summary message standing for the rest."""
+
+    boundary: BoundaryInfo
+    payload: str
+    tokens: int
+
+
+def logged_message(fmt: MessageFormat, row: LoggedMessage, edit: LiveEdit | None) -> ContextMessage:
+    """A message of the kept part, with its live edit applied."""
+    state: MessageState
+    if edit is not None:
+        payload, tokens, state, edited = edit
+    else:
+        payload, tokens, edited = row.payload, row.tokens, frozenset[str]()
+        state = (
+            "pinned"
+            if row.pinned is not None
+            else "deduplicated"
+            if row.dedup_of_seq is not None
+            else "original"
+        )
+    return ContextMessage.build(
+        fmt,
+        json.loads(payload),
+        payload=payload,
+        tokens=tokens,
+        seq=row.seq,
+        state=state,
+        created_at=row.created_at,
+        edited_ids=edited,
+    )
+
+
+def assemble(
+    fmt: MessageFormat,
+    rows: Sequence[LoggedMessage],
+    edits: dict[int, LiveEdit],
+    summary: StoredSummary | None,
+) -> tuple[tuple[ContextMessage, ...], tuple[ContextMessage, ...]]:
+    """The context's (head, kept) from the latest live boundary (SPEC §4).
+
+    ``rows`` are the pinned messages and every message from the boundary's first kept seq
+    on, in log order. The head is the pinned messages that precede the kept part, then the
+    boundary's summary; the kept part is the messages from the first kept seq on, each with
+    its live edit. Crash-orphaned calls are not answered here (see ActiveContext.answered).
+    """
+    first_kept = summary.boundary.first_kept_seq if summary is not None else 0
+    head: list[ContextMessage] = []
+    kept: list[ContextMessage] = []
+    for row in rows:
+        if row.seq < first_kept:
+            head.append(
+                ContextMessage.build(
+                    fmt,
+                    json.loads(row.payload),
+                    payload=row.payload,
+                    tokens=row.tokens,
+                    seq=row.seq,
+                    state="pinned",
+                    created_at=row.created_at,
+                )
+            )
+        else:
+            kept.append(logged_message(fmt, row, edits.get(row.seq)))
+    if summary is not None:
+        head.append(
+            ContextMessage.build(
+                fmt,
+                json.loads(summary.payload),
+                payload=summary.payload,
+                tokens=summary.tokens,
+                seq=None,
+                state="summary",
+            )
+        )
+    return tuple(head), tuple(kept)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,9 +22,16 @@ __all__ = [
     "MessageFormat",
     "ToolCall",
     "ToolResult",
+    "check_blocks",
     "check_nesting",
+    "check_nonempty_str",
+    "check_role",
+    "content_blocks",
+    "content_text",
+    "flatten_result",
     "json_text",
     "storage_json",
+    "type_name",
 ]
 
 # How deep lists and objects may nest inside one message. Real tool inputs nest a handful of
@@ -150,3 +158,94 @@ class MessageFormat(ABC):
     def fail(problem: str) -> InvalidMessageError:
         """The error adapters raise: ``raise self.fail("...")``."""
         return InvalidMessageError(problem)
+
+
+# -- validation and reading helpers shared by the adapters ---------------------------------
+
+
+def type_name(value: Any) -> str:
+    """The Python type name of a value, as error messages spell it."""
+    return "None" if value is None else type(value).__name__
+
+
+def check_role(message: Any, roles: Iterable[str], format_name: str) -> str:
+    """Check that ``message`` is a dict with a known role, and return the role."""
+    if not isinstance(message, dict):
+        raise MessageFormat.fail(f"a message must be a dict, got {type_name(message)}")
+    if "role" not in message:
+        raise MessageFormat.fail("message has no 'role'")
+    role = message["role"]
+    if not isinstance(role, str):
+        raise MessageFormat.fail(f"message 'role' must be a string, got {type_name(role)}")
+    allowed = sorted(roles)
+    if role not in allowed:
+        raise MessageFormat.fail(
+            f"unknown role {role!r} for format {format_name} "
+            f"(expected one of: {', '.join(allowed)})"
+        )
+    return role
+
+
+def check_nonempty_str(block: dict[str, Any], key: str, what: str, where: str) -> str:
+    """Return ``block[key]``, which must be a non-empty string (ids and names)."""
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise MessageFormat.fail(f"{where}{what} needs a string {key!r}, got {type_name(value)}")
+    if not value:
+        raise MessageFormat.fail(f"{where}{what} {key!r} must not be empty")
+    return value
+
+
+def check_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    """Check that every item of a content list is a dict with a string ``type``."""
+    blocks: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        at = f"{where}[{i}]: "
+        if not isinstance(block, dict):
+            raise MessageFormat.fail(f"{at}content block must be a dict, got {type_name(block)}")
+        block_type = block.get("type")
+        if not isinstance(block_type, str):
+            raise MessageFormat.fail(
+                f"{at}content block needs a string 'type', got {type_name(block_type)}"
+            )
+        if block_type == "text" and not isinstance(block.get("text"), str):
+            raise MessageFormat.fail(
+                f"{at}text block needs a string 'text', got {type_name(block.get('text'))}"
+            )
+        blocks.append(block)
+    return blocks
+
+
+def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The content as a list of blocks (empty for string content)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return [block for block in content if isinstance(block, dict)]
+    return []
+
+
+def content_text(content: Any) -> str:
+    """The prose of a content value: the string itself, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return ""
+
+
+def flatten_result(content: Any) -> str:
+    """A tool result's content as text; non-text blocks count as their JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            if isinstance(block, dict) and block.get("type") == "text"
+            else json_text(block)
+            for block in content
+        )
+    return ""

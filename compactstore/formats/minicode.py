@@ -11,15 +11,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from compactstore.formats.anthropic import (
+from compactstore.formats.base import (
+    Kind,
+    MessageFormat,
+    ToolCall,
+    ToolResult,
     check_nonempty_str,
     check_role,
-    check_tool_use_content,
     content_text,
-    tool_use_calls,
     type_name,
 )
-from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult
+from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
 
 __all__ = ["MiniCodeFormat"]
 

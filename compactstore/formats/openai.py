@@ -11,7 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from compactstore.formats.anthropic import (
+from compactstore.formats.base import (
+    Kind,
+    MessageFormat,
+    ToolCall,
+    ToolResult,
     check_blocks,
     check_nonempty_str,
     check_role,
@@ -19,7 +23,6 @@ from compactstore.formats.anthropic import (
     flatten_result,
     type_name,
 )
-from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult
 
 __all__ = ["OpenAIFormat"]
 

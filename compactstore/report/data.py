@@ -159,7 +159,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
                 card=cut_or_recovered or result.strategy in _CARD_STRATEGIES,
                 tripped_breaker=not tripped[index] and tripped[index + 1],
                 previous_summary=previous,
-                previous_id=compaction_of.get(parent.id) if parent is not None else None,
+                previous_id=compaction_of.get(parent.id or 0) if parent is not None else None,
                 summary_diff=_diff(previous, result.summary_text) if boundary else [],
             )
         )

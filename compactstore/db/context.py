@@ -1,0 +1,343 @@
+"""Reading the active context from the rows, and the boundaries and compactions that cut it.
+
+The rule that puts the rows together is :func:`compactstore.context.assemble`; this module
+only reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    update,
+)
+
+from compactstore.context import (
+    ActiveContext,
+    BoundaryInfo,
+    LiveEdit,
+    LoggedMessage,
+    MessageState,
+    StoredSummary,
+    assemble,
+    logged_message,
+)
+from compactstore.db.common import SID, columns
+from compactstore.db.schema import (
+    compact_boundaries,
+    compactions,
+    message_edits,
+    messages,
+)
+from compactstore.db.sessions import SessionRow
+from compactstore.formats import MessageFormat
+from compactstore.models import CompactionConfig, SummaryState
+from compactstore.tokens import TokenCounter
+
+__all__ = [
+    "AsOf",
+    "BoundaryRow",
+    "CompactionRow",
+    "boundary_rows",
+    "compaction_of_boundary",
+    "compaction_rows",
+    "extend_context",
+    "get_boundary",
+    "live_boundary",
+    "live_edits",
+    "load_context",
+    "roll_back",
+]
+
+
+class BoundaryRow(NamedTuple):
+    """A ``compact_boundaries`` row."""
+
+    id: int
+    trigger: str
+    strategy: str
+    created_at: float
+    tokens_before: int
+    tokens_after: int
+    messages_removed: int
+    first_kept_seq: int
+    last_kept_seq: int | None
+    summary_text: str
+    summary_message: str
+    summary_tokens: int
+    summary_state: str
+    parent_id: int | None
+    rolled_back_at: float | None
+
+
+class CompactionRow(NamedTuple):
+    """A ``compactions`` row."""
+
+    id: int
+    trigger: str | None
+    strategy: str | None
+    success: bool
+    tokens_before: int
+    tokens_after: int
+    tokens_freed: int
+    summary_text: str
+    boundary_id: int | None
+    created_at: float
+    steps: str
+    config: str
+    removed_seqs: str
+    cleared_tool_use_ids: str
+    blob_ids: str
+    instructions: str | None
+    error: str | None
+    replay_of: int | None
+    inputs: str
+    rolled_back_at: float | None
+    rolled_back_after: int | None
+
+
+_BOUNDARY = columns(compact_boundaries, BoundaryRow)
+_COMPACTION = columns(compactions, CompactionRow)
+
+
+@dataclass(frozen=True, slots=True)
+class AsOf:
+    """The moment just before a recorded compaction, for rebuilding its input."""
+
+    compaction_id: int
+    boundary_id: int | None
+    last_seq: int
+    usage_offset: int
+    token_factor: float | None
+    config: CompactionConfig
+
+
+# -- boundaries and the active context ------------------------------------------------------
+
+
+_LIVE_BOUNDARY = (
+    select(*_BOUNDARY)
+    .where(
+        compact_boundaries.c.session_id == SID,
+        compact_boundaries.c.rolled_back_at.is_(None),
+    )
+    .order_by(compact_boundaries.c.id.desc())
+    .limit(1)
+)
+
+
+def live_boundary(connection: Connection, session_id: str) -> BoundaryRow | None:
+    row = connection.execute(_LIVE_BOUNDARY, {"sid": session_id}).one_or_none()
+    return None if row is None else BoundaryRow._make(row)
+
+
+_MESSAGE_COLUMNS = columns(messages, LoggedMessage)
+
+
+def load_context(
+    connection: Connection,
+    session: SessionRow,
+    fmt: MessageFormat,
+    count_tokens: TokenCounter,
+    *,
+    as_of: AsOf | None = None,
+) -> ActiveContext:
+    """Read what the active context is assembled from (SPEC §4; the rule is
+    :func:`compactstore.context.assemble`): the live boundary, the pinned messages and every
+    message from its first kept seq on, and their live edits. With ``as_of`` the context is
+    rebuilt as it stood just before a recorded compaction (for replay).
+    """
+    sid = session.id
+    if as_of is None:
+        boundary_row = live_boundary(connection, sid)
+    else:
+        boundary_row = (
+            get_boundary(connection, sid, as_of.boundary_id) if as_of.boundary_id else None
+        )
+    first_kept = boundary_row.first_kept_seq if boundary_row is not None else 0
+    last_seq = session.last_seq if as_of is None else as_of.last_seq
+    rows = connection.execute(
+        select(*_MESSAGE_COLUMNS)
+        .where(
+            messages.c.session_id == sid,
+            or_(messages.c.seq >= first_kept, messages.c.pinned.is_not(None)),
+            messages.c.seq <= last_seq,
+        )
+        .order_by(messages.c.seq)
+    ).all()
+    edits = live_edits(connection, sid, first_kept, as_of)
+    summary = None
+    if boundary_row is not None:
+        boundary = BoundaryInfo(
+            boundary_row.id,
+            boundary_row.first_kept_seq,
+            boundary_row.summary_text,
+            SummaryState.model_validate_json(boundary_row.summary_state),
+        )
+        summary = StoredSummary(boundary, boundary_row.summary_message, boundary_row.summary_tokens)
+    head, kept = assemble(fmt, [LoggedMessage._make(row) for row in rows], edits, summary)
+    return ActiveContext(
+        session_id=sid,
+        fmt=fmt,
+        context_window=session.context_window,
+        count_tokens=count_tokens,
+        head=head,
+        kept=kept,
+        boundary=None if summary is None else summary.boundary,
+        last_seq=last_seq,
+        usage_offset=session.usage_offset if as_of is None else as_of.usage_offset,
+        token_factor=session.token_factor if as_of is None else as_of.token_factor,
+        config=session.config if as_of is None else as_of.config,
+        real_request_seq=session.real_request_seq,
+        cwd=session.cwd,
+    )
+
+
+_APPENDED = (
+    select(*_MESSAGE_COLUMNS)
+    .where(
+        messages.c.session_id == SID,
+        messages.c.seq > bindparam("after_seq"),
+        messages.c.seq <= bindparam("last_seq"),
+    )
+    .order_by(messages.c.seq)
+)
+
+
+def extend_context(
+    connection: Connection, context: ActiveContext, session: SessionRow
+) -> ActiveContext:
+    """A cached context brought up to date with the messages appended since it was read.
+
+    Only valid while no compaction, rollback or config change happened in between (the
+    session's context_version is unchanged); appends never carry edits.
+    """
+    rows = connection.execute(
+        _APPENDED,
+        {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
+    ).all()
+    return context.extended(
+        [logged_message(context.fmt, LoggedMessage._make(row), None) for row in rows],
+        last_seq=session.last_seq,
+        usage_offset=session.usage_offset,
+        token_factor=session.token_factor,
+        config=session.config,
+        real_request_seq=session.real_request_seq,
+        cwd=session.cwd,
+    )
+
+
+def live_edits(
+    connection: Connection, session_id: str, from_seq: int, as_of: AsOf | None = None
+) -> dict[int, LiveEdit]:
+    """Latest live edit per seq: (payload, tokens, state, tool-use ids edited so far)."""
+    live: ColumnElement[bool]
+    if as_of is None:
+        live = compactions.c.rolled_back_at.is_(None)
+    else:
+        # Live just before compaction C: made before C, and not rolled back before C existed.
+        live = and_(
+            compactions.c.id < as_of.compaction_id,
+            or_(
+                compactions.c.rolled_back_at.is_(None),
+                compactions.c.rolled_back_after >= as_of.compaction_id,
+            ),
+        )
+    rows = connection.execute(
+        select(
+            message_edits.c.seq,
+            message_edits.c.kind,
+            message_edits.c.payload,
+            message_edits.c.tokens,
+            message_edits.c.tool_use_ids,
+        )
+        .join(compactions, compactions.c.id == message_edits.c.compaction_id)
+        .where(
+            message_edits.c.session_id == session_id,
+            message_edits.c.seq >= from_seq,
+            live,
+        )
+        .order_by(message_edits.c.id)
+    ).all()
+    out: dict[int, LiveEdit] = {}
+    for row in rows:
+        earlier = out[row.seq].edited_ids if row.seq in out else frozenset[str]()
+        state: MessageState = "persisted" if row.kind == "persisted" else "cleared"
+        ids = earlier | set(json.loads(row.tool_use_ids))
+        out[row.seq] = LiveEdit(row.payload, row.tokens, state, ids)
+    return out
+
+
+def get_boundary(connection: Connection, session_id: str, boundary_id: int) -> BoundaryRow | None:
+    row = connection.execute(
+        select(*_BOUNDARY).where(
+            compact_boundaries.c.session_id == session_id, compact_boundaries.c.id == boundary_id
+        )
+    ).one_or_none()
+    return None if row is None else BoundaryRow._make(row)
+
+
+def compaction_of_boundary(
+    connection: Connection, session_id: str, boundary_id: int
+) -> CompactionRow | None:
+    row = connection.execute(
+        select(*_COMPACTION).where(
+            compactions.c.session_id == session_id, compactions.c.boundary_id == boundary_id
+        )
+    ).one_or_none()
+    return None if row is None else CompactionRow._make(row)
+
+
+def roll_back(
+    connection: Connection, session_id: str, boundary_id: int, compaction_id: int, now: float
+) -> None:
+    """Mark a boundary, its compaction and everything recorded after them as rolled back."""
+    latest = connection.execute(
+        select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
+    ).scalar_one()
+    connection.execute(
+        update(compactions)
+        .where(
+            compactions.c.session_id == session_id,
+            compactions.c.id >= compaction_id,
+            compactions.c.rolled_back_at.is_(None),
+        )
+        .values(rolled_back_at=now, rolled_back_after=latest)
+    )
+    connection.execute(
+        update(compact_boundaries)
+        .where(
+            compact_boundaries.c.session_id == session_id,
+            compact_boundaries.c.id >= boundary_id,
+            compact_boundaries.c.rolled_back_at.is_(None),
+        )
+        .values(rolled_back_at=now)
+    )
+
+
+def boundary_rows(
+    connection: Connection, session_id: str, *, include_rolled_back: bool
+) -> list[BoundaryRow]:
+    query = select(*_BOUNDARY).where(compact_boundaries.c.session_id == session_id)
+    if not include_rolled_back:
+        query = query.where(compact_boundaries.c.rolled_back_at.is_(None))
+    return [
+        BoundaryRow._make(row)
+        for row in connection.execute(query.order_by(compact_boundaries.c.id))
+    ]
+
+
+def compaction_rows(connection: Connection, session_id: str) -> list[CompactionRow]:
+    query = select(*_COMPACTION).where(compactions.c.session_id == session_id)
+    return [
+        CompactionRow._make(row) for row in connection.execute(query.order_by(compactions.c.id))
+    ]

@@ -1,0 +1,54 @@
+"""Store-wide counts for operators (``compactstore stats``), read in one snapshot with
+SQLAlchemy Core over the tables of :mod:`compactstore.db.schema`; nothing is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from compactstore.db import schema
+
+__all__ = ["store_counts"]
+
+
+def _count(connection: Connection, table: Any, *where: Any) -> int:
+    return int(
+        connection.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+    )
+
+
+def store_counts(connection: Connection) -> dict[str, Any]:
+    """Sessions, messages, compactions, boundaries, blobs and memory entries of the store."""
+    messages, tokens = connection.execute(
+        select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
+    ).one()
+    by_strategy = {
+        str(strategy or "none"): int(count)
+        for strategy, count in connection.execute(
+            select(schema.compactions.c.strategy, func.count())
+            .group_by(schema.compactions.c.strategy)
+            .order_by(schema.compactions.c.strategy)
+        )
+    }
+    blobs, blob_bytes = connection.execute(
+        select(func.count(), func.coalesce(func.sum(schema.tool_result_blobs.c.size), 0))
+    ).one()
+    boundaries = schema.compact_boundaries
+    return {
+        "sessions": _count(connection, schema.sessions),
+        "messages": int(messages),
+        "message_tokens": int(tokens),
+        "compactions": sum(by_strategy.values()),
+        "compactions_rolled_back": _count(
+            connection, schema.compactions, schema.compactions.c.rolled_back_at.is_not(None)
+        ),
+        "compactions_by_strategy": by_strategy,
+        "boundaries_live": _count(connection, boundaries, boundaries.c.rolled_back_at.is_(None)),
+        "boundaries_rolled_back": _count(
+            connection, boundaries, boundaries.c.rolled_back_at.is_not(None)
+        ),
+        "blobs": int(blobs),
+        "blob_bytes": int(blob_bytes),
+        "memory_entries": _count(connection, schema.memory_entries),
+    }
