@@ -268,3 +268,12 @@ def test_foreign_keys_are_enforced_on_sqlite(tmp_path: Path) -> None:
                 "VALUES ('nobody', 0, 'user', 'user', '{}', 0, 0)"
             )
         )
+
+
+def test_the_migrations_have_exactly_one_head() -> None:
+    """Two migrations branching from one revision would leave the schema two ways to go."""
+    from alembic.script import ScriptDirectory
+
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert len(heads) == 1, f"the migrations have {len(heads)} heads: {heads}"
+    assert heads == [head_revision()]
