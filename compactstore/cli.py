@@ -367,7 +367,7 @@ def show(session_id: str, full: bool, db: str, as_json: bool) -> None:
         sess = _session(store, session_id)
         context = sess.context()
     items = context.items
-    texts = [sess.fmt.token_text(item.message) for item in items]
+    texts = [sess.adapter.token_text(item.message) for item in items]
     boundary_id = context.boundary.id if context.boundary is not None else None
     if as_json:
         _echo_json(

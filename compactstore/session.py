@@ -50,7 +50,8 @@ class Session:
         self.context_window = row.context_window
         self.config = row.config
         self.created_at = row.created_at
-        self.fmt: MessageFormat = get_format(row.format)
+        # The format's adapter: how this session's messages spell calls and results.
+        self.adapter: MessageFormat = get_format(row.format)
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
@@ -67,7 +68,7 @@ class Session:
             connection,
             store._cache,
             self.id,
-            self.fmt,
+            self.adapter,
             store.token_counter,
             location=store.location,
             row=row,
@@ -77,7 +78,7 @@ class Session:
         self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
     ) -> PendingMessage:
         return checks.prepare_message(
-            self.fmt,
+            self.adapter,
             self.config,
             self.store.token_counter,
             message,
@@ -99,7 +100,7 @@ class Session:
         """
         pending = self._prepare(message, timestamp, pinned=pinned)
         return self.store._write(
-            lambda c: insert_messages(c, self._locked(c), self.fmt, [pending])[0]
+            lambda c: insert_messages(c, self._locked(c), self.adapter, [pending])[0]
         )
 
     def extend(
@@ -121,7 +122,9 @@ class Session:
         ]
         if not pending:
             return []
-        return self.store._write(lambda c: insert_messages(c, self._locked(c), self.fmt, pending))
+        return self.store._write(
+            lambda c: insert_messages(c, self._locked(c), self.adapter, pending)
+        )
 
     def append_tool_result(
         self,
@@ -144,7 +147,7 @@ class Session:
         )
         return self.store._write(
             lambda c: append_tool_result(
-                c, self._locked(c), self.fmt, self.store.token_counter, result, timestamp
+                c, self._locked(c), self.adapter, self.store.token_counter, result, timestamp
             )
         )
 
@@ -382,7 +385,7 @@ class Session:
             return replay.replay(
                 connection,
                 row,
-                self.fmt,
+                self.adapter,
                 store.plugins,
                 boundary_id,
                 config=config,

@@ -442,7 +442,7 @@ def test_show_full_prints_whole_contents(template: str, shared: CompactStore) ->
     summary = sess.context().summary
     assert summary is not None
     start = out.index(next(line for line in out if line.split()[-1:] == ["summary"]))
-    text = sess.fmt.text(summary.message).splitlines()
+    text = sess.adapter.text(summary.message).splitlines()
     assert out[start + 1 : start + 1 + len(text)] == [f"        {t}".rstrip() for t in text]
     assert all(line == line.rstrip() for line in out)
 
@@ -468,7 +468,7 @@ def test_show_json(template: str, shared: CompactStore) -> None:
     }
     full = as_json(invoke(template, "show", "s1", "--json", "--full"))
     assert [m["message"] for m in full["messages"]] == sess.active_context()
-    assert full["messages"][1]["text"] == sess.fmt.text(context.items[1].message)
+    assert full["messages"][1]["text"] == sess.adapter.text(context.items[1].message)
 
 
 def test_history_has_a_row_per_compaction_and_what_was_lost(

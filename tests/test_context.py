@@ -209,7 +209,7 @@ def record_boundary(
             "first_kept_seq": first_kept_seq,
             "last_kept_seq": len(sess.messages()) - 1,
             "summary_text": summary,
-            "summary_message": json.dumps(sess.fmt.summary_message(summary)),
+            "summary_message": json.dumps(sess.adapter.summary_message(summary)),
             "summary_tokens": estimate_tokens(summary),
             "parent_id": parent_id,
         }
@@ -228,7 +228,7 @@ def record_edit(sess: Session, seq: int, kind: str, replacement: str) -> int:
     """A compaction that gave the tool result at ``seq`` new content. Returns its id."""
     original = sess.messages()[seq]
     ids = result_ids(sess.format, original)
-    payload = sess.fmt.replace_tool_results(original, dict.fromkeys(ids, replacement))
+    payload = sess.adapter.replace_tool_results(original, dict.fromkeys(ids, replacement))
     with sess.store.engine.begin() as connection:
         compaction_id = record_compaction(connection, sess)
         connection.execute(
@@ -309,7 +309,7 @@ def test_a_boundary_keeps_pins_then_the_summary_then_the_tail(
         pinned_before = [seq for seq in pins_of(sess) if seq < first_kept]
         expected = [
             *(log[seq] for seq in pinned_before),
-            sess.fmt.summary_message(summary),
+            sess.adapter.summary_message(summary),
             *log[first_kept:],
         ]
         assert sess.active_context() == expected, fmt
@@ -340,7 +340,7 @@ def test_rolling_back_a_boundary_falls_back_to_the_previous_live_one(
     second, _ = record_boundary(
         sess, first_kept_seq=8, summary="second summary", parent_id=first, now=20.0
     )
-    summary = sess.fmt.summary_message
+    summary = sess.adapter.summary_message
 
     assert sess.active_context() == [log[0], log[1], log[5], summary("second summary"), *log[8:]]
     assert [b.id for b in sess.boundaries()] == [first, second]

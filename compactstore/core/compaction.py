@@ -204,7 +204,7 @@ def commit(
         instructions=inputs.instructions,
         error=request.error,
     )
-    if not outcome.recorded:
+    if not outcome.leaves_row:
         return result, None
     return result, cache_entry_after(connection, sid, outcome, result)
 

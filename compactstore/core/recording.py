@@ -67,7 +67,7 @@ def record_outcome(
     if breaker:
         repo.set_breaker(connection, session_id, **breaker)
     final = outcome.context
-    if not outcome.recorded:
+    if not outcome.leaves_row:
         if breaker:
             repo.update_session(connection, session_id)
         return unrecorded_result(outcome, at, instructions)
@@ -128,7 +128,7 @@ def record_outcome(
             {
                 "seq": edit.seq,
                 "compaction_id": compaction_id,
-                "kind": edit.kind,
+                "kind": edit.state,  # the message_edits column
                 "tool_use_ids": repo.dumps(list(edit.tool_use_ids)),
                 "payload": repo.dumps(edit.message),
                 "tokens": edit.tokens,
@@ -221,7 +221,7 @@ def cache_entry_after(
     """The cache entry for the context a compaction just recorded, taken from the
     outcome instead of read back and decoded again: exactly what load_context would
     rebuild from the rows written. None when the two could differ."""
-    if any(stage.success and not stage.effective for stage in outcome.stages):
+    if any(stage.applied and not stage.effective for stage in outcome.stages):
         return None  # the stage moved the context on, but its edits were not recorded
     final = outcome.context
     cut = outcome.cut
@@ -266,11 +266,11 @@ def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> 
         trigger=outcome.trigger,
         # A call that changed nothing does not decode the context again: the caller asks
         # active_context() for it anyway, and this is the hot path of every model turn.
-        messages=outcome.context.messages() if outcome.recorded else [],
+        messages=outcome.context.messages() if outcome.leaves_row else [],
         boundary=boundary,
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.tokens_after,
-        tokens_freed=outcome.tokens_before - outcome.tokens_after if outcome.recorded else 0,
+        tokens_freed=outcome.tokens_before - outcome.tokens_after if outcome.leaves_row else 0,
         summary_text=cut.summary_text if cut is not None else "",
         steps=outcome.steps(),
         created_at=at,

@@ -121,7 +121,7 @@ class ReplayPlan:
 
     boundary: repo.DbRow
     compaction: repo.DbRow
-    recorded: EngineRun
+    replay_inputs: EngineRun
     context: ActiveContext
     inputs: EngineInputs
 
@@ -202,7 +202,7 @@ def plan_replay(
 
 def decide_replay(plan: ReplayPlan) -> Outcome:
     """Run the recorded pipeline again on the rebuilt context (pure)."""
-    recorded, context, inputs = plan.recorded, plan.context, plan.inputs
+    recorded, context, inputs = plan.replay_inputs, plan.context, plan.inputs
     if recorded.call == "process":
         return pipeline.process(
             context,
@@ -231,7 +231,7 @@ def commit_replay(
         connection,
         session_id,
         outcome,
-        plan.recorded.model_copy(update={"replay_of": compaction.id}),
+        plan.replay_inputs.model_copy(update={"replay_of": compaction.id}),
         at=at,
         instructions=compaction.instructions,
         error=compaction.error,

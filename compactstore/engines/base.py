@@ -64,7 +64,7 @@ class Edit:
     """New content for one message of the kept part (its original stays in the log)."""
 
     seq: int
-    kind: Literal["persisted", "cleared"]
+    state: Literal["persisted", "cleared"]  # what the message becomes in the context
     tool_use_ids: tuple[str, ...]
     message: dict[str, Any]
     tokens: int
@@ -115,7 +115,7 @@ class StageResult:
 
     strategy: CompactStrategy
     trigger: CompactTrigger
-    success: bool
+    applied: bool  # the stage changed the context (it may still have freed nothing)
     context: ActiveContext
     tokens_before: int
     tokens_after: int
@@ -123,7 +123,8 @@ class StageResult:
     blobs: tuple[NewBlob, ...] = ()
     cut: Cut | None = None
     detail: str = ""
-    acted: bool = True  # False when the stage decided it had nothing to do
+    # False when the stage decided it had nothing to do: no step is recorded for it.
+    attempted: bool = True
 
     @property
     def tokens_freed(self) -> int:
@@ -131,7 +132,7 @@ class StageResult:
 
     @property
     def effective(self) -> bool:
-        return self.success and self.tokens_freed > 0
+        return self.applied and self.tokens_freed > 0
 
 
 def nearest_legal_cut(

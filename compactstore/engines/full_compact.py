@@ -246,7 +246,7 @@ def run(
         return StageResult(
             strategy=strategy,
             trigger=trigger,
-            success=False,
+            applied=False,
             context=context,
             tokens_before=before,
             tokens_after=before,
@@ -260,7 +260,7 @@ def run(
     return StageResult(
         strategy=strategy,
         trigger=trigger,
-        success=success,
+        applied=success,
         context=after if success else context,
         tokens_before=before,
         tokens_after=after.usage if success else before,

@@ -29,7 +29,7 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
     stage = StageResult(
         strategy=CompactStrategy.FULL,
         trigger=boundary.trigger,
-        success=True,
+        applied=True,
         context=after,
         tokens_before=context.usage,
         tokens_after=after.usage,

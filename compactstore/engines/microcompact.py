@@ -58,11 +58,11 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         return StageResult(
             strategy=CompactStrategy.MICROCOMPACT,
             trigger=trigger or CompactTrigger.MICROCOMPACT_TIME,
-            success=False,
+            applied=False,
             context=context,
             tokens_before=before,
             tokens_after=before,
-            acted=False,
+            attempted=False,
             detail="" if trigger is None else f"only {len(found)} tool results, keeping {keep}",
         )
     to_clear = found[: len(found) - keep]
@@ -90,7 +90,7 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     return StageResult(
         strategy=CompactStrategy.MICROCOMPACT,
         trigger=trigger,
-        success=True,
+        applied=True,
         context=after,
         tokens_before=before,
         tokens_after=after.usage,

@@ -3,7 +3,7 @@
 process_request: tool-result budget -> microcompact -> auto-compact check -> session
 memory / full compact. Read dedup already happened when each tool result was appended.
 reactive_recover and manual compact are pipelines of their own. Each returns an Outcome:
-the stages that acted, the final context and the counters to store — nothing is written.
+the stages that attempted, the final context and the counters to store — nothing is written.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Outcome:
     last_microcompact_at: float | None = None
 
     @property
-    def recorded(self) -> bool:
+    def leaves_row(self) -> bool:
         """Whether the call leaves a compactions row: something changed or an attempt failed."""
         return bool(self.stages)
 
@@ -119,13 +119,13 @@ def process(
     last_microcompact_at: float | None = None
     if enable_tool_budget:
         budget = tool_budget.run(context, inputs)
-        if budget.acted:
+        if budget.attempted:
             stages.append(budget)
             context = budget.context
             inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(budget.blobs))
     if enable_microcompact:
         micro = microcompact.run(context, inputs)
-        if micro.acted:
+        if micro.attempted:
             stages.append(micro)
             if micro.effective:  # clearing only results shorter than the placeholder grows
                 context = micro.context

@@ -75,7 +75,7 @@ def truncate(context: ActiveContext, inputs: EngineInputs, attempt: int) -> Stag
     return StageResult(
         strategy=CompactStrategy.REACTIVE,
         trigger=CompactTrigger.REACTIVE,
-        success=success,
+        applied=success,
         context=after if success else context,
         tokens_before=before,
         tokens_after=after.usage if success else before,

@@ -91,7 +91,7 @@ def run(
     failed = StageResult(
         strategy=CompactStrategy.SESSION_MEMORY,
         trigger=trigger,
-        success=False,
+        applied=False,
         context=context,
         tokens_before=before,
         tokens_after=before,
@@ -121,7 +121,7 @@ def run(
         return StageResult(
             strategy=CompactStrategy.SESSION_MEMORY,
             trigger=trigger,
-            success=False,
+            applied=False,
             context=context,
             tokens_before=before,
             tokens_after=before,
@@ -131,7 +131,7 @@ def run(
     return StageResult(
         strategy=CompactStrategy.SESSION_MEMORY,
         trigger=trigger,
-        success=True,
+        applied=True,
         context=after,
         tokens_before=before,
         tokens_after=after.usage,

@@ -114,12 +114,12 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     return StageResult(
         strategy=CompactStrategy.TOOL_BUDGET,
         trigger=CompactTrigger.AUTO,
-        success=bool(edits),
+        applied=bool(edits),
         context=after_context,
         tokens_before=before,
         tokens_after=after_context.usage,
         edits=tuple(edits),
         blobs=tuple(blobs),
         detail=f"persisted {len(blobs)} tool results" if blobs else "",
-        acted=bool(edits),
+        attempted=bool(edits),
     )

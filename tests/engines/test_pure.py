@@ -68,7 +68,7 @@ def test_microcompact_clears_all_but_the_newest_results_once_the_interval_passed
         built.tool("read_file", {"path": f"f{i}"}, words(800, f"f{i}"))
     context = built.build()
     early = microcompact.run(context, EngineInputs(now=NOW, last_microcompact_at=NOW - 10))
-    assert not early.acted
+    assert not early.attempted
     stage = microcompact.run(context, EngineInputs(now=NOW, last_microcompact_at=NOW - 3_601))
     assert stage.effective and stage.trigger == CompactTrigger.MICROCOMPACT_TIME
     assert [edit.seq for edit in stage.edits] == [2, 4, 6]
