@@ -451,18 +451,8 @@ def assemble(
     head: list[ContextMessage] = []
     kept: list[ContextMessage] = []
     for row in rows:
-        if row.seq < first_kept:
-            head.append(
-                ContextMessage.build(
-                    fmt,
-                    json.loads(row.payload),
-                    payload=row.payload,
-                    tokens=row.tokens,
-                    seq=row.seq,
-                    state="pinned",
-                    created_at=row.created_at,
-                )
-            )
+        if row.seq < first_kept:  # only pinned messages are read before the kept part
+            head.append(logged_message(fmt, row, None))
         else:
             kept.append(logged_message(fmt, row, edits.get(row.seq)))
     if summary is not None:

@@ -179,21 +179,7 @@ def commit(
     """Write the outcome with what it was decided on (for replay); returns the result and
     the cache entry of the context it leaves (None: rebuild from the rows)."""
     context, inputs = snapshot.context, snapshot.inputs
-    recorded = EngineRun(
-        call=request.call,
-        now=inputs.now,
-        last_seq=context.last_seq,
-        next_blob_id=inputs.next_blob_id,
-        memory_text=inputs.memory_text,
-        memory_count=inputs.memory_count,
-        last_microcompact_at=inputs.last_microcompact_at,
-        consecutive_failures=inputs.consecutive_failures,
-        tripped=inputs.tripped,
-        reactive_attempts=inputs.reactive_attempts,
-        usage_offset=context.usage_offset,
-        token_factor=context.token_factor,
-        **request.options,
-    )
+    recorded = EngineRun.of(request.call, inputs, context, request.options)
     sid = snapshot.session.id
     result = record_outcome(
         connection,

@@ -22,7 +22,7 @@ from compactstore.engines.base import EngineInputs, Summarizer
 from compactstore.engines.pipeline import Outcome
 from compactstore.errors import ConflictError, DatabaseError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult, SummaryState
+from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -167,21 +167,7 @@ def plan_replay(
     )
     context = repo.load_context(connection, session, adapter, count_tokens, as_of=as_of)
     context = context.answered()
-    inputs = EngineInputs(
-        now=recorded.now,
-        next_blob_id=recorded.next_blob_id,
-        memory_text=recorded.memory_text,
-        memory_count=recorded.memory_count,
-        last_microcompact_at=recorded.last_microcompact_at,
-        consecutive_failures=recorded.consecutive_failures,
-        tripped=recorded.tripped,
-        reactive_attempts=recorded.reactive_attempts,
-        summary_state=context.boundary.summary_state
-        if context.boundary is not None
-        else SummaryState(),
-        summarizer=summarizer,
-        instructions=compaction.instructions,
-    )
+    inputs = recorded.engine_inputs(context, summarizer, compaction.instructions)
     if apply:
         live = repo.live_boundary(connection, sid)
         if boundary.rolled_back_at is None:

@@ -7,9 +7,13 @@ The ``compactions.inputs`` column holds one of these as JSON. It is parsed when 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+
+from compactstore.context import ActiveContext
+from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.models import SummaryState
 
 __all__ = ["EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
 
@@ -44,6 +48,46 @@ class EngineRun(_Recorded):
     enable_auto_compact: bool = True
     # compact(up_to_seq=).
     up_to_seq: int | None = None
+
+    @classmethod
+    def of(
+        cls, call: str, inputs: EngineInputs, context: ActiveContext, options: dict[str, Any]
+    ) -> EngineRun:
+        """What to record of a run: the engines' inputs and the context's calibration."""
+        return cls(
+            call=call,
+            now=inputs.now,
+            last_seq=context.last_seq,
+            next_blob_id=inputs.next_blob_id,
+            memory_text=inputs.memory_text,
+            memory_count=inputs.memory_count,
+            last_microcompact_at=inputs.last_microcompact_at,
+            consecutive_failures=inputs.consecutive_failures,
+            tripped=inputs.tripped,
+            reactive_attempts=inputs.reactive_attempts,
+            usage_offset=context.usage_offset,
+            token_factor=context.token_factor,
+            **options,
+        )
+
+    def engine_inputs(
+        self, context: ActiveContext, summarizer: Summarizer | None, instructions: str | None
+    ) -> EngineInputs:
+        """The inputs the engines were given, for ``context`` rebuilt as it stood."""
+        boundary = context.boundary
+        return EngineInputs(
+            now=self.now,
+            next_blob_id=self.next_blob_id,
+            memory_text=self.memory_text,
+            memory_count=self.memory_count,
+            last_microcompact_at=self.last_microcompact_at,
+            consecutive_failures=self.consecutive_failures,
+            tripped=self.tripped,
+            reactive_attempts=self.reactive_attempts,
+            summary_state=boundary.summary_state if boundary is not None else SummaryState(),
+            summarizer=summarizer,
+            instructions=instructions,
+        )
 
 
 class ImportedRun(_Recorded):
