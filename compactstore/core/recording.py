@@ -18,6 +18,7 @@ from compactstore.context import BoundaryInfo
 from compactstore.core.cache import CachedContext
 from compactstore.core.replay_inputs import Recorded
 from compactstore.db import repository as repo
+from compactstore.db.context import BoundaryRow, CompactionRow
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import (
     CompactBoundary,
@@ -77,23 +78,27 @@ def record_outcome(
     if cut is not None and cut_stage is not None:
         summary = final.summary
         assert summary is not None
-        values = {
-            "trigger": cut_stage.trigger.value,
-            "strategy": cut_stage.strategy.value,
-            "created_at": at,
-            "tokens_before": outcome.tokens_before,
-            "tokens_after": outcome.tokens_after,
-            "messages_removed": len(cut.removed_seqs),
-            "first_kept_seq": cut.first_kept_seq,
-            "last_kept_seq": cut.last_kept_seq,
-            "summary_text": cut.summary_text,
-            "summary_message": repo.dumps(summary.message),
-            "summary_tokens": summary.tokens,
-            "summary_state": cut.summary_state.model_dump_json(),
-            "parent_id": start.boundary.id if start.boundary is not None else None,
-        }
-        boundary_id = repo.insert_boundary(connection, session_id, **values)
-        boundary = boundary_model(_Row(id=boundary_id, rolled_back_at=None, **values))
+        row = BoundaryRow(
+            id=0,  # given by the insert
+            trigger=cut_stage.trigger.value,
+            strategy=cut_stage.strategy.value,
+            created_at=at,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            messages_removed=len(cut.removed_seqs),
+            first_kept_seq=cut.first_kept_seq,
+            last_kept_seq=cut.last_kept_seq,
+            summary_text=cut.summary_text,
+            summary_message=repo.dumps(summary.message),
+            summary_tokens=summary.tokens,
+            summary_state=cut.summary_state.model_dump_json(),
+            parent_id=start.boundary.id if start.boundary is not None else None,
+            rolled_back_at=None,
+        )
+        values = {k: v for k, v in row._asdict().items() if k not in ("id", "rolled_back_at")}
+        boundary = boundary_model(
+            row._replace(id=repo.insert_boundary(connection, session_id, **values))
+        )
     steps = outcome.steps()
     edits, blobs = outcome.edits, outcome.blobs
     cleared = [tool_use_id for edit in edits for tool_use_id in edit.tool_use_ids]
@@ -281,14 +286,7 @@ def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> 
     )
 
 
-class _Row:
-    """Attribute access over a dict, so freshly written values and read rows share a model."""
-
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
-
-
-def boundary_model(row: Any) -> CompactBoundary:
+def boundary_model(row: BoundaryRow) -> CompactBoundary:
     """A boundary row as the public model."""
     return CompactBoundary(
         id=row.id,
@@ -307,12 +305,14 @@ def boundary_model(row: Any) -> CompactBoundary:
     )
 
 
-def rolled_back_model(row: Any, at: float) -> CompactBoundary:
+def rolled_back_model(row: BoundaryRow, at: float) -> CompactBoundary:
     """A boundary row as the public model, marked rolled back at ``at``."""
-    return boundary_model(_Row(**{**row._asdict(), "rolled_back_at": at}))
+    return boundary_model(row._replace(rolled_back_at=at))
 
 
-def compaction_model(row: Any, boundaries: dict[int, CompactBoundary]) -> CompactionResult:
+def compaction_model(
+    row: CompactionRow, boundaries: dict[int, CompactBoundary]
+) -> CompactionResult:
     """A compactions row as the public model (messages are not stored with it)."""
     return CompactionResult(
         id=row.id,

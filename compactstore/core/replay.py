@@ -55,7 +55,10 @@ def roll_back(
 ) -> list[CompactBoundary]:
     """Mark a boundary, its compaction and everything recorded after them rolled back."""
     compaction = repo.compaction_of_boundary(connection, session_id, boundary.id)
-    assert compaction is not None, "every boundary is written with its compaction"
+    if compaction is None:  # every boundary is written with its compaction
+        raise DatabaseError(
+            f"boundary {boundary.id} of session {session_id!r} has no compactions row"
+        )
     live = [
         row
         for row in repo.boundary_rows(connection, session_id, include_rolled_back=False)
