@@ -17,7 +17,7 @@ from compactstore import (
     DatabaseError,
 )
 from compactstore.cli import cli
-from compactstore.models import ImportedBoundary
+from compactstore.models import ImportedBoundary, ImportedMessage
 from tests.conftest import Snapshot
 from tests.helpers import T0, assistant, new_session, user, words
 
@@ -41,7 +41,8 @@ def _imported(store: CompactStore) -> int:
         assistant("Done."),
     ]
     boundary = ImportedBoundary(first_kept_index=2, summary_text="The agent's own summary.")
-    sess = store.import_session("imported", messages, boundaries=[boundary])
+    items = [ImportedMessage(m) for m in messages]
+    sess = store.import_session("imported", [*items[:2], boundary, *items[2:]])
     (imported,) = sess.boundaries()
     assert imported.id is not None
     return imported.id

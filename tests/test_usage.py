@@ -13,7 +13,8 @@ from compactstore import (
     InvalidInputError,
 )
 from compactstore.db import repository as repo
-from tests.helpers import T0, new_session, words
+from compactstore.models import ImportedMessage
+from tests.helpers import T0, new_session, user, words
 
 CONFIG = CompactionConfig(token_factor=1.0)
 
@@ -61,7 +62,7 @@ def test_a_window_no_larger_than_the_fixed_overhead_is_refused(store: CompactSto
         store.session("tiny", context_window=8_000, config=config)
     with pytest.raises(InvalidInputError, match="fixed_overhead_tokens"):
         store.import_session(
-            "tiny", [{"role": "user", "content": "hi"}], context_window=8_000, config=config
+            "tiny", [ImportedMessage(user("hi"))], context_window=8_000, config=config
         )
     assert store.sessions() == []
     store.session("tiny", context_window=8_001, config=config)
