@@ -125,7 +125,11 @@ def test_the_page_shows_the_numbers_in_the_database(store: CompactStore, tmp_pat
 
     # A card per compaction that cut or recovered, with its numbers; a row for the others.
     cards = {c for c, f, _ in page.fields if c and f == "tokens_before"}
-    cut = {str(c.id) for c in compactions if c.boundary is not None or c.trigger == "reactive"}
+    cut = {
+        str(c.id)
+        for c in compactions
+        if c.boundary is not None or (c.trigger == "reactive" and c.success)
+    }
     assert cards == cut and cut
     for compaction in compactions:
         key = str(compaction.id)
@@ -181,6 +185,8 @@ def test_the_failure_that_tripped_the_breaker_is_named(store: CompactStore, tmp_
     assert page.field("consecutive_failures") == 3
     (tripped,) = [c for c, f, _ in page.fields if f == "tripped_by"]
     assert tripped == str(failures[-1].id)
+    rows = {a.get("data-compaction") for t, a in page.tags if t == "tr"}
+    assert {str(c.id) for c in failures} <= rows  # failed attempts are one line each
 
 
 def test_imported_and_simulated_sessions(tmp_path: Path) -> None:

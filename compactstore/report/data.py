@@ -18,20 +18,10 @@ from compactstore.core.recording import boundary_model, compaction_model
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
-from compactstore.models import BreakerState, CompactionResult, CompactStrategy, CompactTrigger
+from compactstore.models import BreakerState, CompactionResult, CompactTrigger
 from compactstore.store import CompactStore, Session
 
 __all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
-
-# Strategies whose compactions cut the context or recover it: each gets a full card.
-_CARD_STRATEGIES = frozenset(
-    {
-        CompactStrategy.FULL,
-        CompactStrategy.SESSION_MEMORY,
-        CompactStrategy.PARTIAL,
-        CompactStrategy.REACTIVE,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +141,13 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         boundary = result.boundary
         parent = boundaries.get(boundary.parent_id) if boundary and boundary.parent_id else None
         previous = parent.summary_text if parent is not None else None
-        cut_or_recovered = boundary is not None or result.trigger == CompactTrigger.REACTIVE
+        # A card for what cut the context or recovered it; a failed attempt is one line.
+        recovered = result.trigger == CompactTrigger.REACTIVE and result.success
         views.append(
             CompactionView(
                 result=result,
                 last_seq=int(recorded.get("last_seq", -1)),
-                card=cut_or_recovered or result.strategy in _CARD_STRATEGIES,
+                card=boundary is not None or recovered,
                 tripped_breaker=not tripped[index] and tripped[index + 1],
                 previous_summary=previous,
                 previous_id=compaction_of.get(parent.id or 0) if parent is not None else None,
