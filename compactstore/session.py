@@ -182,6 +182,10 @@ class Session:
         """Estimated tokens of the active context (calibrated by record_usage)."""
         return self.context().usage
 
+    def message_count(self) -> int:
+        """How many messages the log holds (one count; :meth:`messages` reads them all)."""
+        return self.store._read(lambda c: repo.message_count(c, self.id))
+
     def messages(self) -> list[dict[str, Any]]:
         """The whole log, verbatim, including what compaction removed from the context."""
         return self.store._read(
@@ -352,6 +356,24 @@ class Session:
             return replay.rollback(connection, self.id, boundary_id, at)
 
         return self.store._write(tx)
+
+    def rollback_plan(self, boundary_id: int | None = None) -> list[CompactBoundary]:
+        """The boundaries ``rollback(boundary_id)`` would undo, oldest first; changes nothing.
+
+        The first is the target (the latest live boundary when boundary_id is None): a caller
+        that asks for confirmation then rolls back exactly that id.
+
+        Raises:
+            NotFoundError, ConflictError: as :meth:`rollback` would.
+        """
+        if boundary_id is not None:
+            checks.check_id(boundary_id, "boundary", self.id)
+
+        def read(connection: Connection) -> list[repo.DbRow]:
+            boundary = replay.live_target(connection, self.id, boundary_id)
+            return replay.undone_by(connection, self.id, boundary)
+
+        return [boundary_model(row) for row in self.store._read(read)]
 
     def replay(
         self,

@@ -29,8 +29,11 @@ from sqlalchemy import Engine, create_engine, text, update
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore, Session
-from compactstore.cli import _progress, cli
+from compactstore.cli import cli, render
+from compactstore.cli.files import progress
 from compactstore.db.schema import breaker_state
+from compactstore.errors import ConflictError, NotFoundError
+from compactstore.models import BreakerState, CompactionConfig, SessionInfo
 from tests.conftest import BACKENDS, PG_URL, Snapshot, _pg_admin_url
 
 Message = dict[str, Any]
@@ -302,7 +305,7 @@ class _Terminal(io.StringIO):
 def test_progress_on_a_terminal_is_a_live_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    with _progress("Importing x.jsonl") as report:
+    with progress("Importing x.jsonl") as report:
         for done in range(1, 11):
             report(done, 10)
     drawn = terminal.getvalue()
@@ -316,16 +319,52 @@ def test_progress_elsewhere_is_one_line_after_success_and_nothing_after_a_failur
 ) -> None:
     log = io.StringIO()
     monkeypatch.setattr(sys, "stderr", log)
-    with _progress("Replaying boundary 3") as report:
+    with progress("Replaying boundary 3") as report:
         report(0, 1)
         report(1, 1)
     assert log.getvalue() == "Replaying boundary 3: 1 of 1\n"
     log.seek(0)
     log.truncate()
-    with pytest.raises(ValueError), _progress("Importing bad.jsonl") as report:
+    with pytest.raises(ValueError), progress("Importing bad.jsonl") as report:
         report(2, 4)
         raise ValueError("line 3")
     assert log.getvalue() == ""
+
+
+def test_renderers_need_neither_a_database_nor_a_runner() -> None:
+    info = SessionInfo(
+        id="s1",
+        format="anthropic",
+        context_window=8_000,
+        created_at=T0,
+        message_count=18,
+        config=CompactionConfig(),
+    )
+    assert [row.split() for row in render.sessions_lines([info])] == [
+        ["session", "format", "window", "messages"],
+        ["s1", "anthropic", "8000", "18"],
+    ]
+    state = BreakerState(consecutive_failures=2, reactive_attempts=1, last_microcompact_at=T0)
+    assert render.breaker_lines(state) == [
+        "consecutive failures: 2",
+        "tripped:              no",
+        "reactive attempts:    1",
+        "last microcompact:    2023-11-14 22:13:20 UTC",
+    ]
+    assert render.history_lines([]) == ["no compactions recorded"]
+    assert render.ranges([8, 1, 2, 3, 5, 7]) == "1-3, 5, 7-8"
+    assert render.preview("a\n  b " * 40, 10) == "a b a b a…"
+    assert render.one_line("cannot open\n  the file\n") == "cannot open the file"
+
+
+def test_show_renders_the_library_s_active_context(template: str, shared: CompactStore) -> None:
+    context = shared.get_session("s1").context()
+    for full in (False, True):
+        option = ["--full"] if full else []
+        shown = ok(invoke(template, "show", "s1", *option)).stdout
+        assert shown == "\n".join(render.show_lines(context, full=full)) + "\n"
+        data = as_json(invoke(template, "show", "s1", "--json", *option))
+        assert data == json.loads(render.json_text(render.show_json(context, full=full)))
 
 
 def test_usage_errors_exit_2(template: str) -> None:
@@ -619,6 +658,29 @@ def test_rollback_errors(copy: str, copy_store: CompactStore, db_snapshot: Snaps
     assert db_snapshot(copy_store) == before
     ok(invoke(copy, "rollback", "s1", "--yes"))
     fails(invoke(copy, "rollback", "s1", "--boundary", "2"), "already rolled back")
+
+
+def test_rollback_plan_says_what_rollback_would_undo_and_changes_nothing(
+    copy_store: CompactStore, db_snapshot: Snapshot
+) -> None:
+    sess = copy_store.get_session("s1")
+    before = db_snapshot(copy_store)
+    assert [b.id for b in sess.rollback_plan()] == [2]
+    assert [b.id for b in sess.rollback_plan(1)] == [1, 2]
+    with pytest.raises(NotFoundError, match="no boundary 99 in session 's1'"):
+        sess.rollback_plan(99)
+    with pytest.raises(NotFoundError, match="has no live boundary"):
+        copy_store.get_session("empty").rollback_plan()
+    assert db_snapshot(copy_store) == before
+    assert [b.id for b in sess.rollback(2)] == [2]
+    with pytest.raises(ConflictError, match="already rolled back"):
+        sess.rollback_plan(2)
+
+
+def test_message_count_counts_one_session_s_log(shared: CompactStore) -> None:
+    sess = shared.get_session("s1")
+    assert sess.message_count() == len(sess.messages()) == 18
+    assert shared.get_session("empty").message_count() == 0
 
 
 def test_rollback_then_replay_apply_restores_the_active_context(

@@ -29,11 +29,13 @@ __all__ = [
     "ReplayPlan",
     "commit_replay",
     "decide_replay",
+    "live_target",
     "plan_replay",
     "replay",
     "roll_back",
     "rollback",
     "target",
+    "undone_by",
 ]
 
 
@@ -59,11 +61,7 @@ def roll_back(
         raise DatabaseError(
             f"boundary {boundary.id} of session {session_id!r} has no compactions row"
         )
-    live = [
-        row
-        for row in repo.boundary_rows(connection, session_id, include_rolled_back=False)
-        if row.id >= boundary.id
-    ]
+    live = undone_by(connection, session_id, boundary)
     repo.roll_back(connection, session_id, boundary.id, compaction.id, at)
     # The context changed, so the last real count no longer describes it.
     repo.update_session(
@@ -72,10 +70,17 @@ def roll_back(
     return [rolled_back_model(row, at) for row in live]
 
 
-def rollback(
-    connection: Connection, session_id: str, boundary_id: int | None, at: float
-) -> list[CompactBoundary]:
-    """Roll back the boundary (the latest live one when None) and everything after it.
+def undone_by(connection: Connection, session_id: str, boundary: repo.DbRow) -> list[repo.DbRow]:
+    """The boundary's row and every live one after it: what rolling it back undoes."""
+    return [
+        row
+        for row in repo.boundary_rows(connection, session_id, include_rolled_back=False)
+        if row.id >= boundary.id
+    ]
+
+
+def live_target(connection: Connection, session_id: str, boundary_id: int | None) -> repo.DbRow:
+    """The boundary a rollback names (the latest live one when None).
 
     Raises:
         NotFoundError: no such boundary, or nothing to roll back.
@@ -86,7 +91,18 @@ def rollback(
         raise ConflictError(
             f"boundary {boundary.id} of session {session_id!r} is already rolled back"
         )
-    return roll_back(connection, session_id, boundary, at)
+    return boundary
+
+
+def rollback(
+    connection: Connection, session_id: str, boundary_id: int | None, at: float
+) -> list[CompactBoundary]:
+    """Roll back the boundary (the latest live one when None) and everything after it.
+
+    Raises:
+        NotFoundError, ConflictError: as :func:`live_target`.
+    """
+    return roll_back(connection, session_id, live_target(connection, session_id, boundary_id), at)
 
 
 def replay(

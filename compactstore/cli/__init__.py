@@ -1,0 +1,88 @@
+"""The compactstore command line. Commands only call the library: no SQL here.
+
+Every command takes ``--db`` (default ``compactstore.db`` or ``$COMPACTSTORE_DB``) and
+``-h``; every command whose output is data takes ``--json`` and then prints one JSON
+document with stable keys to stdout. Progress bars and prompts go to stderr, so
+``--json`` output stays clean. A failing command prints one ``Error: ...`` line to stderr
+and exits 1 (2 for a usage error); each command that writes does so in one transaction,
+so a failure leaves the database as it was.
+
+JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``effective``;
+``boundary`` is a CompactBoundary)::
+
+    sessions     [{id, format, context_window, created_at, message_count}]
+    show         {session, format, context_window, usage, boundary_id,
+                  messages: [{seq, role, kind, tokens, state, text, message}]}
+                  (text: a one-line preview, whole with --full; message: the verbatim
+                  message with --full, else null)
+    history      {session, compactions: [compaction]}
+    compact      compaction
+    rollback     {session, rolled_back: [boundary], usage}
+    replay       {session, boundary_id, applied, identical, diff,
+                  recorded: {kept, messages_removed, tokens_before, tokens_after, summary_text},
+                  replayed: {... the same keys, or null when the replay cut nothing},
+                  result: compaction}
+    blob         {session, blob_id, bytes, sha256, output, content}
+    breaker      {session, consecutive_failures, tripped, reactive_attempts,
+                  last_microcompact_at, reset}
+    import       {session, format, context_window, messages, boundaries}
+    demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
+                  peak_usage, context_window}, compactions: [compaction],
+                  audit_queries: [{title, sql}]}
+    stats        see compactstore.admin.StoreStats.as_json
+    db current   {current, head, up_to_date}
+    db upgrade   {location, revision}
+"""
+
+from __future__ import annotations
+
+import click
+
+from compactstore.cli.compaction import compact, replay, rollback
+from compactstore.cli.reading import blob, breaker, export, history, sessions, show, stats
+from compactstore.cli.render import one_line
+from compactstore.cli.schema import db_group
+from compactstore.cli.transcripts import demo, import_, simulate
+from compactstore.errors import CompactStoreError
+
+__all__ = ["cli", "main"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="compactstore")
+def cli() -> None:
+    """compactstore: keep an agent's conversation in a database and compact it safely.
+
+    Example: compactstore demo && compactstore history demo
+    """
+
+
+# Every command, in one place: a new command is written in its module and added here.
+for _command in (
+    blob,
+    breaker,
+    compact,
+    db_group,
+    demo,
+    export,
+    history,
+    import_,
+    replay,
+    rollback,
+    sessions,
+    show,
+    simulate,
+    stats,
+):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Entry point of the compactstore console script."""
+    try:
+        cli(prog_name="compactstore", standalone_mode=True)
+    except CompactStoreError as exc:  # pragma: no cover - commands convert their own errors
+        click.echo(f"Error: {one_line(str(exc))}", err=True)
+        raise SystemExit(1) from None

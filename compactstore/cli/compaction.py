@@ -1,0 +1,162 @@
+"""Commands that change a session's compactions: compact, rollback, replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from compactstore.cli import render
+from compactstore.cli.files import progress, read_config
+from compactstore.cli.options import (
+    config_option,
+    db_option,
+    json_option,
+    library_errors,
+    session_argument,
+)
+from compactstore.errors import NotFoundError
+from compactstore.store import CompactStore
+
+__all__ = ["compact", "replay", "rollback"]
+
+
+@click.command(short_help="Compact a session now.")
+@session_argument
+@click.option("--instructions", help="What the summary should focus on (recorded with it).")
+@click.option(
+    "--up-to",
+    "up_to",
+    type=click.IntRange(min=0),
+    metavar="SEQ",
+    help="Summarise only the messages up to this seq and keep the rest (partial compact).",
+)
+@db_option
+@json_option
+@library_errors
+def compact(
+    session_id: str, instructions: str | None, up_to: int | None, db: str, as_json: bool
+) -> None:
+    """Compact a session now (trigger manual): a full compact, or a partial one with --up-to.
+
+    Example: compactstore compact s1 --instructions "keep the test failures" --up-to 40
+    """
+    with CompactStore.open(db) as store:
+        result = store.get_session(session_id).compact(instructions=instructions, up_to_seq=up_to)
+    if as_json:
+        click.echo(render.json_text(render.compaction_json(result)))
+    else:
+        click.echo(render.describe(result))
+
+
+@click.command(short_help="Undo the latest (or a given) boundary.")
+@session_argument
+@click.option(
+    "--boundary",
+    "boundary_id",
+    type=int,
+    metavar="ID",
+    help="Roll back this boundary and every compaction after it (default: the latest).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@db_option
+@json_option
+@library_errors
+def rollback(session_id: str, boundary_id: int | None, yes: bool, db: str, as_json: bool) -> None:
+    """Undo the latest boundary (or --boundary ID and all after it). Nothing is deleted.
+
+    Asks for confirmation unless --yes is given.
+
+    Example: compactstore rollback s1 --boundary 3 --yes
+    """
+    with CompactStore.open(db) as store:
+        sess = store.get_session(session_id)
+        target, *later = sess.rollback_plan(boundary_id)
+        if not yes:
+            also = f" and {len(later)} later boundar{'y' if len(later) == 1 else 'ies'}"
+            click.confirm(
+                f"Roll back boundary {target.id} ({target.strategy.value}, "
+                f"{render.utc(target.timestamp)} UTC){also if later else ''} of session "
+                f"{sess.id}?",
+                abort=True,
+                err=True,
+            )
+        # Roll back the boundary that was shown, even if another process compacts meanwhile.
+        undone = sess.rollback(target.id)
+        usage = sess.token_usage()
+    if as_json:
+        rolled_back = [b.model_dump(mode="json") for b in undone]
+        click.echo(
+            render.json_text({"session": sess.id, "rolled_back": rolled_back, "usage": usage})
+        )
+    else:
+        click.echo("\n".join(render.rolled_back_lines(undone, usage)))
+
+
+@click.command(short_help="Replay a compaction and diff it with the recording.")
+@session_argument
+@click.option(
+    "--boundary", "boundary_id", type=int, required=True, metavar="ID", help="Boundary to replay."
+)
+@config_option(
+    "Replay with this CompactionConfig (a JSON or .toml file; missing fields take the "
+    "defaults) instead of the recorded one."
+)
+@click.option(
+    "--apply",
+    is_flag=True,
+    help="Record the replayed result as a new compaction (latest live or rolled-back "
+    "boundary only).",
+)
+@db_option
+@json_option
+@library_errors
+def replay(
+    session_id: str,
+    boundary_id: int,
+    config_file: Path | None,
+    apply: bool,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Run a recorded compaction again and diff it against the recording.
+
+    Prints a unified diff of the recorded and the replayed summary and kept range, or
+    says they are identical.
+
+    Example: compactstore replay s1 --boundary 3 --config strict.json
+    """
+    config = read_config(config_file) if config_file is not None else None
+    with CompactStore.open(db) as store:
+        sess = store.get_session(session_id)
+        known = sess.boundaries(include_rolled_back=True)
+        recorded = next((b for b in known if b.id == boundary_id), None)
+        if recorded is None:
+            raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
+        with progress(f"Replaying boundary {boundary_id}") as report:
+            report(0, 1)
+            result = sess.replay(boundary_id, config=config, apply=apply)
+            report(1, 1)
+    diff = render.replay_diff(recorded, result.boundary)
+    if as_json:
+        found = {
+            "session": sess.id,
+            "boundary_id": boundary_id,
+            "applied": apply,
+            "identical": not diff,
+            "diff": diff,
+            "recorded": render.boundary_json(recorded),
+            "replayed": render.boundary_json(result.boundary),
+            "result": render.compaction_json(result),
+        }
+        click.echo(render.json_text(found))
+        return
+    if diff:
+        click.echo(diff)
+    else:
+        click.echo(
+            f"identical: the replay of boundary {boundary_id} gives the recorded summary "
+            f"and kept range"
+        )
+    if apply:
+        click.echo(f"applied: {render.describe(result)}")

@@ -1,0 +1,186 @@
+"""Commands that read a store: sessions, show, history, blob, breaker, export, stats."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import click
+
+from compactstore.cli import render
+from compactstore.cli.files import write_output
+from compactstore.cli.options import (
+    db_option,
+    json_option,
+    library_errors,
+    output_option,
+    session_argument,
+)
+from compactstore.store import CompactStore
+
+__all__ = ["blob", "breaker", "export", "history", "sessions", "show", "stats"]
+
+
+@click.command()
+@db_option
+@json_option
+@library_errors
+def sessions(db: str, as_json: bool) -> None:
+    """List the sessions in the database.
+
+    Example: compactstore sessions --db agent.db
+    """
+    with CompactStore.open(db) as store:
+        infos = store.sessions()
+    if as_json:
+        click.echo(
+            render.json_text([info.model_dump(mode="json", exclude={"config"}) for info in infos])
+        )
+    else:
+        click.echo("\n".join(render.sessions_lines(infos)))
+
+
+@click.command(short_help="Show a session's active context.")
+@session_argument
+@click.option("--full", is_flag=True, help="Print each message's whole content.")
+@db_option
+@json_option
+@library_errors
+def show(session_id: str, full: bool, db: str, as_json: bool) -> None:
+    """Show the active context of a session: what the model is sent next.
+
+    One row per message: seq (- for the summary and synthetic results), role, tokens and
+    state (original, persisted, cleared, deduplicated, summary, pinned, synthetic).
+
+    Example: compactstore show s1 --full
+    """
+    with CompactStore.open(db) as store:
+        context = store.get_session(session_id).context()
+    if as_json:
+        click.echo(render.json_text(render.show_json(context, full=full)))
+    else:
+        click.echo("\n".join(render.show_lines(context, full=full)))
+
+
+@click.command(short_help="Show a session's compactions and boundaries.")
+@session_argument
+@db_option
+@json_option
+@library_errors
+def history(session_id: str, db: str, as_json: bool) -> None:
+    """Show a session's compactions and boundaries, oldest first.
+
+    Each row: id, time (UTC), trigger, strategy, success, tokens before → after, tokens
+    freed, boundary id, messages removed and when it was rolled back; under it, what was
+    lost (removed seqs, cleared or persisted tool results, blob ids) and the kept range.
+
+    Example: compactstore history s1
+    """
+    with CompactStore.open(db) as store:
+        compactions = store.get_session(session_id).compactions()
+    if as_json:
+        found = [render.compaction_json(c) for c in compactions]
+        click.echo(render.json_text({"session": session_id, "compactions": found}))
+    else:
+        click.echo("\n".join(render.history_lines(compactions)))
+
+
+@click.command(short_help="Print or save a persisted tool result.")
+@session_argument
+@click.argument("blob_id", metavar="BLOB_ID", type=int)
+@output_option("Write the content to this file (byte-exact) instead of stdout.")
+@db_option
+@json_option
+@library_errors
+def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: bool) -> None:
+    """Print (or save) the full content of a persisted tool result, byte-exact.
+
+    Example: compactstore blob s1 3 -o result.txt
+    """
+    with CompactStore.open(db) as store:
+        content = store.get_session(session_id).get_blob(blob_id)
+    data = content.encode("utf-8")
+    if output is not None:
+        write_output(output, data)
+    if as_json:
+        found = {
+            "session": session_id,
+            "blob_id": blob_id,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "output": None if output is None else str(output),
+            "content": None if output is not None else content,
+        }
+        click.echo(render.json_text(found))
+    elif output is not None:
+        click.echo(f"wrote {len(data):,} bytes to {output}")
+    else:
+        click.echo(data, nl=False)
+
+
+@click.command(short_help="Show or reset a session's circuit breaker.")
+@session_argument
+@click.option("--reset", is_flag=True, help="Clear the failure count and reactive attempts.")
+@db_option
+@json_option
+@library_errors
+def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
+    """Show (or reset) a session's circuit breaker and reactive-recovery counters.
+
+    Example: compactstore breaker s1 --reset
+    """
+    with CompactStore.open(db) as store:
+        sess = store.get_session(session_id)
+        if reset:
+            sess.reset_breaker()
+        state = sess.breaker()
+    if as_json:
+        click.echo(
+            render.json_text({"session": sess.id, **state.model_dump(mode="json"), "reset": reset})
+        )
+        return
+    if reset:
+        click.echo(f"breaker of session {sess.id} reset")
+    click.echo("\n".join(render.breaker_lines(state)))
+
+
+@click.command(short_help="Export a session as JSONL.")
+@session_argument
+@click.option("--active", is_flag=True, help="Export the active context, not the whole log.")
+@output_option("Write to this file instead of stdout.")
+@db_option
+@library_errors
+def export(session_id: str, active: bool, output: Path | None, db: str) -> None:
+    """Export a session as JSONL: the whole log, or with --active what the model is sent.
+
+    Example: compactstore export s1 --active > context.jsonl
+    """
+    from compactstore.export import export_lines
+
+    with CompactStore.open(db) as store:
+        sess = store.get_session(session_id)
+        # Read everything before writing anything: a failure leaves no half-written output.
+        lines = [line.rstrip("\n") + "\n" for line in export_lines(sess, active=active)]
+    if output is not None:
+        write_output(output, "".join(lines).encode("utf-8"))
+    else:
+        click.echo("".join(lines), nl=False)
+
+
+@click.command(short_help="Show store-wide counts and sizes.")
+@db_option
+@json_option
+@library_errors
+def stats(db: str, as_json: bool) -> None:
+    """Show store-wide counts: sessions, messages, compactions, boundaries, blobs, size.
+
+    Example: compactstore stats --json
+    """
+    from compactstore.admin import store_stats
+
+    with CompactStore.open(db) as store:
+        found = store_stats(store)
+    if as_json:
+        click.echo(render.json_text(found.as_json()))
+    else:
+        click.echo("\n".join(render.stats_lines(found)))

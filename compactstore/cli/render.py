@@ -1,0 +1,356 @@
+"""What the commands print: text tables and JSON documents built from library objects.
+
+Every function here is pure (no database, no click, no terminal): it takes what a command
+read and returns lines or a JSON-ready dict, so the output is testable without a runner.
+The JSON shapes are documented in :mod:`compactstore.cli`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from compactstore.models import BreakerState, CompactBoundary, CompactionResult, SessionInfo
+
+if TYPE_CHECKING:
+    from compactstore.admin import StoreStats
+    from compactstore.context import ActiveContext
+    from compactstore.demo import DemoReport
+
+__all__ = [
+    "boundary_json",
+    "breaker_lines",
+    "compaction_json",
+    "demo_json",
+    "demo_lines",
+    "describe",
+    "history_lines",
+    "json_text",
+    "one_line",
+    "preview",
+    "ranges",
+    "replay_diff",
+    "rolled_back_lines",
+    "sessions_lines",
+    "show_json",
+    "show_lines",
+    "stats_lines",
+    "utc",
+]
+
+PREVIEW_CHARS = 72
+
+
+def json_text(data: Any) -> str:
+    """The one way commands print JSON: indented, UTF-8 as is, stable key order."""
+    return json.dumps(data, ensure_ascii=False, indent=2, default=str)
+
+
+def one_line(message: str) -> str:
+    """An error message on one line (drivers' messages may span several)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def utc(timestamp: float | None) -> str:
+    """A Unix time as ``YYYY-MM-DD HH:MM:SS`` in UTC, ``-`` for none."""
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ranges(seqs: Iterable[int]) -> str:
+    """1, 2, 3, 5, 7, 8 -> '1-3, 5, 7-8'."""
+    runs: list[list[int]] = []
+    for seq in sorted(set(seqs)):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def preview(text: str, width: int = PREVIEW_CHARS) -> str:
+    """The text on one line, cut to ``width`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _kept(segment: tuple[int, int] | None) -> str:
+    return "nothing" if segment is None else f"seq {segment[0]}-{segment[1]}"
+
+
+# -- sessions and the active context --------------------------------------------------------
+
+
+def sessions_lines(infos: Iterable[SessionInfo]) -> list[str]:
+    """The `sessions` table."""
+    lines = [f"{'session':<32} {'format':<10} {'window':>9} {'messages':>9}"]
+    for info in infos:
+        lines.append(
+            f"{info.id:<32} {info.format:<10} {info.context_window:>9} {info.message_count:>9}"
+        )
+    return lines
+
+
+def _texts(context: ActiveContext) -> list[str]:
+    return [context.fmt.token_text(item.message) for item in context.items]
+
+
+def show_json(context: ActiveContext, *, full: bool) -> dict[str, Any]:
+    """The `show --json` document of an active context."""
+    return {
+        "session": context.session_id,
+        "format": context.fmt.name,
+        "context_window": context.context_window,
+        "usage": context.usage,
+        "boundary_id": context.boundary.id if context.boundary is not None else None,
+        "messages": [
+            {
+                "seq": item.seq,
+                "role": item.message.get("role"),
+                "kind": item.kind,
+                "tokens": item.tokens,
+                "state": item.state,
+                "text": text if full else preview(text),
+                "message": item.message if full else None,
+            }
+            for item, text in zip(context.items, _texts(context), strict=True)
+        ],
+    }
+
+
+def show_lines(context: ActiveContext, *, full: bool) -> list[str]:
+    """The `show` table: a heading, then one row per message (and its whole text if full)."""
+    items = context.items
+    boundary = "no boundary" if context.boundary is None else f"boundary {context.boundary.id}"
+    share = context.usage / context.context_window
+    lines = [
+        f"session {context.session_id} ({context.fmt.name}): {len(items)} messages, "
+        f"{context.usage:,} of {context.context_window:,} tokens ({share:.0%}), {boundary}",
+        f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content",
+    ]
+    for item, text in zip(items, _texts(context), strict=True):
+        seq = "-" if item.seq is None else str(item.seq)
+        role = str(item.message.get("role", item.kind))
+        row = f"{seq:>6}  {role:<11}  {item.tokens:>7,}  {item.state:<12}"
+        if full:
+            lines.append(row.rstrip())
+            lines.extend(f"{'':>8}{line}".rstrip() for line in text.splitlines())
+        else:
+            lines.append(f"{row}  {preview(text)}")
+    return lines
+
+
+# -- compactions ----------------------------------------------------------------------------
+
+
+def compaction_json(result: CompactionResult) -> dict[str, Any]:
+    """A CompactionResult without its messages, plus ``effective``."""
+    return {**result.model_dump(mode="json", exclude={"messages"}), "effective": result.effective}
+
+
+def _why_not(result: CompactionResult) -> str:
+    """Why a compaction call did not compact, from its error and its failed stages."""
+    reasons = [step.detail for step in result.steps if not step.success and step.detail]
+    if result.error:
+        reasons.insert(0, result.error)
+    return "; ".join(reasons) or "nothing to compact"
+
+
+def describe(result: CompactionResult) -> str:
+    """One sentence about a compaction call's result."""
+    head = "" if result.id is None else f"compaction {result.id}: "
+    if result.strategy is None or not result.success:
+        what = "" if result.strategy is None else f"{result.strategy.value} "
+        trigger = f"({result.trigger.value}) " if result.trigger is not None else ""
+        return f"{head}{what}{trigger}compacted nothing: {_why_not(result)}"
+    trigger = result.trigger.value if result.trigger is not None else "-"
+    text = (
+        f"{head}{result.strategy.value} ({trigger}) freed {result.tokens_freed:,} tokens "
+        f"({result.tokens_before:,} → {result.tokens_after:,})"
+    )
+    if result.boundary is not None:
+        boundary = result.boundary
+        name = "boundary" if boundary.id is None else f"boundary {boundary.id}"
+        text += (
+            f"; {name} summarised {boundary.messages_removed} messages and keeps "
+            f"{_kept(boundary.preserved_segment)}"
+        )
+    return text
+
+
+def history_lines(compactions: list[CompactionResult]) -> list[str]:
+    """The history table: one row per compaction and a line saying what was lost."""
+    if not compactions:
+        return ["no compactions recorded"]
+    header = (
+        f"{'id':>5}  {'time (UTC)':<19}  {'trigger':<19}  {'strategy':<14}  {'ok':<3}  "
+        f"{'tokens before → after':>23}  {'freed':>8}  {'boundary':>8}  {'removed':>7}  "
+        f"rolled back"
+    )
+    lines = [header]
+    for c in compactions:
+        boundary = c.boundary
+        tokens = f"{c.tokens_before:,} → {c.tokens_after:,}"
+        lines.append(
+            f"{c.id if c.id is not None else '-':>5}  {utc(c.created_at):<19}  "
+            f"{c.trigger.value if c.trigger else '-':<19}  "
+            f"{c.strategy.value if c.strategy else '-':<14}  {'yes' if c.success else 'no':<3}  "
+            f"{tokens:>23}  {c.tokens_freed:>8,}  "
+            f"{boundary.id if boundary is not None and boundary.id is not None else '-':>8}  "
+            f"{boundary.messages_removed if boundary is not None else 0:>7}  "
+            f"{utc(c.rolled_back_at) if c.rolled_back_at is not None else '-'}"
+        )
+        lost = [f"seqs {ranges(c.removed_seqs)}"]
+        cleared = len(c.cleared_tool_use_ids)
+        lost.append(f"{cleared} tool result{'' if cleared == 1 else 's'} cleared or persisted")
+        lost.append(f"blobs {', '.join(str(i) for i in c.blob_ids) or '-'}")
+        detail = f"{'':>7}lost: {'; '.join(lost)}"
+        if boundary is not None:
+            detail += f"; kept {_kept(boundary.preserved_segment)}"
+        if not c.success:
+            detail += f"; failed: {preview(_why_not(c), 80)}"
+        lines.append(detail)
+    return lines
+
+
+def rolled_back_lines(undone: list[CompactBoundary], usage: int) -> list[str]:
+    """What `rollback` undid, and the active context's size afterwards."""
+    lines = [
+        f"rolled back boundary {b.id} ({b.strategy.value}, {b.trigger.value}, "
+        f"{utc(b.timestamp)} UTC, {b.messages_removed} messages summarised)"
+        for b in undone
+    ]
+    lines.append(f"active context: {usage:,} tokens")
+    return lines
+
+
+def _boundary_lines(boundary: CompactBoundary | None) -> list[str]:
+    if boundary is None:
+        return ["(no boundary: the replay cut nothing)"]
+    return [
+        f"kept: {_kept(boundary.preserved_segment)}",
+        f"messages removed: {boundary.messages_removed}",
+        f"tokens: {boundary.tokens_before} → {boundary.tokens_after}",
+        "summary:",
+        *boundary.summary_text.splitlines(),
+    ]
+
+
+def replay_diff(recorded: CompactBoundary, replayed: CompactBoundary | None) -> str:
+    """A unified diff of the recorded and the replayed summary and kept range ('' if equal)."""
+    return "\n".join(
+        difflib.unified_diff(
+            _boundary_lines(recorded),
+            _boundary_lines(replayed),
+            fromfile=f"recorded (boundary {recorded.id})",
+            tofile="replayed",
+            lineterm="",
+        )
+    )
+
+
+def boundary_json(boundary: CompactBoundary | None) -> dict[str, Any] | None:
+    """What `replay --json` compares of a boundary."""
+    if boundary is None:
+        return None
+    return {
+        "kept": list(boundary.preserved_segment) if boundary.preserved_segment else None,
+        "messages_removed": boundary.messages_removed,
+        "tokens_before": boundary.tokens_before,
+        "tokens_after": boundary.tokens_after,
+        "summary_text": boundary.summary_text,
+    }
+
+
+# -- breaker, stats, demo -------------------------------------------------------------------
+
+
+def breaker_lines(state: BreakerState) -> list[str]:
+    """The `breaker` counters, one per line."""
+    last = state.last_microcompact_at
+    return [
+        f"consecutive failures: {state.consecutive_failures}",
+        f"tripped:              {'yes' if state.tripped else 'no'}",
+        f"reactive attempts:    {state.reactive_attempts}",
+        f"last microcompact:    {utc(last)}{' UTC' if last is not None else ''}",
+    ]
+
+
+def stats_lines(found: StoreStats) -> list[str]:
+    """The `stats` table: one `name: value` row per count."""
+    strategies = ", ".join(f"{k} {v}" for k, v in found.compactions_by_strategy.items())
+    rows = [
+        ("database", f"{found.location} ({found.backend})"),
+        ("sessions", f"{found.sessions:,}"),
+        ("messages", f"{found.messages:,} ({found.message_tokens:,} tokens)"),
+        (
+            "compactions",
+            f"{found.compactions:,} ({found.compactions_rolled_back:,} rolled back)"
+            + (f": {strategies}" if strategies else ""),
+        ),
+        (
+            "boundaries",
+            f"{found.boundaries_live:,} live, {found.boundaries_rolled_back:,} rolled back",
+        ),
+        ("blobs", f"{found.blobs:,} ({found.blob_bytes:,} bytes)"),
+        ("memory entries", f"{found.memory_entries:,}"),
+    ]
+    if found.db_file_bytes is not None:
+        rows.append(
+            ("file size", f"{found.db_file_bytes:,} bytes (+{found.wal_file_bytes or 0:,} WAL)")
+        )
+    return [f"{name + ':':<16}{value}" for name, value in rows]
+
+
+def demo_json(
+    report: DemoReport, compactions: list[CompactionResult], queries: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """The `demo --json` document."""
+    return {
+        "report": {
+            "session_id": report.session_id,
+            "steps": report.steps,
+            "messages": report.messages,
+            "fired": dict(report.fired),
+            "compactions": report.compactions,
+            "tokens_freed": dict(report.tokens_freed),
+            "peak_usage": report.peak_usage,
+            "context_window": report.context_window,
+        },
+        "compactions": [compaction_json(c) for c in compactions],
+        "audit_queries": [{"title": title, "sql": sql} for title, sql in queries],
+    }
+
+
+def demo_lines(
+    report: DemoReport,
+    compactions: list[CompactionResult],
+    queries: list[tuple[str, str]],
+    *,
+    location: str,
+    backend: str,
+) -> list[str]:
+    """What `demo` prints: the run, its history and the SQL to audit it."""
+    peak = report.peak_usage / report.context_window if report.context_window else 0.0
+    fired = ", ".join(f"{k} {v}" for k, v in report.fired.items()) or "none"
+    freed = ", ".join(f"{k} {v:,}" for k, v in report.tokens_freed.items()) or "none"
+    client = f"sqlite3 {shlex.quote(location)}" if backend == "sqlite" else f"psql ({location})"
+    lines = [
+        f"Simulated {report.steps} steps into session {report.session_id} of {location}: "
+        f"{report.messages:,} messages, {report.compactions} compactions, peak usage "
+        f"{report.peak_usage:,} of {report.context_window:,} tokens ({peak:.0%}).",
+        f"Stages fired: {fired}",
+        f"Tokens freed: {freed}",
+        "",
+        *history_lines(compactions),
+        "",
+        f"Audit it with SQL: paste these into {client}",
+    ]
+    for title, sql in queries:
+        lines.extend(["", f"-- {title}", sql.strip().rstrip(";") + ";"])
+    return lines

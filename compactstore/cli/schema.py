@@ -1,0 +1,58 @@
+"""`compactstore db`: the schema's revision, and upgrading it."""
+
+from __future__ import annotations
+
+import click
+
+from compactstore.cli import render
+from compactstore.cli.options import db_option, json_option, library_errors
+from compactstore.store import CompactStore
+
+__all__ = ["db_group"]
+
+
+@click.group("db")
+def db_group() -> None:
+    """Schema management.
+
+    Example: compactstore db current --db agent.db
+    """
+
+
+@db_group.command("upgrade")
+@db_option
+@json_option
+@library_errors
+def db_upgrade(db: str, as_json: bool) -> None:
+    """Create the database or upgrade its schema to this version's head.
+
+    Example: compactstore db upgrade --db agent.db
+    """
+    from compactstore.db.migrate import head_revision
+
+    with CompactStore.open(db, auto_migrate=True) as store:
+        location = store.location
+    if as_json:
+        click.echo(render.json_text({"location": location, "revision": head_revision()}))
+    else:
+        click.echo(f"{location}: schema at {head_revision()}")
+
+
+@db_group.command("current")
+@db_option
+@json_option
+@library_errors
+def db_current(db: str, as_json: bool) -> None:
+    """Show the database's schema revision and this version's head.
+
+    Example: compactstore db current --db agent.db
+    """
+    from compactstore.db.migrate import head_revision, revision_of
+
+    current = revision_of(db)
+    head = head_revision()
+    if as_json:
+        found = {"current": current, "head": head, "up_to_date": current == head}
+        click.echo(render.json_text(found))
+    else:
+        click.echo(f"current: {current or 'none'}\nhead:    {head}")

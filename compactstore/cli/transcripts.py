@@ -1,0 +1,194 @@
+"""Commands that bring conversations in: import, simulate, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from compactstore.cli import render
+from compactstore.cli.files import progress, read_config
+from compactstore.cli.options import config_option, db_option, json_option, library_errors
+from compactstore.store import CompactStore
+
+__all__ = ["demo", "import_", "simulate"]
+
+_transcript_argument = click.argument(
+    "file", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+
+
+@click.command("import", short_help="Import a transcript as a new session.")
+@_transcript_argument
+@click.option("--session", "session_id", metavar="ID", help="Session id (default: from the file).")
+@click.option(
+    "--format",
+    "format_",
+    metavar="FORMAT",
+    help="The transcript's source (claude-code, codex, swe-agent, jsonl) or the message "
+    "format of plain JSONL (anthropic, openai, minicode); default: detected from the content.",
+)
+@click.option(
+    "--context-window", type=click.IntRange(min=1_000), help="Context window of the new session."
+)
+@db_option
+@json_option
+@library_errors
+def import_(
+    file: Path,
+    session_id: str | None,
+    format_: str | None,
+    context_window: int | None,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Import a transcript as a new session: Claude Code or Codex JSONL, a SWE-agent
+    trajectory, or JSONL of messages in any of the three formats.
+
+    All or nothing: a malformed line stops the import with its line number and stores
+    nothing.
+
+    Example: compactstore import ~/.claude/projects/app/1234.jsonl --session app
+    """
+    from compactstore.formats import FORMAT_NAMES
+    from compactstore.importers import SOURCES, import_file
+
+    if format_ is not None and format_ not in (*SOURCES, *FORMAT_NAMES):
+        raise click.BadParameter(
+            f"{format_!r} is not one of: {', '.join((*SOURCES, *FORMAT_NAMES))}",
+            param_hint="'--format'",
+        )
+    with CompactStore.open(db) as store:
+        with progress(f"Importing {file.name}") as report:
+            sess = import_file(
+                store,
+                file,
+                session_id=session_id,
+                format=format_,
+                context_window=context_window,
+                progress=report,
+            )
+        count = sess.message_count()
+        boundaries = len(sess.boundaries())
+    if as_json:
+        found = {
+            "session": sess.id,
+            "format": sess.format,
+            "context_window": sess.context_window,
+            "messages": count,
+            "boundaries": boundaries,
+        }
+        click.echo(render.json_text(found))
+        return
+    click.echo(
+        f"imported {count:,} messages into session {sess.id} ({sess.format}, "
+        f"{sess.context_window:,} tokens, {boundaries} boundaries)"
+    )
+
+
+@click.command(short_help="Replay a transcript through compaction and measure it.")
+@_transcript_argument
+@click.option(
+    "--window",
+    type=click.IntRange(min=1_000),
+    default=200_000,
+    show_default=True,
+    help="Context window of the simulated model, in tokens.",
+)
+@click.option(
+    "--format",
+    "format_",
+    metavar="FORMAT",
+    help="The transcript's source or plain-JSONL message format; default: detected.",
+)
+@config_option("A CompactionConfig as JSON (or TOML for a .toml file).")
+@click.option(
+    "--no-usage",
+    is_flag=True,
+    help="Ignore the provider's token counts in the transcript: the window then applies to "
+    "the messages as the store estimates them.",
+)
+@click.option(
+    "--db",
+    default=None,
+    metavar="URL",
+    help="Keep the simulated session in this database (default: a temporary file).",
+)
+@json_option
+@library_errors
+def simulate(
+    file: Path,
+    window: int,
+    format_: str | None,
+    config_file: Path | None,
+    no_usage: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Replay a transcript as a live agent would have produced it, compacting before every
+    model call, and print what compaction did and how good the contexts were.
+
+    Prints every compaction as it happens, tokens freed per stage, peak usage, and the
+    quality of every model call's context: validity (pairs by id, SDK request types when
+    installed), fit, the original request kept, file recall, agreement with the agent's own
+    compactions, and the store's token count against the provider's.
+
+    Example: compactstore simulate ~/.claude/projects/app/1234.jsonl --window 64000
+    """
+    from compactstore import simulate as sim
+    from compactstore.importers import read_transcript
+
+    config = read_config(config_file) if config_file is not None else None
+
+    def show(event: sim.CompactionEvent) -> None:
+        if not as_json:
+            click.echo(sim.stage_rows([event])[0])
+
+    with progress(f"Reading {file.name}") as report:
+        transcript = read_transcript(file, format=format_, progress=report)
+    store = CompactStore.open(db) if db is not None else None
+    try:
+        with progress(f"Simulating {file.name}") as report:
+            result = sim.simulate_transcript(
+                transcript,
+                name=str(file),
+                window=window,
+                config=config,
+                progress=report,
+                on_compaction=show,
+                store=store,
+                use_usage=not no_usage,
+            )
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        click.echo(render.json_text(result.to_dict()))
+    else:
+        click.echo("\n".join(sim.summary_lines(result)))
+
+
+@click.command(short_help="Simulate a long agent session, then audit it.")
+@click.option("--session", "session_id", default="demo", show_default=True, metavar="ID")
+@click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True)
+@db_option
+@json_option
+@library_errors
+def demo(session_id: str, steps: int, db: str, as_json: bool) -> None:
+    """Simulate a long coding-agent session, then show its history and how to audit it.
+
+    Example: compactstore demo --db demo.db && sqlite3 demo.db
+    """
+    from compactstore.demo import audit_queries, run_demo
+
+    with CompactStore.open(db) as store:
+        with progress(f"Simulating {steps} agent steps") as report:
+            result = run_demo(store, session_id=session_id, steps=steps, progress=report)
+        compactions = store.get_session(result.session_id).compactions()
+        location, backend = store.location, store.engine.dialect.name
+    queries = audit_queries()
+    if as_json:
+        click.echo(render.json_text(render.demo_json(result, compactions, queries)))
+    else:
+        lines = render.demo_lines(result, compactions, queries, location=location, backend=backend)
+        click.echo("\n".join(lines))
