@@ -27,7 +27,6 @@ from compactstore.core.sessions import (
 )
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
-    create_engine_for,
     database_errors,
     describe,
     normalize_url,
@@ -35,7 +34,7 @@ from compactstore.db.engine import (
     with_retry,
     write_tx,
 )
-from compactstore.db.migrate import ensure_schema
+from compactstore.db.migrate import open_engine
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
@@ -88,6 +87,7 @@ class CompactStore:
         db: str | os.PathLike[str] | None = None,
         *,
         auto_migrate: bool = True,
+        read_only: bool = False,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
         memory_provider: MemoryProvider | None = None,
@@ -98,27 +98,23 @@ class CompactStore:
             db: a file path or SQLAlchemy URL; default ``$COMPACTSTORE_DB`` or
                 ``./compactstore.db``.
             auto_migrate: upgrade an older schema; when False, refuse it instead.
+            read_only: only read: never create, migrate or write the database (writes
+                raise DatabaseError); works on a read-only file, directory or mount.
             token_counter: replaces :func:`estimate_tokens` for new messages.
             summarizer: writes full-compact summaries instead of the rule-based one.
             memory_provider: supplies the memory text of session-memory compact.
 
         Raises:
-            SchemaError: the schema is newer than this code, or older and auto_migrate=False.
+            SchemaError: the schema is newer than this code, or older and auto_migrate=False
+                or read_only.
             DatabaseError: the file is not a usable database.
+            NotFoundError: read_only and there is no SQLite file at the path.
         """
         url = normalize_url(
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
         )
         location = describe(url)
-        engine = create_engine_for(url)
-        try:
-            database_errors(
-                location,
-                lambda: ensure_schema(engine, auto_migrate=auto_migrate, location=location),
-            )
-        except BaseException:
-            engine.dispose()
-            raise
+        engine = open_engine(url, location=location, auto_migrate=auto_migrate, read_only=read_only)
         return cls(
             engine,
             location,

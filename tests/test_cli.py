@@ -10,6 +10,7 @@ manual compact).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -17,8 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,13 @@ from compactstore import CompactStore, Session
 from compactstore.cli import cli, render
 from compactstore.cli.files import progress
 from compactstore.db.schema import breaker_state
-from compactstore.errors import ConflictError, NotFoundError
+from compactstore.errors import (
+    ConflictError,
+    DatabaseError,
+    InvalidInputError,
+    NotFoundError,
+    SchemaError,
+)
 from compactstore.models import BreakerState, CompactionConfig, SessionInfo
 from tests.conftest import BACKENDS, PG_URL, Snapshot, _pg_admin_url
 
@@ -389,8 +398,14 @@ def test_without_db_or_env_the_default_is_compactstore_db_in_the_working_directo
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    ok(invoke(None, "sessions"))
+    ok(invoke(None, "db", "upgrade"))
     assert (tmp_path / "compactstore.db").exists()
+    assert ok(invoke(None, "sessions")).stdout.split() == [
+        "session",
+        "format",
+        "window",
+        "messages",
+    ]
 
 
 def test_an_unknown_session_is_one_error_line_and_is_not_created(
@@ -1058,6 +1073,10 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
 def test_db_upgrade_and_current(db_url: str) -> None:
     from compactstore.db.migrate import head_revision
 
+    if "://" not in db_url:  # a SQLite file that is not there yet: reading it creates nothing
+        fails(invoke(db_url, "db", "current"), f"no database at {db_url}")
+        assert not Path(db_url).exists()
+        Path(db_url).touch()  # an empty SQLite database, as an empty PostgreSQL one
     assert as_json(invoke(db_url, "db", "current", "--json")) == {
         "current": None,
         "head": head_revision(),
@@ -1068,4 +1087,340 @@ def test_db_upgrade_and_current(db_url: str) -> None:
     assert as_json(invoke(db_url, "db", "upgrade", "--json"))["revision"] == head_revision()
     assert ok(invoke(db_url, "db", "current")).stdout == (
         f"current: {head_revision()}\nhead:    {head_revision()}\n"
+    )
+
+
+# -- outputs never replace a database; reading never creates, migrates or writes -------------
+
+READ_ONLY_COMMANDS = [
+    ["sessions"],
+    ["show", "s1"],
+    ["history", "s1"],
+    ["export", "s1"],
+    ["blob", "s1", "1"],
+    ["breaker", "s1"],
+    ["stats"],
+    ["db", "current"],
+]
+
+
+@contextmanager
+def tmpfs(directory: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs mounted at ``directory``: a real filesystem that can be filled or made
+    read-only (root included). Skips when this process may not mount (not root)."""
+    directory.mkdir()
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(directory)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        pytest.skip("no mount command: cannot make a small or read-only filesystem here")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem holding ``directory`` with one file, and return that file."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    return filler
+
+
+def remount_read_only(directory: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(directory)], check=True)
+
+
+def test_an_output_onto_the_database_or_any_sqlite_file_is_refused(
+    template: str, shared: CompactStore, db_snapshot: Snapshot, tmp_path: Path
+) -> None:
+    before = db_snapshot(shared)
+    other = tmp_path / "other.db"
+    CompactStore.open(other).close()
+    other_bytes = other.read_bytes()
+    targets = [other]
+    if "://" not in template:
+        database = Path(template)
+        targets += [database, Path(f"{template}-wal"), tmp_path / "link.db"]
+        (tmp_path / "link.db").symlink_to(database)
+    for target in targets:
+        for command in (["export", "s1"], ["blob", "s1", "1"]):
+            result = fails(invoke(template, *command, "-o", str(target)), "refusing to write")
+            assert str(target) in result.stderr
+        data = json.loads(invoke(template, "blob", "s1", "1", "-o", str(target), "--json").stderr)
+        assert data["kind"] == "InvalidInputError"
+    assert db_snapshot(shared) == before
+    assert other.read_bytes() == other_bytes
+    # Other files are replaced as before.
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("old\n")
+    ok(invoke(template, "export", "s1", "-o", str(plain)))
+    assert plain.read_text().startswith('{"role"')
+
+
+def test_an_output_is_whole_or_absent_on_a_full_disk(template: str, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "64k") as small:
+        target = small / "s1.jsonl"
+        target.write_text("the previous export\n")
+        fill(small)
+        big = ["export", "s1", "-o", str(target)]  # about 40 KB: cannot fit
+        fails(invoke(template, *big), f"cannot write {target}: No space left on device")
+        assert target.read_text() == "the previous export\n"
+        assert sorted(p.name for p in small.iterdir()) == ["filler", "s1.jsonl"]
+
+
+def test_open_output_leaves_nothing_when_the_writer_fails(tmp_path: Path) -> None:
+    from compactstore.cli.files import open_output
+
+    target = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt), open_output(target, db=None) as out:
+        out.write(b"half of it")
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+    with open_output(target, db=None) as out:
+        out.write(b"all of it")
+    assert target.read_bytes() == b"all of it"
+    assert target.stat().st_mode & 0o777 == 0o600  # private, like the database
+
+
+@pytest.mark.parametrize("command", READ_ONLY_COMMANDS, ids=" ".join)
+def test_a_read_only_command_on_a_missing_path_creates_nothing(
+    command: list[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo" / "agent.db"
+    result = fails(invoke(str(missing), *command), f"no database at {missing}")
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+    if command != ["export", "s1"]:  # export prints JSONL, it has no --json
+        assert json.loads(invoke(str(missing), *command, "--json").stderr) == {
+            "error": f"no database at {missing}: check the path (reading never creates a database)",
+            "kind": "NotFoundError",
+        }
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_only_commands_work_on_a_read_only_filesystem(template: str, tmp_path: Path) -> None:
+    if "://" in template:
+        pytest.skip("a SQLite file on a read-only mount (PostgreSQL: see the read-only store test)")
+    with tmpfs(tmp_path / "ro", "8m") as mounted:
+        database = mounted / "agent.db"
+        shutil.copyfile(template, database)
+        remount_read_only(mounted)
+        for command in READ_ONLY_COMMANDS:
+            here = ok(invoke(str(database), *command)).stdout
+            if command not in (["stats"],):
+                assert here == ok(invoke(template, *command)).stdout, command
+        # Writing is refused by its cause, and nothing is called damaged.
+        result = fails(invoke(str(database), "compact", "s1"), "agent.db")
+        assert "damaged" not in result.stderr.replace("nothing is damaged", "")
+        assert "backup" not in result.stderr
+        assert sorted(p.name for p in mounted.iterdir()) == ["agent.db"]
+
+
+def as_unprivileged_user(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in a forked child that may not write what its file modes forbid.
+
+    File modes do not bind root, so under root the child first becomes ``nobody`` (the
+    interpreter is already loaded: the child needs only the database and the package's own
+    files, which the caller has imported by running the same command once); under any
+    other user it stays that user. Returns (exit code, stdout, stderr).
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            result = CliRunner().invoke(cli, list(args), env={"COMPACTSTORE_DB": None})
+            report = [result.exit_code, result.stdout, result.stderr]
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(json.dumps(report).encode("utf-8"))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    code, stdout, stderr = json.loads(data)
+    return code, stdout, stderr
+
+
+@pytest.mark.parametrize("directory_mode", [0o555, 0o777], ids=["read-only dir", "open dir"])
+def test_a_read_only_file_works_for_reading_and_refuses_writes_by_cause(
+    template: str, directory_mode: int
+) -> None:
+    if "://" in template:
+        pytest.skip("file permissions are SQLite's (PostgreSQL: see the read-only store test)")
+    expected = ok(invoke(template, "show", "s1")).stdout
+    directory = Path(tempfile.mkdtemp(prefix="cs-ro-"))
+    try:
+        database = directory / "agent.db"
+        shutil.copyfile(template, database)
+        database.chmod(0o444)
+        directory.chmod(directory_mode)
+        code, stdout, stderr = as_unprivileged_user("show", "s1", "--db", str(database))
+        assert (code, stdout) == (0, expected), stderr
+        code, stdout, stderr = as_unprivileged_user("compact", "s1", "--db", str(database))
+        assert code == 1
+        assert "restore" not in stderr and "damaged." not in stderr
+        assert "check the permissions of the file and its directory" in stderr.lower()
+    finally:
+        directory.chmod(0o755)
+        shutil.rmtree(directory)
+
+
+def test_a_read_only_store_never_writes(db_url: str) -> None:
+    with CompactStore.open(db_url) as store:
+        store.session("s1", now=T0).append(user(REQUEST), timestamp=T0)
+    with CompactStore.open(db_url, read_only=True) as store:
+        sess = store.get_session("s1")
+        assert sess.messages() == [user(REQUEST)]
+        with pytest.raises(DatabaseError, match="can only be read here"):
+            sess.append(assistant("no"), timestamp=T0 + 1)
+        with pytest.raises(DatabaseError, match="can only be read here"):
+            store.session("s2", now=T0)
+    with CompactStore.open(db_url) as store:
+        assert [info.id for info in store.sessions()] == ["s1"]
+
+
+def test_read_only_commands_never_migrate_an_older_schema(db_url: str) -> None:
+    from alembic import command
+
+    from compactstore.db.migrate import alembic_config, current_revision
+
+    with CompactStore.open(db_url) as store:
+        engine = store.engine
+        with engine.begin() as connection:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            command.downgrade(config, "-1")
+        older = current_revision(engine)
+    for args in READ_ONLY_COMMANDS[:-1]:
+        fails(invoke(db_url, *args), "run `compactstore db upgrade --db")
+    with pytest.raises(SchemaError, match="never migrates"):
+        CompactStore.open(db_url, read_only=True)
+    check = create_engine(db_url if "://" in db_url else f"sqlite:///{db_url}")
+    try:
+        assert current_revision(check) == older
+    finally:
+        check.dispose()
+    assert as_json(invoke(db_url, "db", "current", "--json"))["current"] == older
+
+
+def test_a_full_disk_is_reported_by_cause_and_damages_nothing(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "1m") as small:
+        database = small / "agent.db"
+        with CompactStore.open(database) as store:
+            sess = store.session("s1", now=T0)
+            sess.append(user(REQUEST), timestamp=T0)
+            filler = fill(small)
+            with pytest.raises(DatabaseError) as caught:
+                sess.append(assistant("a long answer " * 5_000), timestamp=T0 + 1)
+            message = str(caught.value)
+            assert "disk that holds the database is full" in message
+            assert "Free space on it" in message
+            assert "restore" not in message
+            transcript = tmp_path / "t.jsonl"
+            transcript.write_text(json.dumps(user("x " * 40_000)) + "\n")
+            result = fails(
+                invoke(str(database), "import", str(transcript), "--format", "anthropic"),
+                "is full",
+            )
+            assert "restore" not in result.stderr
+            filler.unlink()
+            assert sess.messages() == [user(REQUEST)]  # nothing half-written, nothing lost
+            sess.append(assistant("done"), timestamp=T0 + 2)
+
+
+# -- --db before the command, JSON errors, closed pipes, invisible characters ----------------
+
+
+def test_db_may_come_before_the_command(template: str, tmp_path: Path) -> None:
+    after = ok(invoke(template, "sessions")).stdout
+    before = CliRunner().invoke(cli, ["--db", template, "sessions"], env={"COMPACTSTORE_DB": None})
+    assert ok(before).stdout == after
+    # The command's own --db wins; the one before it wins over COMPACTSTORE_DB.
+    missing = str(tmp_path / "missing.db")
+    result = CliRunner().invoke(
+        cli, ["--db", missing, "show", "s1", "--db", template], env={"COMPACTSTORE_DB": missing}
+    )
+    assert ok(result).stdout == ok(invoke(template, "show", "s1")).stdout
+    result = CliRunner().invoke(
+        cli, ["--db", template, "history", "s1"], env={"COMPACTSTORE_DB": missing}
+    )
+    assert ok(result).stdout == ok(invoke(template, "history", "s1")).stdout
+
+
+def test_with_json_errors_are_json_on_stderr(template: str, shared: CompactStore) -> None:
+    result = invoke(template, "show", "nope", "--json")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert json.loads(result.stderr) == {
+        "error": f"no session 'nope' in {shared.location}",
+        "kind": "NotFoundError",
+    }
+    usage = invoke(template, "compact", "s1", "--up-to", "x", "--json")
+    assert usage.exit_code == 2
+    assert json.loads(usage.stderr)["kind"] == "UsageError"
+    assert "'x' is not a valid integer" in json.loads(usage.stderr)["error"]
+    # Without --json the same failure is one Error: line.
+    fails(invoke(template, "show", "nope"), "no session 'nope'")
+
+
+def test_piping_into_head_exits_quietly_with_0(tmp_path: Path) -> None:
+    database = tmp_path / "agent.db"
+    with CompactStore.open(database) as store:
+        messages = [
+            user(f"line {i}: " + "x" * 200) if i % 2 == 0 else assistant("ok") for i in range(2_000)
+        ]
+        store.import_session("big", messages)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "compactstore", "export", "big", "--db", str(database)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    first = reader.stdout.readline()  # what `head -1` reads before it exits
+    reader.stdout.close()
+    errors = reader.stderr.read()
+    reader.stderr.close()
+    assert reader.wait(timeout=120) == 0, errors
+    assert json.loads(first)["content"].startswith("line 0: ")
+    assert errors == b""
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["admin\u202egpj.exe", "s\u200b1", "\ufeffs1", "s\u20661\u2069", "s\u200d1"],
+    ids=["rlo", "zwsp", "bom", "isolate", "zwj"],
+)
+def test_session_ids_with_bidi_or_zero_width_characters_are_refused(
+    session_id: str, template: str, tmp_path: Path
+) -> None:
+    with CompactStore.open(tmp_path / "agent.db") as store:
+        with pytest.raises(InvalidInputError, match="invisible formatting characters"):
+            store.session(session_id)
+        assert store.sessions() == []
+    fails(invoke(template, "show", session_id), "invisible formatting characters")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps(user("hi")) + "\n")
+    fails(
+        invoke(template, "import", str(transcript), "--session", session_id),
+        "invisible formatting characters",
     )

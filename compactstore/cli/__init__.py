@@ -39,6 +39,8 @@ from __future__ import annotations
 import click
 
 from compactstore.cli.compaction import compact, replay, rollback
+from compactstore.cli.errors import CompactstoreGroup
+from compactstore.cli.options import root_db_option
 from compactstore.cli.reading import blob, breaker, export, history, sessions, show, stats
 from compactstore.cli.render import one_line
 from compactstore.cli.schema import db_group
@@ -50,9 +52,10 @@ __all__ = ["cli", "main"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=CompactstoreGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="compactstore")
-def cli() -> None:
+@root_db_option
+def cli(db: str | None) -> None:
     """compactstore: keep an agent's conversation in a database and compact it safely.
 
     Example: compactstore demo && compactstore history demo

@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from compactstore.cli import render
+from compactstore.cli.errors import library_errors
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import (
     config_option,
     db_option,
     json_option,
-    library_errors,
     session_argument,
 )
 from compactstore.errors import NotFoundError

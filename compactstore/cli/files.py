@@ -6,19 +6,22 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 from pydantic import ValidationError
 
-from compactstore.cli.render import one_line
+from compactstore.cli.errors import CommandError
+from compactstore.db.engine import normalize_url, sqlite_path
+from compactstore.errors import InvalidInputError
 from compactstore.models import CompactionConfig
 
-__all__ = ["Progress", "progress", "read_config", "write_output"]
+__all__ = ["Progress", "open_output", "progress", "read_config", "write_output"]
 
 Progress = Callable[[int, int], None]
 
@@ -56,15 +59,76 @@ def progress(label: str) -> Iterator[Progress]:
         click.echo(f"{label}: {done:,} of {total:,}", err=True)
 
 
-def write_output(path: Path, data: bytes) -> None:
-    """Write a file whole or not at all (a temporary file renamed into place)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_database(path: Path, db: str | None) -> None:
+    """An output must not overwrite the database (or its -wal/-shm files) nor any SQLite
+    file: an export written over it would destroy conversations."""
+    database = sqlite_path(normalize_url(db)) if db is not None else None
+    if database is not None:
+        for part in (database, *(database.with_name(database.name + s) for s in _SIDE_FILES)):
+            if path.resolve() == part.resolve() or (
+                path.exists() and part.exists() and os.path.samefile(path, part)
+            ):
+                raise CommandError(
+                    f"refusing to write {path}: it is the database this command reads "
+                    f"({database}); choose another output file",
+                    "InvalidInputError",
+                )
     try:
-        tmp.write_bytes(data)
+        with path.open("rb") as existing:
+            header = existing.read(len(_SQLITE_HEADER))
+    except OSError:
+        return  # not there (or unreadable: writing it will say why)
+    if header == _SQLITE_HEADER:
+        raise CommandError(
+            f"refusing to write {path}: it is a SQLite database, and an output would replace "
+            f"it; choose another output file",
+            "InvalidInputError",
+        )
+
+
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+@contextmanager
+def open_output(path: Path, *, db: str | None) -> Iterator[BinaryIO]:
+    """A file to write a command's ``-o`` output to, whole or not at all.
+
+    The output goes to a temporary file in the same directory, which replaces ``path``
+    (atomically: same filesystem) only when the block ends without an error; on any error,
+    Ctrl-C included, the temporary file is removed and ``path`` is untouched. Like the
+    database, the file is created readable by its owner only.
+
+    Raises:
+        CommandError: ``path`` is the database ``db`` or another SQLite file
+            (InvalidInputError), or cannot be written (OutputError).
+    """
+    _refuse_database(path, db)
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror or exc}", "OutputError") from None
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise CommandError(f"cannot write {path}: {exc.strerror or exc}", "OutputError") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: Path, data: bytes, *, db: str | None) -> None:
+    """Write ``data`` to ``path`` with :func:`open_output`."""
+    with open_output(path, db=db) as out:
+        out.write(data)
 
 
 def read_config(path: Path) -> CompactionConfig:
@@ -73,7 +137,7 @@ def read_config(path: Path) -> CompactionConfig:
         raw = path.read_text(encoding="utf-8")
         data = tomllib.loads(raw) if path.suffix.lower() == ".toml" else json.loads(raw)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise click.ClickException(one_line(f"cannot read the config {path}: {exc}")) from None
+        raise InvalidInputError(f"cannot read the config {path}: {exc}") from None
     try:
         return CompactionConfig.model_validate(data)
     except ValidationError as exc:
@@ -81,4 +145,4 @@ def read_config(path: Path) -> CompactionConfig:
             f"{'.'.join(str(part) for part in error['loc']) or 'config'}: {error['msg']}"
             for error in exc.errors()
         )
-        raise click.ClickException(one_line(f"invalid config in {path}: {problems}")) from None
+        raise InvalidInputError(f"invalid config in {path}: {problems}") from None

@@ -1,60 +1,80 @@
-"""The options and arguments several commands share, and how a command's errors are shown.
+"""The options and arguments several commands share.
 
 A new command takes its shared options from here, so every command spells them the same
 way: ``@session_argument``, ``@db_option``, ``@json_option``, ``@output_option(help)``,
-``@config_option(help)``, and ``@library_errors`` innermost.
+``@config_option(help)``, and ``@library_errors`` (from :mod:`compactstore.cli.errors`)
+innermost.
 """
 
 from __future__ import annotations
 
-import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy import exc as sa_exc
-
-from compactstore.cli.render import one_line
-from compactstore.errors import CompactStoreError
 
 __all__ = [
     "config_option",
     "db_option",
     "json_option",
-    "library_errors",
     "output_option",
+    "own_db_option",
+    "root_db_option",
     "session_argument",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def library_errors(fn: F) -> F:
-    """Turn library and database errors into one 'Error: ...' line and exit code 1."""
+DEFAULT_DB = "compactstore.db"
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except CompactStoreError as exc:
-            raise click.ClickException(one_line(str(exc))) from None
-        except sa_exc.SQLAlchemyError as exc:
-            cause = getattr(exc, "orig", None) or exc
-            raise click.ClickException(one_line(f"database error: {cause}")) from None
 
-    return wrapper  # type: ignore[return-value]
+def _given_before_the_command(ctx: click.Context) -> str | None:
+    db: str | None = ctx.find_root().params.get("db")
+    return db
+
+
+def _resolve_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    return (
+        value or _given_before_the_command(ctx) or os.environ.get("COMPACTSTORE_DB") or DEFAULT_DB
+    )
 
 
 def db_option(fn: F) -> F:
-    """The --db option every command shares."""
+    """The --db option every command shares: given after the command, else before it
+    (``compactstore --db X COMMAND``), else $COMPACTSTORE_DB, else compactstore.db."""
     return click.option(
         "--db",
-        envvar="COMPACTSTORE_DB",
-        default="compactstore.db",
-        show_default=True,
-        help="Database file path or SQLAlchemy URL (env COMPACTSTORE_DB).",
+        default=None,
+        metavar="PATH|URL",
+        callback=_resolve_db,
+        help="Database file path or SQLAlchemy URL; default: the --db given before the "
+        f"command, else $COMPACTSTORE_DB, else {DEFAULT_DB}.",
     )(fn)
+
+
+def root_db_option(fn: F) -> F:
+    """``compactstore --db X COMMAND``: the database of the command that follows."""
+    return click.option(
+        "--db",
+        default=None,
+        metavar="PATH|URL",
+        help="Database for the command that follows (as its own --db; env COMPACTSTORE_DB).",
+    )(fn)
+
+
+def own_db_option(help: str) -> Callable[[F], F]:
+    """A --db without a default database (``simulate``: none means a temporary file); the
+    --db given before the command still counts."""
+    return click.option(
+        "--db",
+        default=None,
+        metavar="PATH|URL",
+        callback=lambda ctx, _param, value: value or _given_before_the_command(ctx),
+        help=help,
+    )
 
 
 def json_option(fn: F) -> F:
@@ -70,7 +90,8 @@ def session_argument(fn: F) -> F:
 
 
 def output_option(help: str) -> Callable[[F], F]:
-    """``-o/--output FILE``: where a command writes its output instead of stdout."""
+    """``-o/--output FILE``: where a command writes its output instead of stdout (write it
+    with :func:`compactstore.cli.files.write_output`)."""
     return click.option(
         "-o",
         "--output",

@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 
 from compactstore.cli import render
+from compactstore.cli.errors import library_errors
 from compactstore.cli.files import write_output
 from compactstore.cli.options import (
     db_option,
     json_option,
-    library_errors,
     output_option,
     session_argument,
 )
@@ -30,7 +30,7 @@ def sessions(db: str, as_json: bool) -> None:
 
     Example: compactstore sessions --db agent.db
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         infos = store.sessions()
     if as_json:
         click.echo(
@@ -54,7 +54,7 @@ def show(session_id: str, full: bool, db: str, as_json: bool) -> None:
 
     Example: compactstore show s1 --full
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         context = store.get_session(session_id).context()
     if as_json:
         click.echo(render.json_text(render.show_json(context, full=full)))
@@ -76,7 +76,7 @@ def history(session_id: str, db: str, as_json: bool) -> None:
 
     Example: compactstore history s1
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         compactions = store.get_session(session_id).compactions()
     if as_json:
         found = [render.compaction_json(c) for c in compactions]
@@ -97,11 +97,11 @@ def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: b
 
     Example: compactstore blob s1 3 -o result.txt
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         content = store.get_session(session_id).get_blob(blob_id)
     data = content.encode("utf-8")
     if output is not None:
-        write_output(output, data)
+        write_output(output, data, db=db)
     if as_json:
         found = {
             "session": session_id,
@@ -129,7 +129,7 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
 
     Example: compactstore breaker s1 --reset
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=not reset) as store:
         sess = store.get_session(session_id)
         if reset:
             sess.reset_breaker()
@@ -157,12 +157,12 @@ def export(session_id: str, active: bool, output: Path | None, db: str) -> None:
     """
     from compactstore.export import export_lines
 
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         sess = store.get_session(session_id)
         # Read everything before writing anything: a failure leaves no half-written output.
         lines = [line.rstrip("\n") + "\n" for line in export_lines(sess, active=active)]
     if output is not None:
-        write_output(output, "".join(lines).encode("utf-8"))
+        write_output(output, "".join(lines).encode("utf-8"), db=db)
     else:
         click.echo("".join(lines), nl=False)
 
@@ -178,7 +178,7 @@ def stats(db: str, as_json: bool) -> None:
     """
     from compactstore.admin import store_stats
 
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, read_only=True) as store:
         found = store_stats(store)
     if as_json:
         click.echo(render.json_text(found.as_json()))

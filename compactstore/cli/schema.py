@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from compactstore.cli import render
-from compactstore.cli.options import db_option, json_option, library_errors
+from compactstore.cli.errors import library_errors
+from compactstore.cli.options import db_option, json_option
 from compactstore.store import CompactStore
 
 __all__ = ["db_group"]

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from compactstore.cli import render
+from compactstore.cli.errors import library_errors
 from compactstore.cli.files import progress, read_config
-from compactstore.cli.options import config_option, db_option, json_option, library_errors
+from compactstore.cli.options import config_option, db_option, json_option, own_db_option
 from compactstore.store import CompactStore
 
 __all__ = ["demo", "import_", "simulate"]
@@ -108,12 +109,7 @@ def import_(
     help="Ignore the provider's token counts in the transcript: the window then applies to "
     "the messages as the store estimates them.",
 )
-@click.option(
-    "--db",
-    default=None,
-    metavar="URL",
-    help="Keep the simulated session in this database (default: a temporary file).",
-)
+@own_db_option("Keep the simulated session in this database (default: a temporary file).")
 @json_option
 @library_errors
 def simulate(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,12 @@ def check_session_id(session_id: Any) -> str:
         raise InvalidInputError("session id is longer than 255 characters")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in session_id):
         raise InvalidInputError(f"session id {session_id!r} contains control characters")
+    if any(unicodedata.category(ch) == "Cf" for ch in session_id):
+        # Bidi overrides and zero-width characters make an id look like another one.
+        raise InvalidInputError(
+            f"session id {session_id!r} contains invisible formatting characters (bidi "
+            f"controls or zero-width characters)"
+        )
     check_utf8(session_id, "session id")
     return session_id
 

@@ -8,10 +8,13 @@ session queue up instead of failing half-way. PostgreSQL writers lock the sessio
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
+import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +26,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from compactstore.errors import DatabaseError, InvalidInputError
+from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 
 __all__ = [
     "create_engine_for",
@@ -79,25 +82,45 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def create_engine_for(url: str) -> Engine:
-    """An Engine with compactstore's connection setup for the URL's backend."""
+def create_engine_for(url: str, *, read_only: bool = False) -> Engine:
+    """An Engine with compactstore's connection setup for the URL's backend.
+
+    A new SQLite file (and its directory) is created, unless ``read_only``: then a missing
+    file is a NotFoundError and every connection is read-only (SQLite ``mode=ro``,
+    PostgreSQL ``default_transaction_read_only``).
+    """
     path = sqlite_path(url)
     if path is not None and not path.exists():
+        if read_only:
+            raise NotFoundError(
+                f"no database at {path}: check the path (reading never creates a database)"
+            )
         # Conversations are private: create the file readable by its owner only
         # (SQLite gives its -wal and -shm files the same mode).
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
+            fix = (
+                "free space on its disk"
+                if exc.errno == errno.ENOSPC
+                else ("check the path and that you may write there")
+            )
             raise DatabaseError(
-                f"cannot create the database file {path}: {exc.strerror}; check the path and "
-                f"that you may write there"
+                f"cannot create the database file {path}: {exc.strerror}; {fix}"
             ) from None
     try:
         if make_url(url).get_backend_name() == "sqlite":
-            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
-            _setup_sqlite(engine)
+            timeout = BUSY_TIMEOUT_MS / 1000
+            if read_only and path is not None:
+                engine = create_engine(url, creator=_read_only_sqlite(path, timeout))
+            else:
+                engine = create_engine(url, connect_args={"timeout": timeout})
+            _setup_sqlite(engine, read_only=read_only)
             return engine
+        if read_only:
+            options = {"options": "-c default_transaction_read_only=on"}
+            return create_engine(url, pool_pre_ping=True, connect_args=options)
         return create_engine(url, pool_pre_ping=True)
     except ImportError as exc:
         hint = " (pip install 'compactstore[postgres]')" if exc.name == "psycopg" else ""
@@ -107,14 +130,45 @@ def create_engine_for(url: str) -> Engine:
         ) from None
 
 
-def _setup_sqlite(engine: Engine) -> None:
+# How SQLite says it cannot create the -shm file a WAL database is read through.
+_NO_SIDE_FILES = ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY")
+
+
+def _read_only_sqlite(path: Path, timeout: float) -> Callable[[], sqlite3.Connection]:
+    """Connections to a SQLite file that cannot write it (``mode=ro``).
+
+    A WAL database can be read only through its -wal and -shm files; in a directory that
+    cannot be written (a read-only directory or mount) SQLite cannot create them and fails
+    to open. When no -wal file exists then, no process can be writing the database (a
+    writer would have had to create it), so the file is read as ``immutable``.
+    """
+    uri = "file:" + urllib.parse.quote(str(path))
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout)
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return connection
+        except sqlite3.OperationalError as exc:
+            connection.close()
+            wal = path.with_name(path.name + "-wal")
+            if exc.sqlite_errorname not in _NO_SIDE_FILES or wal.exists():
+                raise
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=timeout)
+
+    return connect
+
+
+def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event decide how transactions start (pysqlite recipe).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        # WAL: readers never block the writer and a crash mid-write leaves the file intact.
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if not read_only:
+            # WAL: readers never block the writer and a crash mid-write leaves the file
+            # intact. (A reader finds the mode in the file; it may not change it.)
+            cursor.execute("PRAGMA journal_mode=WAL")
         # Foreign keys are off by default in SQLite; the schema relies on them.
         cursor.execute("PRAGMA foreign_keys=ON")
         # NORMAL is crash-safe in WAL mode and avoids an fsync per commit.
@@ -201,6 +255,18 @@ def _advice(exc: sa_exc.DatabaseError) -> str:
             f"{reason}: another process kept it locked through every retry "
             f"({BUSY_TIMEOUT_MS / 1000:g} s each); try again when that process is done"
         )
+    cause = _write_refused(exc.orig)
+    if cause == "read-only":
+        return (
+            f"{reason}{stop} Nothing was written and nothing is damaged: the database can only "
+            f"be read here. Check the permissions of the file and its directory, and whether "
+            f"its filesystem is mounted read-only"
+        )
+    if cause == "full":
+        return (
+            f"{reason}{stop} Nothing was written and nothing is damaged: the disk that holds "
+            f"the database is full. Free space on it and try again"
+        )
     server = not type(exc.orig).__module__.startswith("sqlite3")
     if isinstance(exc, sa_exc.OperationalError) and server:
         return (
@@ -213,3 +279,21 @@ def _advice(exc: sa_exc.DatabaseError) -> str:
         f"{reason}{stop} If it is not a compactstore database or is damaged, restore it from a "
         f"backup or open another file"
     )
+
+
+# SQLSTATEs of PostgreSQL's read_only_sql_transaction and disk_full.
+_PG_READ_ONLY, _PG_DISK_FULL = "25006", "53100"
+
+
+def _write_refused(orig: BaseException | None) -> str | None:
+    """ "read-only" or "full" when the database refused a write for that cause, else None."""
+    sqlite_code = getattr(orig, "sqlite_errorcode", None)
+    if sqlite_code is not None:
+        primary = sqlite_code & 0xFF  # extended codes keep the primary one in the low byte
+        if primary == sqlite3.SQLITE_READONLY:
+            return "read-only"
+        if primary == sqlite3.SQLITE_FULL:
+            return "full"
+        return None
+    sqlstate = getattr(orig, "sqlstate", None)
+    return {_PG_READ_ONLY: "read-only", _PG_DISK_FULL: "full"}.get(sqlstate or "")

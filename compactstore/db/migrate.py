@@ -20,7 +20,7 @@ from compactstore.db.engine import (
     database_errors,
     describe,
     normalize_url,
-    sqlite_path,
+    read_tx,
     with_retry,
     write_tx,
 )
@@ -34,6 +34,7 @@ __all__ = [
     "current_revision",
     "ensure_schema",
     "head_revision",
+    "open_engine",
     "revision_of",
     "stored_revision",
 ]
@@ -99,29 +100,63 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def revision_of(db: str) -> str | None:
-    """The schema revision of a database given by path or URL, without creating it."""
+    """The schema revision of a database given by path or URL, read without writing.
+
+    Raises:
+        NotFoundError: there is no SQLite file at the path.
+    """
     url = normalize_url(db)
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        return None
-    engine = create_engine_for(url)
+    engine = create_engine_for(url, read_only=True)
     try:
         return database_errors(describe(url), lambda: current_revision(engine))
     finally:
         engine.dispose()
 
 
-def ensure_schema(engine: Engine, *, auto_migrate: bool, location: str) -> None:
+def open_engine(url: str, *, location: str, auto_migrate: bool, read_only: bool) -> Engine:
+    """An Engine on a database whose schema is at head (see :func:`ensure_schema`).
+
+    Raises:
+        NotFoundError: read_only and there is no SQLite file at the path.
+        SchemaError, DatabaseError: as :func:`ensure_schema` and :func:`database_errors`.
+    """
+    engine = create_engine_for(url, read_only=read_only)
+    try:
+        database_errors(
+            location,
+            lambda: ensure_schema(
+                engine, auto_migrate=auto_migrate, location=location, read_only=read_only
+            ),
+        )
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def ensure_schema(
+    engine: Engine, *, auto_migrate: bool, location: str, read_only: bool = False
+) -> None:
     """Bring the schema to head, or raise SchemaError saying what to do.
 
     Many processes may open a new database at once: the first takes the write lock (SQLite)
     or an advisory lock (PostgreSQL), reads the revision again under it and creates the
-    schema; the others wait for it and find the schema at head.
+    schema; the others wait for it and find the schema at head. A ``read_only`` engine is
+    never migrated: a schema not at head is refused with the command that upgrades it.
     """
     head = head_revision()
     # Retried too: switching a new SQLite file to WAL (on connect) can meet a busy lock.
     if with_retry(lambda: current_revision(engine)) == head:
         return
+    if read_only:
+        with read_tx(engine) as connection:
+            current = stored_revision(connection)
+            _check_upgradable(connection, current, head, location=location)
+        raise SchemaError(
+            f"the database {location} has schema revision {current or 'none'} and this "
+            f"compactstore needs {head}; it was opened read-only, which never migrates: "
+            f"run `compactstore db upgrade --db {location}` first"
+        )
 
     def attempt() -> None:
         with write_tx(engine) as connection:
@@ -138,10 +173,30 @@ def _upgrade(
     connection: Connection, current: str | None, head: str, *, auto_migrate: bool, location: str
 ) -> None:
     from alembic import command
+
+    _check_upgradable(connection, current, head, location=location)
+    if not auto_migrate:
+        raise SchemaError(
+            f"the database {location} has schema revision {current or 'none'} and this "
+            f"compactstore needs {head}; run `compactstore db upgrade --db {location}` "
+            f"or open it with auto_migrate=True"
+        )
+    # Alembic runs inside this transaction (it does not begin its own when one is open).
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _check_upgradable(
+    connection: Connection, current: str | None, head: str, *, location: str
+) -> None:
+    """Refuse a schema that upgrading to head cannot fix (newer, or tables without a
+    revision)."""
     from alembic.script import ScriptDirectory
 
-    config = alembic_config()
-    known = {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
+    known = {
+        script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+    }
     if current is not None and current not in known:
         raise SchemaError(
             f"the database {location} has schema revision {current}, which is newer than this "
@@ -153,12 +208,3 @@ def _upgrade(
             f"the database {location} has compactstore tables but no schema revision; "
             f"it was not created by compactstore's migrations and cannot be upgraded safely"
         )
-    if not auto_migrate:
-        raise SchemaError(
-            f"the database {location} has schema revision {current or 'none'} and this "
-            f"compactstore needs {head}; run `compactstore db upgrade --db {location}` "
-            f"or open it with auto_migrate=True"
-        )
-    # Alembic runs inside this transaction (it does not begin its own when one is open).
-    config.attributes["connection"] = connection
-    command.upgrade(config, "head")
