@@ -1140,6 +1140,16 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.fixture(scope="module")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fixture sessions in a SQLite file, for tests of files, directories and mounts
+    (a read-only PostgreSQL store is tested by test_a_read_only_store_never_writes)."""
+    path = tmp_path_factory.mktemp("sqlite_template") / "template.db"
+    with CompactStore.open(path) as store:
+        build_store(store)
+    return str(path)
+
+
 def remount_read_only(directory: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(directory)], check=True)
 
@@ -1212,9 +1222,10 @@ def test_a_read_only_command_on_a_missing_path_creates_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_read_only_commands_work_on_a_read_only_filesystem(template: str, tmp_path: Path) -> None:
-    if "://" in template:
-        pytest.skip("a SQLite file on a read-only mount (PostgreSQL: see the read-only store test)")
+def test_read_only_commands_work_on_a_read_only_filesystem(
+    sqlite_template: str, tmp_path: Path
+) -> None:
+    template = sqlite_template
     with tmpfs(tmp_path / "ro", "8m") as mounted:
         database = mounted / "agent.db"
         shutil.copyfile(template, database)
@@ -1263,10 +1274,9 @@ def as_unprivileged_user(*args: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("directory_mode", [0o555, 0o777], ids=["read-only dir", "open dir"])
 def test_a_read_only_file_works_for_reading_and_refuses_writes_by_cause(
-    template: str, directory_mode: int
+    sqlite_template: str, directory_mode: int
 ) -> None:
-    if "://" in template:
-        pytest.skip("file permissions are SQLite's (PostgreSQL: see the read-only store test)")
+    template = sqlite_template
     expected = ok(invoke(template, "show", "s1")).stdout
     directory = Path(tempfile.mkdtemp(prefix="cs-ro-"))
     try:

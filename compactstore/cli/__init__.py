@@ -1,11 +1,18 @@
 """The compactstore command line. Commands only call the library: no SQL here.
 
-Every command takes ``--db`` (default ``compactstore.db`` or ``$COMPACTSTORE_DB``) and
-``-h``; every command whose output is data takes ``--json`` and then prints one JSON
-document with stable keys to stdout. Progress bars and prompts go to stderr, so
-``--json`` output stays clean. A failing command prints one ``Error: ...`` line to stderr
-and exits 1 (2 for a usage error); each command that writes does so in one transaction,
-so a failure leaves the database as it was.
+Every command takes ``--db`` (after the command or before it; default ``$COMPACTSTORE_DB``,
+else ``compactstore.db``) and ``-h``; every command whose output is data takes ``--json``
+and then prints one JSON document with stable keys to stdout. Progress bars and prompts go
+to stderr, so ``--json`` output stays clean. A failing command prints one ``Error: ...``
+line (under ``--json``: one JSON object) to stderr and exits 1, 2 for a usage error (see
+:mod:`compactstore.cli.errors`); each command that writes does so in one transaction, so a
+failure leaves the database as it was. Commands that only read open the database read-only.
+
+Modules: ``options`` (the shared options and arguments), ``errors`` (how failures are
+shown), ``files`` (progress, ``-o`` outputs, config files), ``render`` (the text tables and
+JSON documents, pure), and the commands: ``reading``, ``compaction``, ``transcripts``,
+``schema``. A new command is written in one of those (or a new module) and added to the
+list below; tests/test_docs.py then asks for its section in README.md.
 
 JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``effective``;
 ``boundary`` is a CompactBoundary)::
