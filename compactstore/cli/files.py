@@ -60,6 +60,7 @@ def progress(label: str) -> Iterator[Progress]:
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
 
 
 def _refuse_database(path: Path, db: str | None) -> None:
@@ -87,9 +88,6 @@ def _refuse_database(path: Path, db: str | None) -> None:
             f"it; choose another output file",
             "InvalidInputError",
         )
-
-
-_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 @contextmanager
