@@ -9,6 +9,7 @@ the file; every command exits 0, or 1 with one ``Error:`` line naming the file.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -247,6 +248,9 @@ def _check_cli(path: Path, commands: list[list[str]] = COMMANDS) -> list[str]:
             problems.append(f"{command}: traceback: {result.exception!r}")
         elif result.exit_code not in (0, 1):
             problems.append(f"{command}: exit {result.exit_code}: {result.stderr}")
+        elif result.exit_code == 1 and "--json" in command:  # one JSON object on stderr
+            if str(path) not in json.loads(result.stderr)["error"]:
+                problems.append(f"{command}: the JSON error does not name the file")
         elif result.exit_code == 1 and (
             not result.stderr.startswith("Error: ")
             or result.stderr.count("\n") != 1
