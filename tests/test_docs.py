@@ -74,7 +74,7 @@ def _cli_sections() -> tuple[str, dict[str, str]]:
 def test_every_command_and_option_is_in_the_readme() -> None:
     intro, sections = _cli_sections()
     missing = [
-        f"--version/--db of `compactstore` itself: name {option} before the first section"
+        f"{option} (of `compactstore` itself) in the text before the first command's section"
         for option in _option_names(cli)
         if option not in intro
     ]
@@ -116,10 +116,8 @@ class FakeModel:
 
     turns: int = 4
     calls: int = field(default=0, init=False)
-    sent: list[list[dict[str, Any]]] = field(default_factory=list, init=False)
 
     def __call__(self, messages: list[dict[str, Any]]) -> SimpleNamespace:
-        self.sent.append(messages)
         self.calls += 1
         prompt = sum(len(str(message)) for message in messages) // 4
         usage = SimpleNamespace(
