@@ -9,7 +9,7 @@ import click
 
 from compactstore.cli import render
 from compactstore.cli.errors import library_errors
-from compactstore.cli.files import write_output
+from compactstore.cli.files import open_output, write_output
 from compactstore.cli.options import (
     db_option,
     json_option,
@@ -159,12 +159,15 @@ def export(session_id: str, active: bool, output: Path | None, db: str) -> None:
 
     with CompactStore.open(db, read_only=True) as store:
         sess = store.get_session(session_id)
-        # Read everything before writing anything: a failure leaves no half-written output.
-        lines = [line.rstrip("\n") + "\n" for line in export_lines(sess, active=active)]
-    if output is not None:
-        write_output(output, "".join(lines).encode("utf-8"), db=db)
-    else:
-        click.echo("".join(lines), nl=False)
+        # Streamed a page of the log at a time; an output file appears only when complete.
+        lines = export_lines(sess, active=active)
+        if output is None:
+            for line in lines:
+                click.echo(line, nl=False)
+            return
+        with open_output(output, db=db) as out:
+            for line in lines:
+                out.write(line.encode("utf-8"))
 
 
 @click.command(short_help="Show store-wide counts and sizes.")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -10,13 +15,41 @@ from compactstore.cli import render
 from compactstore.cli.errors import library_errors
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
+from compactstore.errors import CompactStoreWarning
 from compactstore.store import CompactStore
 
 __all__ = ["demo", "import_", "simulate"]
 
 _transcript_argument = click.argument(
-    "file", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+    "file", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
 )
+
+
+def _transcript_source(file: Path) -> Path | BinaryIO:
+    """The transcript to read: the file, or standard input for ``-``."""
+    return sys.stdin.buffer if str(file) == "-" else file
+
+
+def _transcript_name(file: Path) -> str:
+    return "stdin" if str(file) == "-" else file.name
+
+
+@contextmanager
+def _transcript_warnings() -> Iterator[None]:
+    """Print the library's warnings about a transcript (a cut last line) as
+    ``Warning: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompactStoreWarning)
+        try:
+            yield
+        finally:
+            for warning in caught:
+                if issubclass(warning.category, CompactStoreWarning):
+                    click.echo(f"Warning: {warning.message}", err=True)
+                else:
+                    warnings.warn_explicit(
+                        warning.message, warning.category, warning.filename, warning.lineno
+                    )
 
 
 @click.command("import", short_help="Import a transcript as a new session.")
@@ -32,6 +65,12 @@ _transcript_argument = click.argument(
 @click.option(
     "--context-window", type=click.IntRange(min=1_000), help="Context window of the new session."
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse a transcript whose last line is cut short (still being written) instead of "
+    "importing the lines before it with a warning.",
+)
 @db_option
 @json_option
 @library_errors
@@ -40,14 +79,17 @@ def import_(
     session_id: str | None,
     format_: str | None,
     context_window: int | None,
+    strict: bool,
     db: str,
     as_json: bool,
 ) -> None:
     """Import a transcript as a new session: Claude Code or Codex JSONL, a SWE-agent
-    trajectory, or JSONL of messages in any of the three formats.
+    trajectory, or JSONL of messages in any of the three formats; gzip files too, and `-`
+    for standard input (with --session).
 
     All or nothing: a malformed line stops the import with its line number and stores
-    nothing.
+    nothing. A last line cut short (the agent is still writing the file) is left out with a
+    warning, or refused with --strict.
 
     Example: compactstore import ~/.claude/projects/app/1234.jsonl --session app
     """
@@ -59,15 +101,16 @@ def import_(
             f"{format_!r} is not one of: {', '.join((*SOURCES, *FORMAT_NAMES))}",
             param_hint="'--format'",
         )
-    with CompactStore.open(db) as store:
-        with progress(f"Importing {file.name}") as report:
+    with CompactStore.open(db) as store, _transcript_warnings():
+        with progress(f"Importing {_transcript_name(file)}") as report:
             sess = import_file(
                 store,
-                file,
+                _transcript_source(file),
                 session_id=session_id,
                 format=format_,
                 context_window=context_window,
                 progress=report,
+                strict=strict,
             )
         count = sess.message_count()
         boundaries = len(sess.boundaries())
@@ -140,11 +183,11 @@ def simulate(
         if not as_json:
             click.echo(sim.stage_rows([event])[0])
 
-    with progress(f"Reading {file.name}") as report:
-        transcript = read_transcript(file, format=format_, progress=report)
+    with progress(f"Reading {_transcript_name(file)}") as report, _transcript_warnings():
+        transcript = read_transcript(_transcript_source(file), format=format_, progress=report)
     store = CompactStore.open(db) if db is not None else None
     try:
-        with progress(f"Simulating {file.name}") as report:
+        with progress(f"Simulating {_transcript_name(file)}") as report:
             result = sim.simulate_transcript(
                 transcript,
                 name=str(file),
