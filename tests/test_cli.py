@@ -1399,7 +1399,7 @@ def test_piping_into_head_exits_quietly_with_0(tmp_path: Path) -> None:
         messages = [
             user(f"line {i}: " + "x" * 200) if i % 2 == 0 else assistant("ok") for i in range(2_000)
         ]
-        store.import_session("big", messages)
+        store.session("big", now=T0).extend(messages)
     reader = subprocess.Popen(
         [sys.executable, "-m", "compactstore", "export", "big", "--db", str(database)],
         stdout=subprocess.PIPE,
