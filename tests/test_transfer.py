@@ -37,6 +37,7 @@ from compactstore import CompactStore, ConflictError, NotFoundError, Session
 from compactstore.db import schema
 from compactstore.db import transfer as db_transfer
 from compactstore.db.migrate import alembic_config, head_revision, stored_revision
+from compactstore.demo import run_demo
 from compactstore.errors import InvalidInputError, SchemaError
 from compactstore.importers import read_transcript
 from compactstore.simulate import simulate_transcript
@@ -521,6 +522,7 @@ STOPPED_CHILD = """
 import os, signal, sys
 from compactstore import CompactStore
 from compactstore.importers import read_transcript
+from compactstore.demo import run_demo
 from compactstore.simulate import simulate_transcript
 
 what, db, how, source = sys.argv[1:5]
@@ -535,6 +537,8 @@ with CompactStore.open(db) as store:
     if what == "simulate":
         transcript = read_transcript(source)
         simulate_transcript(transcript, window=8_000, store=store, progress=progress)
+    else:
+        run_demo(store, steps=60, progress=progress)
 print("finished")
 """
 
@@ -569,3 +573,18 @@ def test_a_simulation_stopped_half_way_leaves_no_half_session(
         report = simulate_transcript(read_transcript(source), window=8_000, store=target)
         (simulated,) = [info for info in target.sessions() if info.id != "resident"]
         assert simulated.message_count == report.messages == len(transcript("anthropic"))
+
+
+@pytest.mark.parametrize("how", ["kill", "interrupt"])
+def test_a_demo_stopped_half_way_leaves_no_half_session(
+    db_url: str, tmp_path: Path, how: str
+) -> None:
+    with opened(db_url) as target:
+        new_session(target, sid="resident").request("keep me")
+        rows = snapshot(target)
+    returncode = run_stopped("demo", db_url, how, tmp_path, tmp_path / "tmp")
+    assert returncode == (-signal.SIGKILL if how == "kill" else -signal.SIGINT)
+    with opened(db_url) as target:
+        assert snapshot(target) == rows
+        report = run_demo(target, steps=60)
+        assert target.get_session(report.session_id).message_count() == report.messages

@@ -40,6 +40,7 @@ from compactstore.demo.script import USER_REQUEST
 from compactstore.errors import InvalidInputError
 from compactstore.models import CompactionConfig
 from compactstore.store import CompactStore
+from compactstore.transfer import staging
 
 __all__ = [
     "DEMO_CONFIG",
@@ -134,7 +135,7 @@ def run_demo(
     """Play the demo session into ``store`` and report what every stage did.
 
     Args:
-        store: where to write the session.
+        store: where the session is copied, in one transaction, once it is complete.
         session_id: the session's id; when it is taken, the first free of
             ``<id>-2``, ``<id>-3``, ... is used (see the report's ``session_id``).
         steps: model turns to play. Around 150 or more reach every stage; 300 is the default.
@@ -149,28 +150,32 @@ def run_demo(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInputError(f"steps must be a positive whole number, got {steps!r}")
     sid = _fresh_id(store, session_id)
-    session = store.session(
-        sid,
-        context_window=DEMO_CONTEXT_WINDOW,
-        format="anthropic",
-        config=DEMO_CONFIG,
-        now=START_EPOCH,
-    )
-    agent = Agent(store, session, steps)
-    agent.say(USER_REQUEST)
-    for index in range(steps):
-        agent.step(index)
-        if progress is not None:
-            progress(index + 1, steps)
-    fired, saved = agent.dedup_stats()
-    agent.fired["read_dedup"] = fired
-    agent.freed["read_dedup"] = saved
+    # Played into a temporary database and copied into the store when complete: a demo
+    # that is stopped (Ctrl-C, kill, a full disk) leaves no half session there.
+    with staging(store) as stage:
+        session = stage.session(
+            sid,
+            context_window=DEMO_CONTEXT_WINDOW,
+            format="anthropic",
+            config=DEMO_CONFIG,
+            now=START_EPOCH,
+        )
+        agent = Agent(stage, session, steps)
+        agent.say(USER_REQUEST)
+        for index in range(steps):
+            agent.step(index)
+            if progress is not None:
+                progress(index + 1, steps)
+        fired, saved = agent.dedup_stats()
+        agent.fired["read_dedup"] = fired
+        agent.freed["read_dedup"] = saved
+        compactions = len(session.compactions())
     return DemoReport(
         session_id=sid,
         steps=steps,
         messages=agent.messages,
         fired=agent.fired,
-        compactions=len(session.compactions()),
+        compactions=compactions,
         tokens_freed=agent.freed,
         peak_usage=agent.peak,
         context_window=DEMO_CONTEXT_WINDOW,
