@@ -72,7 +72,12 @@ def copy_sessions(
 
 
 def prune(
-    store: CompactStore, older_than_days: float, *, now: float | None = None, dry_run: bool = False
+    store: CompactStore,
+    older_than_days: float,
+    *,
+    now: float | None = None,
+    dry_run: bool = False,
+    among: Iterable[str] | None = None,
 ) -> list[str]:
     """Delete the sessions whose last activity is more than ``older_than_days`` days old.
 
@@ -80,6 +85,9 @@ def prune(
     newest compaction (message times are those the agent or the imported transcript gave).
     All of them go in one transaction. Returns the ids (deleted, or that would be with
     ``dry_run``), oldest first.
+
+    Args:
+        among: consider only these sessions (e.g. those a person was shown and confirmed).
     """
     if isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float):
         raise InvalidInputError(f"older_than_days must be a number, got {older_than_days!r}")
@@ -89,6 +97,8 @@ def prune(
 
     def tx(connection: Connection) -> list[str]:
         latest = db.last_activity(connection)
+        if among is not None:
+            latest = {sid: latest[sid] for sid in set(among) if sid in latest}
         stale = sorted((at, sid) for sid, at in latest.items() if at < cutoff)
         ids = [sid for _, sid in stale]
         if not dry_run:

@@ -37,6 +37,10 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
                   peak_usage, context_window}, compactions: [compaction],
                   audit_queries: [{title, sql}]}
     stats        see compactstore.admin.StoreStats.as_json
+    backup       {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
+    restore      {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
+    delete       {location, session, deleted}
+    prune        {older_than_days, dry_run, sessions}
     db current   {current, head, up_to_date}
     db upgrade   {location, revision}
 """
@@ -52,6 +56,7 @@ from compactstore.cli.reading import blob, breaker, export, history, sessions, s
 from compactstore.cli.render import one_line
 from compactstore.cli.schema import db_group
 from compactstore.cli.transcripts import demo, import_, simulate
+from compactstore.cli.transfer import backup, delete, prune, restore
 from compactstore.errors import CompactStoreError
 
 __all__ = ["cli", "main"]
@@ -71,15 +76,19 @@ def cli(db: str | None) -> None:
 
 # Every command, in one place: a new command is written in its module and added here.
 for _command in (
+    backup,
     blob,
     breaker,
     compact,
     db_group,
+    delete,
     demo,
     export,
     history,
     import_,
+    prune,
     replay,
+    restore,
     rollback,
     sessions,
     show,
