@@ -516,75 +516,75 @@ def test_staging_copies_when_done_and_leaves_the_target_untouched_on_error(
 
 # -- demo and simulate build apart: a stopped run leaves no half session ---------------------
 
-# Runs one of the long writers into DB and kills itself (SIGKILL, as `kill -9` would) or
-# raises KeyboardInterrupt (Ctrl-C) when its progress reaches half way: a deterministic point.
-STOPPED_CHILD = """
+
+def play(what: str, store: CompactStore, source: Path, progress: Any = None) -> tuple[str, int]:
+    """Play the demo or simulate a transcript into ``store``: (session id, messages)."""
+    if what == "demo":
+        played = run_demo(store, steps=40, progress=progress)
+        return played.session_id, played.messages
+    transcript = read_transcript(source)
+    report = simulate_transcript(transcript, window=8_000, store=store, progress=progress)
+    return f"simulate-{len(store.sessions())}", report.messages
+
+
+# Plays into DB and kills itself (SIGKILL, as `kill -9` does) when its progress reaches half
+# way: a deterministic point, with no waiting.
+KILLED_CHILD = """
 import os, signal, sys
 from compactstore import CompactStore
-from compactstore.importers import read_transcript
-from compactstore.demo import run_demo
-from compactstore.simulate import simulate_transcript
-
-what, db, how, source = sys.argv[1:5]
+from tests.test_transfer import play
 
 def progress(done, total):
     if total and done * 2 >= total:
-        if how == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGKILL)
 
+what, db, source = sys.argv[1:4]
 with CompactStore.open(db) as store:
-    if what == "simulate":
-        transcript = read_transcript(source)
-        simulate_transcript(transcript, window=8_000, store=store, progress=progress)
-    else:
-        run_demo(store, steps=60, progress=progress)
+    play(what, store, source, progress)
 print("finished")
 """
 
 
-def run_stopped(what: str, db: str, how: str, source: Path, tmp: Path) -> int:
-    tmp.mkdir(exist_ok=True)
+def half_way(done: int, total: int) -> None:
+    if total and done * 2 >= total:
+        raise KeyboardInterrupt  # as Ctrl-C does
+
+
+def resident_rows(db: str) -> dict[str, list[tuple[Any, ...]]]:
+    with opened(db) as target:
+        new_session(target, sid="resident").request("keep me")
+        return snapshot(target)
+
+
+@pytest.mark.parametrize("what", ["demo", "simulate"])
+def test_a_run_killed_half_way_leaves_no_half_session(tmp_path: Path, what: str) -> None:
+    source = write_jsonl(tmp_path / "t.jsonl", transcript("anthropic", turns=24))
+    db = str(tmp_path / "target.db")
+    rows = resident_rows(db)
+    (tmp_path / "tmp").mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", STOPPED_CHILD, what, db, how, str(source)],
+        [sys.executable, "-c", KILLED_CHILD, what, db, str(source)],
         cwd=Path(__file__).parent.parent,
-        env={**os.environ, "TMPDIR": str(tmp)},
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert "finished" not in done.stdout, done.stderr
-    return done.returncode
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    with opened(db) as target:
+        assert snapshot(target) == rows
 
 
-@pytest.mark.parametrize("how", ["kill", "interrupt"])
-def test_a_simulation_stopped_half_way_leaves_no_half_session(
-    db_url: str, tmp_path: Path, how: str
+@pytest.mark.parametrize("what", ["demo", "simulate"])
+def test_a_run_interrupted_half_way_leaves_no_half_session(
+    db_url: str, tmp_path: Path, what: str
 ) -> None:
-    source = write_jsonl(tmp_path / "t.jsonl", transcript("anthropic"))
+    source = write_jsonl(tmp_path / "t.jsonl", transcript("anthropic", turns=24))
+    rows = resident_rows(db_url)
     with opened(db_url) as target:
-        new_session(target, sid="resident").request("keep me")
-        rows = snapshot(target)
-    returncode = run_stopped("simulate", db_url, how, source, tmp_path / "tmp")
-    assert returncode == (-signal.SIGKILL if how == "kill" else -signal.SIGINT)
-    with opened(db_url) as target:
+        with pytest.raises(KeyboardInterrupt):
+            play(what, target, source, half_way)
         assert snapshot(target) == rows
         # A run that completes copies its whole session in.
-        report = simulate_transcript(read_transcript(source), window=8_000, store=target)
-        (simulated,) = [info for info in target.sessions() if info.id != "resident"]
-        assert simulated.message_count == report.messages == len(transcript("anthropic"))
-
-
-@pytest.mark.parametrize("how", ["kill", "interrupt"])
-def test_a_demo_stopped_half_way_leaves_no_half_session(
-    db_url: str, tmp_path: Path, how: str
-) -> None:
-    with opened(db_url) as target:
-        new_session(target, sid="resident").request("keep me")
-        rows = snapshot(target)
-    returncode = run_stopped("demo", db_url, how, tmp_path, tmp_path / "tmp")
-    assert returncode == (-signal.SIGKILL if how == "kill" else -signal.SIGINT)
-    with opened(db_url) as target:
-        assert snapshot(target) == rows
-        report = run_demo(target, steps=60)
-        assert target.get_session(report.session_id).message_count() == report.messages
+        sid, messages = play(what, target, source)
+        assert target.get_session(sid).message_count() == messages
