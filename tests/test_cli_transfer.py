@@ -92,7 +92,7 @@ def test_backup_of_one_session_and_its_usage_errors(tmp_path: Path) -> None:
     file = tmp_path / "s1.compactstore"
     out = run("backup", "s1", "-o", str(file), "--db", db)
     assert out.exit_code == 0, out.output
-    assert out.stdout == f"Backed up 1 session of {db} to {file}: 1 messages, 0 compactions, " \
+    assert out.stdout == f"Backed up 1 session of {db} to {file}: 1 message, 0 compactions, " \
         "0 blobs, 0 memory entries.\n"  # fmt: skip
     assert run("backup", "s1", "--db", db).exit_code == 2  # no -o
     assert run("backup", "-o", str(tmp_path / "x"), "--db", db).exit_code == 2  # nothing chosen

@@ -24,12 +24,19 @@ _VACUUM = (
 )
 
 
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count:,} {one if count == 1 else many or one + 's'}"
+
+
 def _counts(report: CopyReport) -> str:
     rows = report.rows
-    return (
-        f"{rows.get('messages', 0):,} messages, {rows.get('compactions', 0):,} compactions, "
-        f"{rows.get('tool_result_blobs', 0):,} blobs, {rows.get('memory_entries', 0):,} "
-        f"memory entries"
+    return ", ".join(
+        [
+            _n(rows.get("messages", 0), "message"),
+            _n(rows.get("compactions", 0), "compaction"),
+            _n(rows.get("tool_result_blobs", 0), "blob"),
+            _n(rows.get("memory_entries", 0), "memory entry", "memory entries"),
+        ]
     )
 
 
@@ -81,8 +88,8 @@ def backup(
         click.echo(_copy_json(report, location=location, file=str(output)))
     else:
         click.echo(
-            f"Backed up {len(report.sessions)} session{'s' * (len(report.sessions) != 1)} "
-            f"of {location} to {output}: {_counts(report)}."
+            f"Backed up {_n(len(report.sessions), 'session')} of {location} to {output}: "
+            f"{_counts(report)}."
         )
 
 
@@ -135,7 +142,7 @@ def delete(session_id: str, yes: bool, db: str, as_json: bool) -> None:
         messages = sess.message_count()
     if not yes:
         click.confirm(
-            f"Delete session {sess.id} ({messages:,} messages) and everything it owns? "
+            f"Delete session {sess.id} ({_n(messages, 'message')}) and everything it owns? "
             f"There is no undo",
             abort=True,
             err=True,
@@ -146,7 +153,7 @@ def delete(session_id: str, yes: bool, db: str, as_json: bool) -> None:
     if as_json:
         click.echo(render.json_text({"location": location, "session": sess.id, "deleted": True}))
     else:
-        click.echo(f"Deleted session {sess.id} ({messages:,} messages) from {location}.")
+        click.echo(f"Deleted session {sess.id} ({_n(messages, 'message')}) from {location}.")
         click.echo(_VACUUM)
 
 
@@ -179,8 +186,8 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
     if stale and not dry_run:
         if not yes:
             click.confirm(
-                f"Delete {len(stale)} session{'s' * (len(stale) != 1)} idle for more than "
-                f"{days:g} days ({', '.join(stale)})? There is no undo",
+                f"Delete {_n(len(stale), 'session')} idle for more than {days:g} days "
+                f"({', '.join(stale)})? There is no undo",
                 abort=True,
                 err=True,
             )
@@ -193,14 +200,14 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
         click.echo(render.json_text(found))
     elif dry_run:
         click.echo(
-            f"{len(stale)} session{'s' * (len(stale) != 1)} idle for more than {days:g} days"
+            f"{_n(len(stale), 'session')} idle for more than {days:g} days"
             + (f": {', '.join(stale)}" if stale else "")
             + " (dry run: nothing deleted)."
         )
     else:
         click.echo(
-            f"Deleted {len(deleted)} session{'s' * (len(deleted) != 1)} idle for more than "
-            f"{days:g} days" + (f": {', '.join(deleted)}." if deleted else ".")
+            f"Deleted {_n(len(deleted), 'session')} idle for more than {days:g} days"
+            + (f": {', '.join(deleted)}." if deleted else ".")
         )
         if deleted:
             click.echo(_VACUUM)
