@@ -139,3 +139,24 @@ def test_the_console_script_and_python_m_run(venv: Path, tmp_path: Path) -> None
     assert module_help.replace("python -m compactstore", "compactstore") == help_text
     version = _run(script, "--version", cwd=tmp_path, timeout=120).stdout
     assert compactstore.__version__ in version
+
+
+def test_without_the_report_extra_the_report_command_names_it(venv: Path, tmp_path: Path) -> None:
+    """The wheel alone has no Jinja2: everything else works, and the report says what to
+    install."""
+    assert _run(venv / "compactstore", "demo", "--steps", "5", cwd=tmp_path, timeout=300)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [str(venv / "compactstore"), "report", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: writing a report needs Jinja2, the 'report' extra: "
+        "pip install 'compactstore[report]'\n"
+    )

@@ -304,3 +304,72 @@ def test_without_jinja2_the_error_names_the_extra(
     with pytest.raises(MissingExtraError, match=r"pip install 'compactstore\[report\]'"):
         write_report(store, "s", tmp_path / "s.html")
     assert not (tmp_path / "s.html").exists()
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def run(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from compactstore.cli import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_the_report_command_writes_one_page_or_every_page(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        a_busy_session(store, "s")
+        new_session(store, sid="a/../b").request("another")
+        compactions = len(store.get_session("s").compactions())
+    out = run("report", "s", "--db", db, "-o", str(tmp_path / "s.html"))
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith(f"Wrote {tmp_path / 's.html'} (")
+    page = Page((tmp_path / "s.html").read_text("utf-8"))
+    assert page.field("compactions") == compactions
+
+    out = run("report", "--all", "-o", str(tmp_path / "all"), "--db", db)
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == sorted(
+        ["index.html", safe_filename("s"), safe_filename("a/../b")]
+    )
+
+
+def test_the_report_command_default_name_and_errors(tmp_path: Path, monkeypatch: Any) -> None:
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        new_session(store, sid="x/y").request("hello")
+    monkeypatch.chdir(tmp_path)
+    out = run("report", "x/y", "--db", db)
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / safe_filename("x/y")).is_file()
+
+    for args in (["report"], ["report", "x/y", "--all", "-o", "d"], ["report", "--all"]):
+        out = run(*args, "--db", db)
+        assert out.exit_code == 2, (args, out.output)
+    out = run("report", "nobody", "--db", db, "-o", "n.html")
+    assert out.exit_code == 1 and out.stderr.startswith("Error: ") and "nobody" in out.stderr
+    assert not (tmp_path / "n.html").exists()
+    out = run("report", "x/y", "--db", db, "-o", db)  # never over the database
+    assert out.exit_code == 1 and "refusing to write" in out.stderr
+    with CompactStore.open(db) as store:
+        assert [info.id for info in store.sessions()] == ["x/y"]
+    out = run("report", "x/y", "--db", str(tmp_path / "none.db"))
+    assert out.exit_code == 1 and not (tmp_path / "none.db").exists()
+
+
+def test_the_demo_ends_with_the_command_that_writes_its_report(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    out = run("demo", "--steps", "40", "--db", "demo.db")
+    assert out.exit_code == 0, out.output
+    command = shlex.split(out.stdout.strip().splitlines()[-1])
+    assert command[:3] == ["compactstore", "report", "demo"]
+    written = run(*command[1:])
+    assert written.exit_code == 0, written.output
+    page = Page((tmp_path / "demo.html").read_text("utf-8"))
+    assert page.field("model_calls") >= 40  # the demo records every model call

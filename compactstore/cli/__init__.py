@@ -54,6 +54,7 @@ from compactstore.cli.errors import CompactstoreGroup
 from compactstore.cli.options import root_db_option
 from compactstore.cli.reading import blob, breaker, export, history, sessions, show, stats
 from compactstore.cli.render import one_line
+from compactstore.cli.report import report
 from compactstore.cli.schema import db_group
 from compactstore.cli.transcripts import demo, import_, simulate
 from compactstore.cli.transfer import backup, delete, prune, restore
@@ -88,6 +89,7 @@ for _command in (
     import_,
     prune,
     replay,
+    report,
     restore,
     rollback,
     sessions,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shlex
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -334,8 +335,10 @@ def demo_lines(
     *,
     location: str,
     backend: str,
+    db: str,
 ) -> list[str]:
-    """What `demo` prints: the run, its history and the SQL to audit it."""
+    """What `demo` prints: the run, its history, the SQL to audit it and the command that
+    writes its report (``db`` as the user gave it)."""
     peak = report.peak_usage / report.context_window if report.context_window else 0.0
     fired = ", ".join(f"{k} {v}" for k, v in report.fired.items()) or "none"
     freed = ", ".join(f"{k} {v:,}" for k, v in report.tokens_freed.items()) or "none"
@@ -353,4 +356,12 @@ def demo_lines(
     ]
     for title, sql in queries:
         lines.extend(["", f"-- {title}", sql.strip().rstrip(";") + ";"])
+    command = ["compactstore", "report", report.session_id, "--db", db]
+    if re.fullmatch(r"\w[\w-]*", report.session_id, re.ASCII):
+        command += ["-o", f"{report.session_id}.html"]  # else a safe name is made up
+    lines += [
+        "",
+        "See it as a page (needs pip install 'compactstore[report]'):",
+        shlex.join(command),
+    ]
     return lines

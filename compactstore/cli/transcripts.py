@@ -229,5 +229,7 @@ def demo(session_id: str, steps: int, db: str, as_json: bool) -> None:
     if as_json:
         click.echo(render.json_text(render.demo_json(result, compactions, queries)))
     else:
-        lines = render.demo_lines(result, compactions, queries, location=location, backend=backend)
+        lines = render.demo_lines(
+            result, compactions, queries, location=location, backend=backend, db=db
+        )
         click.echo("\n".join(lines))

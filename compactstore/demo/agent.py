@@ -151,6 +151,9 @@ class Agent:
         """The pre-call pipeline, as an agent runs it before every model call."""
         result = self.session.process_request(now=self.tick(1, 3))
         self.peak = max(self.peak, result.tokens_before)
+        # The model call: its provider counts about 1.45 tokens per estimated token (the
+        # Claude Code transcripts' ratio), which the store learns from (a model_calls row).
+        self.session.record_usage(round(1.45 * self.session.context().raw_tokens), now=self.clock)
         for step in result.steps:
             key = _PIPELINE_STAGES.get(step.strategy)
             if key is not None and step.success:
