@@ -6,6 +6,13 @@ when the context does not fit), and as a live agent would see it, with the provi
 prompt sizes from the transcript (system prompt and tool definitions included) driving
 record_usage. Prints one markdown table per mode.
 
+After each table, the handoff each cut left (SPEC §9.7), measured by
+compactstore.summary_audit — its own noise markers and parsers, not the summary code's
+classifier: noise lines, files listed twice, escaped newlines, summaries over budget, the
+share of instructions / open plan items / the last assistant text before the cut still in the
+summary or the kept messages, and, where the agent compacted itself, how much of what its
+summary lists ours names when cut at the same place.
+
 Usage: python -m benchmarks.quality [--corpus ../shared/corpus/dev] [--windows 200000,64000,32000]
 """
 
@@ -37,6 +44,22 @@ def row(report: SimulationReport) -> str:
     )
 
 
+def handoff_row(report: SimulationReport) -> str:
+    return (
+        f"| {Path(report.file).name} | {report.window // 1000}k | {report.cuts} "
+        f"| {report.noise_lines} | {report.duplicate_files} | {report.escaped_summaries} "
+        f"| {report.over_budget_summaries} | {_pct(report.instruction_share)} "
+        f"| {_pct(report.plan_share)} | {_pct(report.last_text_share)} "
+        f"| {_pct(report.reference_agreement)} | {_pct(report.reference_user_agreement)} |"
+    )
+
+
+HANDOFF_HEADER = (
+    "| transcript | window | cuts | noise lines | files twice | escaped \\n | over budget "
+    "| instructions kept | plan items kept | last text kept | ref. files | ref. user messages |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
 HEADER = (
     "| transcript | window | calls | compactions | validity | fit (max) | fit after auto "
     "| request kept | file recall | reference files | loops | reactive | usage ±5% | s |\n"
@@ -59,10 +82,15 @@ def main() -> None:
         (True, "As a live agent: provider's prompt sizes, overhead included"),
     ):
         print(f"\n### {title}\n\n{HEADER}")
+        reports = []
         for path in files:
             for window in windows:
-                report = simulate(path, window=window, use_usage=use_usage)
-                print(row(report), flush=True)
+                reports.append(simulate(path, window=window, use_usage=use_usage))
+                print(row(reports[-1]), flush=True)
+        print(f"\n#### The handoff after every cut ({title.lower()})\n\n{HANDOFF_HEADER}")
+        for report in reports:
+            if report.cuts:
+                print(handoff_row(report))
     print(f"\n{len(files)} transcripts, {time.perf_counter() - began:.0f} s in all")
 
 

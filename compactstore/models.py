@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,8 +20,16 @@ __all__ = [
     "CompactionConfig",
     "CompactionResult",
     "CompactionStep",
+    "CurrentWork",
+    "EarlierInstructions",
+    "ErrorEntry",
+    "FileAction",
+    "FileEntry",
     "ImportedBoundary",
+    "Instruction",
     "MemoryEntry",
+    "Plan",
+    "PlanItem",
     "SessionInfo",
     "SummaryState",
 ]
@@ -61,13 +69,19 @@ STRATEGY_WEIGHT: dict[CompactStrategy, int] = {
 }
 
 
+# Fields of earlier versions that no longer mean anything (the topics list of the first summary).
+_RETIRED_FIELDS = frozenset(
+    {"summary_max_topics", "summary_topic_chars", "summary_max_earlier_files"}
+)
+
+
 class CompactionConfig(BaseModel):
     """Every threshold of the pipeline.
 
     Defaults are the MiniCode article's numbers, except where the article names none or a
     comment here says why not: ``token_factor`` (1.6, measured on real transcripts; 1.0 is
     the article's plain estimate), ``full_compact_max_tail_messages``,
-    ``full_compact_target_share`` and ``summary_max_earlier_files``.
+    ``full_compact_target_share`` and the summary's fields (SPEC §9.7).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -105,14 +119,23 @@ class CompactionConfig(BaseModel):
     # the window (fixed overhead, pins and summary included), so one compaction leaves room
     # to work instead of triggering again on the next turn.
     full_compact_target_share: float = Field(0.5, gt=0, le=1)
+    # The summary (SPEC §9.7): the original request up to this many characters, later
+    # instructions cut to summary_instruction_chars (oldest first) when over budget, files
+    # and errors listed up to these counts, the whole within summary_max_tokens.
+    summary_max_tokens: int = Field(6_000, ge=100)
     summary_request_chars: int = Field(2_000, ge=1)
-    summary_max_topics: int = Field(8, ge=0)
-    summary_topic_chars: int = Field(100, ge=1)
-    summary_max_files: int = Field(10, ge=0)
-    # Older files beyond the newest ten, listed compactly so none is forgotten outright.
-    summary_max_earlier_files: int = Field(50, ge=0)
-    summary_max_errors: int = Field(3, ge=0)
-    summary_error_chars: int = Field(80, ge=1)
+    summary_instruction_chars: int = Field(60, ge=10)
+    summary_max_files: int = Field(60, ge=0)
+    summary_max_errors: int = Field(5, ge=0)
+    summary_error_chars: int = Field(160, ge=20)
+    # Calls whose input is the agent's plan or todo list: their latest items are the
+    # summary's pending tasks.
+    plan_tool_names: tuple[str, ...] = ("update_plan", "TodoWrite", "write_todos")
+
+    # Recall (SPEC §9.7): the summary says how to fetch what it stands for; answers are
+    # capped at recall_max_tokens, with a cursor to continue.
+    recall_enabled: bool = False
+    recall_max_tokens: int = Field(4_000, ge=100)
 
     # Stage 7: reactive recovery.
     reactive_blocking_ratio: float = Field(0.97, gt=0, le=1)
@@ -136,6 +159,14 @@ class CompactionConfig(BaseModel):
 
     # Input limits.
     max_message_bytes: int = Field(32 * 1024 * 1024, ge=1_024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        # Stored configs of sessions made before the summary had sections keep loading.
+        if isinstance(data, dict) and _RETIRED_FIELDS & data.keys():
+            return {k: v for k, v in data.items() if k not in _RETIRED_FIELDS}
+        return data
 
     @field_validator("boilerplate_patterns")
     @classmethod
@@ -291,18 +322,72 @@ class ImportedBoundary(BaseModel):
     timestamp: float | None = None
 
 
-class SummaryState(BaseModel):
-    """What a boundary's rule-based summary was written from, folded into the next one so
-    the request and the files survive any number of compactions.
-
-    Stored as JSON with each boundary (``compact_boundaries.summary_state``) and parsed when
-    read: a row that does not parse is a damaged database. ``version`` says which shape it
-    has; a later shape upgrades older ones when it folds them.
-    """
-
+class _StateModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: int = 1
+
+class Instruction(_StateModel):
+    """A user instruction after the original request (``seq`` unknown when upgraded)."""
+
+    seq: int | None = None
+    text: str
+
+
+class EarlierInstructions(_StateModel):
+    """The oldest instructions, folded into one line over budget."""
+
+    count: int = Field(ge=1)
+    first: int | None = None
+    last: int | None = None
+
+
+class PlanItem(_StateModel):
+    text: str
+    status: str = "pending"
+
+
+class Plan(_StateModel):
+    """The latest plan/todo call's items (``CompactionConfig.plan_tool_names``)."""
+
+    seq: int | None = None
+    tool: str
+    items: tuple[PlanItem, ...] = ()
+
+
+class CurrentWork(_StateModel):
+    """The last assistant text before the cut, and the next step it states."""
+
+    seq: int | None = None
+    text: str
+    next_step: str | None = None
+
+
+FileAction = Literal["created", "modified", "deleted", "read", "named"]
+
+
+class FileEntry(_StateModel):
+    """One file (one normalised path) and what was done to it."""
+
+    path: str
+    actions: tuple[FileAction, ...] = ()
+    seq: int | None = None  # the newest message that touched it
+
+
+class ErrorEntry(_StateModel):
+    """A failed tool call; ``key`` is its tool and normalised input, so a later success of
+    the same call marks it resolved."""
+
+    tool: str = ""
+    key: str = ""
+    text: str
+    seq: int | None = None
+    resolved: bool = False
+
+
+class _SummaryStateV1(_StateModel):
+    """The first shape of :class:`SummaryState` (topics, a file list, error texts)."""
+
+    version: Literal[1] = 1
     original_request: str | None = None
     topics: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
@@ -310,3 +395,49 @@ class SummaryState(BaseModel):
     errors: tuple[str, ...] = ()
     compactions: int = Field(0, ge=0)
     messages_removed: int = Field(0, ge=0)
+
+
+class SummaryState(_StateModel):
+    """What a boundary's rule-based summary was written from, folded into the next one so
+    the handoff (SPEC §9.7) survives any number of compactions.
+
+    Stored as JSON with each boundary (``compact_boundaries.summary_state``) and parsed when
+    read: a row that does not parse is a damaged database. ``version`` says which shape it
+    has; a version-1 row (``"version": 1``, or no version and only version 1's fields, as rows
+    written before it had one) is read as version 2: its topics
+    become instructions without a seq, its files are "named" and its errors unresolved —
+    what it did not record stays unknown.
+    """
+
+    version: Literal[2] = 2
+    original_request: str | None = None
+    cwd: str | None = None
+    instructions: tuple[Instruction, ...] = ()  # oldest first
+    earlier_instructions: EarlierInstructions | None = None
+    plan: Plan | None = None
+    current_work: CurrentWork | None = None
+    files: tuple[FileEntry, ...] = ()  # oldest first
+    errors: tuple[ErrorEntry, ...] = ()  # oldest first
+    compactions: int = Field(0, ge=0)
+    messages_removed: int = Field(0, ge=0)
+    first_seq: int | None = None  # the seqs the summary stands for
+    last_seq: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "version" in data and data["version"] != 1:
+            return data
+        if "version" not in data and data.keys() - _SummaryStateV1.model_fields.keys():
+            return data  # made in code: version 2's own fields
+        old = _SummaryStateV1.model_validate(data)  # a damaged row fails here, by name
+        return {
+            "original_request": old.original_request,
+            "instructions": [{"text": topic} for topic in old.topics],
+            "files": [{"path": path, "actions": ["named"]} for path in old.files],
+            "errors": [{"text": text} for text in old.errors],
+            "compactions": old.compactions,
+            "messages_removed": old.messages_removed,
+        }

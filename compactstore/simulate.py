@@ -30,15 +30,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from compactstore import summary_audit as audit
 from compactstore.context import ActiveContext, pairing_problems
 from compactstore.db import model_calls
-from compactstore.engines.full_compact import PATH_PATTERN, files_of
+from compactstore.engines.summary import file_actions
 from compactstore.formats import get_format
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.store import CompactStore, Session
 from compactstore.summary_audit import is_noise
-from compactstore.tokens import MAX_FACTOR, MIN_FACTOR
+from compactstore.tokens import MAX_FACTOR, MIN_FACTOR, estimate_tokens
 from compactstore.transfer import staging
 
 __all__ = ["Progress", "SimulationReport", "simulate", "simulate_transcript"]
@@ -95,10 +96,26 @@ class SimulationReport:
     loops: int = 0
     reactive_calls: int = 0
     gave_up: int = 0
-    # Reference agreement (transcripts with their own compactions).
+    # The handoff (SPEC §9.7), checked after every cut with the checks of summary_audit.
+    cuts: int = 0
+    noise_lines: int = 0
+    duplicate_files: int = 0
+    escaped_summaries: int = 0
+    over_budget_summaries: int = 0
+    instructions_due: int = 0
+    instructions_kept: int = 0
+    plan_items_due: int = 0
+    plan_items_kept: int = 0
+    last_text_due: int = 0
+    last_text_kept: int = 0
+    handoff_examples: list[str] = field(default_factory=list)
+    # Reference agreement (transcripts with their own compactions): cut where the agent did
+    # (compact(up_to_seq=...)) and count what its summary lists that ours names.
     reference_points: list[dict[str, Any]] = field(default_factory=list)
     reference_files: int = 0
     reference_files_named: int = 0
+    reference_user_messages: int = 0
+    reference_user_messages_named: int = 0
     # Token counts against the provider's (where the transcript has them).
     usage_calls: int = 0
     usage_errors: list[float] = field(default_factory=list)
@@ -130,6 +147,30 @@ class SimulationReport:
     def reference_agreement(self) -> float | None:
         return self.reference_files_named / self.reference_files if self.reference_files else None
 
+    @property
+    def reference_user_agreement(self) -> float | None:
+        return (
+            self.reference_user_messages_named / self.reference_user_messages
+            if self.reference_user_messages
+            else None
+        )
+
+    @staticmethod
+    def _share(kept: int, due: int) -> float | None:
+        return kept / due if due else None
+
+    @property
+    def instruction_share(self) -> float | None:
+        return self._share(self.instructions_kept, self.instructions_due)
+
+    @property
+    def plan_share(self) -> float | None:
+        return self._share(self.plan_items_kept, self.plan_items_due)
+
+    @property
+    def last_text_share(self) -> float | None:
+        return self._share(self.last_text_kept, self.last_text_due)
+
     def error_stats(self, errors: Sequence[float]) -> dict[str, float] | None:
         """Median and p90 of |relative error|, and the share of calls within 5%."""
         if not errors:
@@ -151,14 +192,21 @@ class SimulationReport:
             request_share=self.request_share,
             file_recall=self.file_recall,
             reference_agreement=self.reference_agreement,
+            reference_user_agreement=self.reference_user_agreement,
+            instruction_share=self.instruction_share,
+            plan_share=self.plan_share,
+            last_text_share=self.last_text_share,
             calibrated_error=self.error_stats(self.usage_errors),
             raw_error=self.error_stats(self.raw_errors),
         )
         return data
 
 
-def _paths_in_text(text: str) -> set[str]:
-    return {match.group(0).lstrip("./") for match in PATH_PATTERN.finditer(text)}
+def _named(path: str, text: str) -> bool:
+    """Whether a text names a file, as given or relative to some directory above it (a
+    summary names files relative to the working directory)."""
+    parts = path.strip("/").split("/")
+    return path in text or any("/".join(parts[i:]) in text for i in range(len(parts) - 1))
 
 
 class _SdkCheck:
@@ -330,6 +378,7 @@ def simulate_transcript(
         replay = _Replay(transcript, name, sid, window, config, opened, progress, on_compaction)
         replay.calibrate = calibrate
         report = replay.run()
+    _reference_agreement(report, transcript, config)
     report.seconds = time.perf_counter() - began
     return report
 
@@ -398,7 +447,6 @@ class _Replay:
             self._append(index, message)
             if self.progress is not None and (index % 25 == 0 or index == total - 1):
                 self.progress(index + 1, total)
-        self._reference_agreement()
         return self.report
 
     def _append(self, index: int, message: dict[str, Any]) -> None:
@@ -488,18 +536,77 @@ class _Replay:
             self.appended_since_auto = 0
         if cut:
             self._file_recall(result)
+            self._handoff(result)
+
+    def _handoff(self, result: CompactionResult) -> None:
+        """After a cut: the summary's form, and what an agent needs still being there (in
+        the summary, the kept messages or counted in its recall line), by the checks of
+        summary_audit."""
+        report = self.report
+        assert result.boundary is not None
+        summary = result.boundary.summary_text
+        config = self.sess.config
+        report.cuts += 1
+        noise = audit.noise_lines(summary)
+        report.noise_lines += len(noise)
+        report.duplicate_files += audit.duplicate_files(audit.listed_files(summary))
+        report.escaped_summaries += audit.escaped_newlines(summary)
+        report.over_budget_summaries += estimate_tokens(summary) > config.summary_max_tokens
+        context = self.sess.context()
+        first_kept = context.first_kept_seq
+        hay = "\n".join(audit.squash(self.fmt.text(item.message)) for item in context.items)
+        spans = audit.recall_spans(summary)
+        plan: list[str] | None = None
+        last_text: str | None = None
+        for seq in range(first_kept):
+            index = self.index_of_seq.get(seq)
+            if index is None:
+                continue
+            message = self.t.messages[index]
+            if self.fmt.is_request(message) and not audit.is_noise(self.fmt.text(message)):
+                report.instructions_due += 1
+                said = audit.user_said(self.fmt.text(message))
+                kept = audit.present(said, hay) or any(a <= seq <= b for a, b in spans)
+                report.instructions_kept += kept
+                if not kept:
+                    self._example(f"instruction at seq {seq} missing: {said[:60]!r}")
+            if self.fmt.kind(message) == "assistant":
+                text = self.fmt.text(message).strip()
+                last_text = text or last_text
+                for call in self.fmt.tool_calls(message):
+                    items = audit.pending_plan_items(call.name, call.input)
+                    plan = items if items is not None else plan
+        for item in plan or []:
+            report.plan_items_due += 1
+            kept = audit.present(item, hay)
+            report.plan_items_kept += kept
+            if not kept:
+                self._example(f"plan item missing: {item[:60]!r}")
+        if last_text is not None:
+            report.last_text_due += 1
+            kept = audit.present(last_text, hay)
+            report.last_text_kept += kept
+            if not kept:
+                self._example(f"last assistant text missing: {last_text[:60]!r}")
+        for line in noise:
+            self._example(f"noise in summary: {line[:80]!r}")
+
+    def _example(self, finding: str) -> None:
+        if len(self.report.handoff_examples) < 5:
+            self.report.handoff_examples.append(finding)
 
     def _file_recall(self, result: CompactionResult) -> None:
         removed: set[str] = set()
         for seq in result.removed_seqs:
             source = self.index_of_seq.get(seq)
             if source is not None:
-                removed |= set(files_of(self.fmt.tool_calls(self.t.messages[source])))
+                calls = self.fmt.tool_calls(self.t.messages[source])
+                removed |= {path for call in calls for path, _ in file_actions(call)}
         if not removed:
             return
         text = "\n".join(json.dumps(m, ensure_ascii=False) for m in result.messages)
         self.report.files_removed += len(removed)
-        self.report.files_recalled += sum(1 for path in removed if path in text)
+        self.report.files_recalled += sum(1 for path in removed if _named(path, text))
 
     def _measure(self, context: ActiveContext, real_size: int | None) -> None:
         report = self.report
@@ -542,42 +649,65 @@ class _Replay:
                 counts["calibrated"] += predicted < threshold
                 counts["raw"] += raw < threshold
 
-    def _reference_agreement(self) -> None:
-        """Where the transcript's agent compacted vs where we did, and its summary's files."""
-        report = self.report
-        ours = [
-            e
-            for e in report.compactions
-            if e.messages_removed and e.trigger in ("auto", "reactive")
-        ]
-        for boundary in self.t.boundaries:
-            nearest = min(
-                ours, key=lambda e: abs(e.message_index - boundary.first_kept_index), default=None
-            )
-            report.reference_points.append(
-                {
-                    "their_message_index": boundary.first_kept_index,
-                    "their_pre_tokens": boundary.tokens_before,
-                    "our_message_index": None if nearest is None else nearest.message_index,
-                    "our_tokens_before": None if nearest is None else nearest.tokens_before,
-                }
-            )
-        summaries = [b.summary_text for b in self.t.boundaries]
-        files = set().union(*(_paths_in_text(s) for s in summaries)) if summaries else set()
-        if files and ours:
-            report.reference_files = len(files)
-            report.reference_files_named = len(files & self._named_after_first_cut())
 
-    def _named_after_first_cut(self) -> set[str]:
-        boundaries = self.sess.boundaries(include_rolled_back=False)
-        named: set[str] = set()
-        for boundary in boundaries[:1]:
-            named |= _paths_in_text(boundary.summary_text)
-        context_text = "\n".join(
-            json.dumps(m, ensure_ascii=False) for m in self.sess.active_context()
+def _reference_agreement(
+    report: SimulationReport, transcript: Transcript, config: CompactionConfig | None
+) -> None:
+    """Where the transcript's agent compacted vs where we did; and at each of its cuts, our
+    summary of the same messages (``compact(up_to_seq=...)`` on a copy of the transcript)
+    against its own: the file paths and quoted user messages its summary lists that ours
+    names (our summary text only)."""
+    ours = [
+        e for e in report.compactions if e.messages_removed and e.trigger in ("auto", "reactive")
+    ]
+    for boundary in transcript.boundaries:
+        nearest = min(
+            ours, key=lambda e: abs(e.message_index - boundary.first_kept_index), default=None
         )
-        named |= _paths_in_text(context_text)
-        return named
+        report.reference_points.append(
+            {
+                "their_message_index": boundary.first_kept_index,
+                "their_pre_tokens": boundary.tokens_before,
+                "our_message_index": None if nearest is None else nearest.message_index,
+                "our_tokens_before": None if nearest is None else nearest.tokens_before,
+            }
+        )
+    if not transcript.boundaries:
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="compactstore-reference-") as tmp,
+        CompactStore.open(Path(tmp) / "reference.db") as store,
+    ):
+        copy = store.import_session(
+            "reference",
+            transcript.messages,
+            format=transcript.format,
+            config=config or CompactionConfig(),
+            timestamps=transcript.timestamps,
+        )
+        _compare_summaries(report, transcript, copy)
+
+
+def _compare_summaries(report: SimulationReport, transcript: Transcript, copy: Session) -> None:
+    for boundary in transcript.boundaries:
+        if boundary.first_kept_index < 1:
+            continue
+        stamp = boundary.timestamp if boundary.timestamp is not None else 0.0
+        ours_text = copy.compact(up_to_seq=boundary.first_kept_index - 1, now=stamp).summary_text
+        ours_squashed = audit.squash(ours_text)
+        ours_paths = audit.paths_in(ours_text)
+        theirs = [
+            p for p in audit.paths_in(boundary.summary_text) if "/.claude/projects/" not in f"/{p}"
+        ]
+        report.reference_files += len(theirs)
+        report.reference_files_named += sum(audit.path_named(p, ours_paths) for p in theirs)
+        quoted = audit.quoted_user_messages(boundary.summary_text)
+        report.reference_user_messages += len(quoted)
+        report.reference_user_messages_named += sum(audit.present(q, ours_squashed) for q in quoted)
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
 
 
 def summary_lines(report: SimulationReport) -> list[str]:
@@ -609,7 +739,13 @@ def summary_lines(report: SimulationReport) -> list[str]:
                 f"at {p['our_tokens_before']}"
                 for p in report.reference_points
             )
-            + ("" if agreement is None else f"; their summary's files named by us {agreement:.0%}")
+            + ("" if agreement is None else f"; their summary's files in ours {agreement:.0%}")
+            + (
+                ""
+                if report.reference_user_agreement is None
+                else f", their summary's user messages in ours "
+                f"{report.reference_user_agreement:.0%}"
+            )
         )
     calibrated, raw = report.error_stats(report.usage_errors), report.error_stats(report.raw_errors)
     if calibrated and raw:
@@ -622,6 +758,15 @@ def summary_lines(report: SimulationReport) -> list[str]:
             f"{report.missed_over_window['calibrated']} of them "
             f"(raw estimate: {report.missed_over_window['raw']})"
         )
+    if report.cuts:
+        lines.append(
+            f"handoff over {report.cuts} cuts: noise lines {report.noise_lines}, files listed "
+            f"twice {report.duplicate_files}, escaped \\n in {report.escaped_summaries}, over "
+            f"budget {report.over_budget_summaries}; later instructions "
+            f"{_share(report.instruction_share)}, pending plan items "
+            f"{_share(report.plan_share)}, last assistant text {_share(report.last_text_share)}"
+        )
+    lines.extend(f"handoff finding: {example}" for example in report.handoff_examples)
     for example in report.invalid_examples:
         lines.append(f"invalid context: {example}")
     return lines

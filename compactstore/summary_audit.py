@@ -8,16 +8,27 @@ the classifier shows up as a finding instead of being measured away.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "NOISE_MARKERS",
+    "PLAN_TOOLS",
+    "duplicate_files",
     "escaped_newlines",
     "is_noise",
+    "listed_files",
     "noise_lines",
+    "path_named",
+    "paths_in",
+    "pending_plan_items",
     "present",
+    "quoted_user_messages",
     "real_request_index",
+    "recall_spans",
+    "squash",
     "user_said",
 ]
 
@@ -89,12 +100,84 @@ def escaped_newlines(summary: str) -> bool:
     return "\\n" in summary
 
 
-def _squash(text: str) -> str:
+def squash(text: str) -> str:
+    """White space runs as one space."""
     return " ".join(text.split())
 
 
-def present(text: str, haystacks: Sequence[str], chars: int = 60) -> bool:
-    """Whether the first ``chars`` characters of ``text`` (white space squashed) are in one
-    of the haystacks (squashed the same way)."""
-    needle = _squash(text)[:chars]
-    return not needle or any(needle in _squash(h) for h in haystacks)
+def present(text: str, haystack: str, chars: int = 60) -> bool:
+    """Whether the first ``chars`` characters of ``text`` are in ``haystack`` (both with
+    white space squashed; pass a haystack already squashed)."""
+    needle = squash(text)[:chars]
+    return not needle or needle in haystack
+
+
+_FILE_LINE = re.compile(r"^- (\S(?:.*?\S)?) — ", re.MULTILINE)
+_EARLIER = re.compile(r"(\d+) earlier instructions \(seqs (\d+)–(\d+)\)")
+_PATH = re.compile(r"(?:[\w.@+()\[\]-]+/)+[\w.@+-]+\.[A-Za-z0-9]{1,8}\b")
+PLAN_TOOLS = ("update_plan", "TodoWrite", "write_todos")
+
+
+def listed_files(summary: str) -> list[str]:
+    """Paths on the lines of the summary's files section."""
+    files_section = re.search(r"^## Files[^\n]*\n(.*?)(?:\n\n|\Z)", summary, re.S | re.M)
+    return _FILE_LINE.findall(files_section.group(1)) if files_section else []
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Two spellings of one file: equal, or an absolute path ending with a relative one
+    (two relative paths are two files, as ``lib/x.ex`` and ``_build/lib/x.ex`` are)."""
+    a, b = a.removeprefix("./"), b.removeprefix("./")
+    if a == b:
+        return True
+    if a.startswith("/") != b.startswith("/"):
+        absolute, relative = (a, b) if a.startswith("/") else (b, a)
+        return absolute.endswith("/" + relative)
+    return False
+
+
+def duplicate_files(paths: Sequence[str]) -> int:
+    """How many listed paths name a file listed before them (another spelling included)."""
+    return sum(1 for i, p in enumerate(paths) if any(_same_file(p, q) for q in paths[:i]))
+
+
+def recall_spans(summary: str) -> list[tuple[int, int]]:
+    """(first seq, last seq) of each "N earlier instructions (seqs a–b)" line."""
+    return [(int(a), int(b)) for _, a, b in _EARLIER.findall(summary)]
+
+
+def paths_in(text: str) -> set[str]:
+    """File paths (a directory part and an extension) a text names."""
+    return {match.group(0) for match in _PATH.finditer(text)}
+
+
+def path_named(path: str, paths: Iterable[str]) -> bool:
+    """Whether ``path`` is one of ``paths``, whichever spelling (absolute or relative)."""
+    return any(_same_file(path, other) for other in paths)
+
+
+def quoted_user_messages(reference: str) -> list[str]:
+    """The quoted user messages a Claude Code summary lists under "All user messages"."""
+    found = re.search(r"All [Uu]ser [Mm]essages:?\s*\n(.*?)(?:\n\s*\n\d+\.|\Z)", reference, re.S)
+    if not found:
+        return []
+    return re.findall(r'^\s*-\s+"(.+?)"(?:\s|$)', found.group(1), re.M)
+
+
+def pending_plan_items(name: str, arguments: Any) -> list[str] | None:
+    """Texts of the items not completed in a plan/todo call, None for other calls."""
+    if name not in PLAN_TOOLS:
+        return None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    entries = arguments.get("plan", arguments.get("todos")) if isinstance(arguments, dict) else None
+    if not isinstance(entries, list):
+        return None
+    return [
+        str(entry.get("step") or entry.get("content") or "")
+        for entry in entries
+        if isinstance(entry, dict) and entry.get("status") != "completed"
+    ]

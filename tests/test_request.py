@@ -225,12 +225,15 @@ def test_the_independent_request_check_skips_client_noise() -> None:
     assert real_request_index([CAVEAT, COMMAND, "Do it"]) == 2
 
 
-@pytest.mark.skipif(not CORPUS_DEV.is_dir(), reason=f"no dev corpus at {CORPUS_DEV}")
+@pytest.mark.corpus
 def test_simulate_keeps_the_real_request_of_a_codex_rollout() -> None:
     rollout = CORPUS_DEV / "codex" / "agentcmd-rollout-2025-09-24T19-22-20.jsonl"
     report = simulate(rollout, window=32_000)
     assert report.compactions
     assert report.request_share == 1.0
+    # Its handoff: no noise, the user's instructions and the plan's open items kept.
+    assert report.noise_lines == report.duplicate_files == report.escaped_summaries == 0
+    assert report.instruction_share == report.plan_share == report.last_text_share == 1.0
     # The metric checks the real request: without the classifier it is lost.
     lost = simulate(rollout, window=32_000, config=CompactionConfig(boilerplate_patterns=()))
     assert lost.request_share < 0.5

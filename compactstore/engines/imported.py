@@ -9,8 +9,8 @@ state is folded as usual so later compactions still carry the request and the fi
 from __future__ import annotations
 
 from compactstore.context import ActiveContext
+from compactstore.engines import summary
 from compactstore.engines.base import Cut, StageResult
-from compactstore.engines.full_compact import fold_state
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import CompactStrategy, ImportedBoundary, SummaryState
 
@@ -24,7 +24,7 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
     transcript's summary."""
     removed = [item for item in context.kept if not item.pinned]
     previous = context.boundary.summary_state if context.boundary is not None else SummaryState()
-    state = fold_state(previous, removed, context)
+    state = summary.fold(previous, removed, context)
     after = context.cut(len(context.kept), boundary.summary_text)
     stage = StageResult(
         strategy=CompactStrategy.FULL,

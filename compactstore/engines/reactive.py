@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from compactstore.context import ActiveContext, ContextMessage, legal_cuts
-from compactstore.engines import full_compact, tool_budget
+from compactstore.engines import full_compact, summary, tool_budget
 from compactstore.engines.base import (
     Cut,
     Edit,
@@ -23,7 +23,7 @@ from compactstore.engines.base import (
     StageResult,
     nearest_legal_cut,
 )
-from compactstore.engines.full_compact import fold_state, header, render_state
+from compactstore.engines.full_compact import rule_summary
 from compactstore.models import CompactStrategy, CompactTrigger
 
 __all__ = ["Recovery", "limit", "recover", "truncate"]
@@ -55,12 +55,16 @@ def truncate(context: ActiveContext, inputs: EngineInputs, attempt: int) -> Stag
     text = ""
     state = inputs.summary_state
     if removed and cut is not None:
-        state = fold_state(inputs.summary_state, removed, context)
-        text = (
-            f"{header(f'Reactive Recovery, attempt {attempt}', inputs.now)}\n"
-            f"[Context aggressively truncated for recovery — attempt {attempt}] Earlier "
-            "conversation was removed to fit context limits.\n\n"
-            f"{render_state(state, config)}"
+        state = summary.fold(inputs.summary_state, removed, context)
+        text, state = rule_summary(
+            context,
+            state,
+            f"Reactive Recovery, attempt {attempt}",
+            inputs.now,
+            replaces=sum(item.tokens for item in removed)
+            + (context.summary.tokens if context.summary is not None else 0),
+            note=f"[Context aggressively truncated for recovery — attempt {attempt}] Earlier "
+            "conversation was removed to fit context limits.",
         )
         after = context.cut(cut, text)
     edits: tuple[Edit, ...] = ()

@@ -1,7 +1,8 @@
 """Stage 6a, session-memory compact (SPEC §5.6): summarise with memory the agent already has.
 
 The summary is the stored memory (up to ``session_memory_max_tokens``; ``user_intent``
-entries first, then the newest) plus counts and what earlier summaries carried forward.
+entries first, then the newest) plus counts, then the handoff sections of a full compact
+(:mod:`compactstore.engines.summary`), cumulative like them.
 A verbatim tail is kept, built from the newest message backwards: at least
 ``session_memory_min_tail_messages`` messages and ``session_memory_min_tail_tokens``
 tokens, growing up to ``session_memory_max_tail_tokens`` once those minimums are met.
@@ -15,8 +16,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from compactstore.context import ActiveContext, legal_cuts
+from compactstore.engines import summary
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
-from compactstore.engines.full_compact import fold_state, header, render_files
+from compactstore.engines.full_compact import header
 from compactstore.models import CompactStrategy, CompactTrigger, MemoryEntry
 from compactstore.tokens import TokenCounter
 
@@ -99,20 +101,16 @@ def run(
     )
     if cut is None or not removed:
         return failed
-    state = fold_state(inputs.summary_state, removed, context)
-    carried = []
-    if state.original_request:
-        carried.append(
-            "## Original request\n" + state.original_request[: context.config.summary_request_chars]
-        )
-    carried.extend(render_files(state, context.config))
+    state = summary.fold(inputs.summary_state, removed, context)
+    # The same handoff sections as a full compact's, after the memory.
+    sections, state = summary.render(state, context.config, context.count_tokens)
     text = "\n\n".join(
         [
             header("Session Memory", inputs.now),
             f"Messages removed: {len(removed)} ({state.messages_removed} in all). "
             f"Tokens before: ~{before}. Memory entries: {inputs.memory_count}.",
             "## Project memory\n" + inputs.memory_text.strip(),
-            *carried,
+            sections,
             "--- Recent conversation continues below ---",
         ]
     )

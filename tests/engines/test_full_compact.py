@@ -24,6 +24,7 @@ from tests.helpers import (
     new_session,
     opened,
     pair_problems,
+    plain,
     results,
     text_of,
     user,
@@ -61,7 +62,7 @@ def check_the_tail(store: CompactStore, after_request: int, first_kept: int) -> 
     assert context[-(last - first_kept + 1) :] == chat.sess.messages()[first_kept:]
 
 
-def test_the_summary_holds_request_topics_tools_files_and_errors(store: CompactStore) -> None:
+def test_the_summary_holds_request_instructions_files_and_errors(store: CompactStore) -> None:
     for fmt in FORMATS:
         check_the_summary(store, fmt)
 
@@ -82,9 +83,9 @@ def check_the_summary(store: CompactStore, fmt: str) -> None:
             ("grep", {"pattern": "TODO"}, "no match", False),
         ]
     )
-    chat.tool("E0 failure: " + words(120, "err0"), name="bash", is_error=True)  # via the API
+    chat.tool("E0 failure: " + words(300, "err0"), name="bash", is_error=True)  # via the API
     chat.tool_turns(
-        [("bash", {}, f"E{i} failure: " + words(120, f"err{i}"), True) for i in range(1, 5)]
+        [("bash", {}, f"E{i} failure: " + words(300, f"err{i}"), True) for i in range(1, 7)]
     )
     filler(chat, 100)
 
@@ -96,30 +97,28 @@ def check_the_summary(store: CompactStore, fmt: str) -> None:
     # The original request, verbatim up to 2,000 characters.
     assert request[:2_000] in summary and request[:2_001] not in summary
     removed = [chat.sess.messages()[seq] for seq in result.removed_seqs]
-    # Topics: the first 100 characters of up to 8 user messages.
+    # Every later instruction, in order, verbatim (the summary is within its budget).
     asked = [
         " ".join(text_of(m).split())
         for m in removed
         if m.get("role") == "user" and text_of(m) and not results(fmt, m)
     ]
-    shown = [t for t in asked if t[:100] in summary]
-    assert 1 <= len(shown) <= 8
-    assert all(t[:101] not in summary for t in shown)
-    # Tools used, files touched (up to 10).
-    for name in ("read_file", "bash", "grep"):
-        assert name in summary
-    assert "src/m11.py" in summary and "src/m2.py" in summary, "the newest ten are listed"
-    # Errors: up to 3, 80 characters each.
+    positions = [summary.index(text) for text in asked]
+    assert len(asked) > 10 and positions == sorted(positions)
+    # Files, one line each, with what was done to them.
+    for i in range(12):
+        assert f"- src/m{i}.py — read\n" in summary
+    # Errors: the newest 5, 160 characters each.
     errors = [
         " ".join(text.split())
         for m in removed
         for text in results(fmt, m).values()
         if "failure:" in text
     ]
-    assert len(errors) == 5
-    listed = [e for e in errors if e[:80] in summary]
-    assert 1 <= len(listed) <= 3
-    assert all(e[:81] not in summary for e in listed)
+    assert len(errors) == 7
+    listed = [e for e in errors if e[:160] in summary]
+    assert listed == errors[-5:]
+    assert all(e[:161] not in summary for e in listed)
 
 
 def test_summaries_are_cumulative_over_three_compactions(store: CompactStore) -> None:
@@ -266,10 +265,10 @@ def test_a_full_compact_always_keeps_the_newest_message_and_never_crashes(
     assert not second.effective and not third.effective
 
 
-def test_the_summary_lists_the_10_newest_files_and_the_older_ones_apart(
+def test_the_summary_lists_files_newest_first_up_to_summary_max_files(
     store: CompactStore,
 ) -> None:
-    chat = new_session(store, "anthropic")
+    chat = new_session(store, "anthropic", config=plain(summary_max_files=10))
     chat.request("Touch many files")
     chat.tool_turns(
         [("edit_file", {"file_path": f"pkg/f{i:02d}.py"}, "ok", False) for i in range(12)]
@@ -278,7 +277,8 @@ def test_the_summary_lists_the_10_newest_files_and_the_older_ones_apart(
 
     result = chat.sess.compact(now=T0 + 10)
 
-    touched = result.summary_text.split("## Files touched\n")[1].split("\n\n")[0]
-    assert touched.splitlines() == [f"- pkg/f{i:02d}.py" for i in range(2, 12)]
-    # Files beyond the newest ten are not forgotten outright: one line, oldest first.
-    assert "## Earlier files\npkg/f00.py, pkg/f01.py" in result.summary_text
+    files = result.summary_text.split("## Files (newest first)\n")[1].split("\n\n")[0]
+    assert files.splitlines() == [
+        *(f"- pkg/f{i:02d}.py — modified" for i in range(11, 1, -1)),
+        "- … 2 older files",
+    ]

@@ -1,0 +1,605 @@
+"""The rule-based summary: a handoff an agent can continue from (SPEC §9.7).
+
+Sections, each written only when it has something to say: the original request; every later
+user instruction, in order; pending tasks from the latest plan/todo call; current work (the last
+assistant text before the cut) and its stated next step; files, one line each (one normalised
+path per file, relative to the session's working directory, with what was done to it, newest
+first); errors, unescaped and short, marked resolved once a later call of the same tool with
+the same input succeeded; and a recall line when recall is enabled.
+
+The summary is cumulative: :func:`fold` adds the messages a cut removes to the previous
+boundary's state (a version-1 state is read as version 2), and :func:`render` writes the
+state within ``summary_max_tokens``. Over budget, the oldest instructions are cut to
+``summary_instruction_chars`` first; while they still take more than half of the budget the
+oldest become one "N earlier instructions (seqs a–b)" line. Both are pure functions of their
+inputs, so a replay writes the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from compactstore.boilerplate import request_text, strip_boilerplate
+from compactstore.context import ActiveContext, ContextMessage
+from compactstore.formats import ToolCall
+from compactstore.formats.base import json_text
+from compactstore.models import (
+    CompactionConfig,
+    CurrentWork,
+    EarlierInstructions,
+    ErrorEntry,
+    FileAction,
+    FileEntry,
+    Instruction,
+    Plan,
+    PlanItem,
+    SummaryState,
+)
+
+__all__ = [
+    "PATH_PATTERN",
+    "file_actions",
+    "fold",
+    "normalise_path",
+    "original_request",
+    "plan_items",
+    "render",
+]
+
+# Tool-call input keys that name a file the tool read or wrote.
+FILE_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file")
+
+# A path-like token inside a command: a directory part and a file extension.
+PATH_PATTERN = re.compile(
+    r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w@+\[\]()-][\w.@+\[\]()-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}"
+    r"(?![\w/])"
+)
+
+_READ_TOOLS = frozenset({"read", "read_file", "view", "open", "notebookread", "cat"})
+_WRITE_TOOLS = frozenset({"write", "write_file", "create", "create_file"})
+_EDIT_TOOLS = frozenset(
+    {"edit", "multiedit", "edit_file", "notebookedit", "str_replace", "replace", "insert"}
+)
+_SEARCH_TOOLS = frozenset({"grep", "glob", "search", "find_file", "search_file", "ls"})
+_READ_COMMANDS = frozenset(
+    {"cat", "head", "tail", "less", "more", "nl", "wc", "sed", "awk", "grep", "rg", "bat", "diff"}
+)
+_PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$", re.MULTILINE)
+_PATCH_ACTIONS: dict[str, FileAction] = {
+    "Add": "created",
+    "Update": "modified",
+    "Delete": "deleted",
+}
+_PATCH_MOVE = re.compile(r"^\*\*\* Move to: (.+)$", re.MULTILINE)
+_PERSISTED = re.compile(r"^\[Tool result persisted: [^\]]*, blob (\d+)\]\s*")
+_ENV_CWD = re.compile(r"<cwd>\s*([^<\n]+?)\s*</cwd>")
+# Input keys that change between two runs of the same command without changing what it does.
+_VOLATILE_KEYS = frozenset({"description", "timeout", "timeout_ms", "run_in_background"})
+_NEXT_STEP = re.compile(
+    r"\b(?:next(?: step)?|now (?:i(?:'ll| will)|let me)|let me|i(?:'ll| will)|i'm going to|"
+    r"going to|then i(?:'ll| will))\b",
+    re.IGNORECASE,
+)
+_ACTION_ORDER: tuple[FileAction, ...] = ("created", "modified", "deleted", "read", "named")
+
+
+# -- what the messages say ------------------------------------------------------------------
+
+
+def original_request(context: ActiveContext) -> str | None:
+    """What the user asked: the real request (the first user message that is not client
+    boilerplate, pinned at insert), boilerplate removed; None before it was appended."""
+    for item in context.items:
+        if item.seq is not None and item.seq == context.real_request_seq:
+            text = request_text(context.fmt.text(item.message), context.config.boilerplate_patterns)
+            return text or None
+    return None
+
+
+def _arguments(call: ToolCall) -> Any:
+    arguments = call.input
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return {"command": arguments}
+    return arguments
+
+
+def _command(arguments: Any) -> str:
+    """The shell text of a command argument (Codex passes ["bash", "-lc", script])."""
+    command = (
+        arguments.get("command") or arguments.get("cmd") if isinstance(arguments, dict) else None
+    )
+    if isinstance(command, list):
+        parts = [str(part) for part in command]
+        if len(parts) >= 3 and parts[1] in ("-lc", "-c"):
+            return parts[-1]
+        return " ".join(parts)
+    return command if isinstance(command, str) else ""
+
+
+def _looks_like_file(path: str) -> bool:
+    return "." in posixpath.basename(path.rstrip("/"))
+
+
+def _command_files(script: str) -> list[tuple[str, FileAction]]:
+    """(path, action) for the files a shell script names."""
+    found: list[tuple[str, FileAction]] = []
+    for kind, path in _PATCH_FILE.findall(script):
+        found.append((path.strip(), _PATCH_ACTIONS[kind]))
+    found.extend((path.strip(), "created") for path in _PATCH_MOVE.findall(script))
+    if found:
+        return found
+    for segment in re.split(r"&&|\|\||;|\|", script):
+        words = segment.split()
+        if not words:
+            continue
+        program = posixpath.basename(words[0])
+        paths = [m.group(0) for m in PATH_PATTERN.finditer(segment)]
+        action: FileAction
+        if program == "rm":
+            action = "deleted"
+        elif program in _READ_COMMANDS:
+            action = "read"
+        else:
+            action = "named"
+        if program == "mv" and len(paths) == 2:
+            found += [(paths[0], "deleted"), (paths[1], "created")]
+            continue
+        found.extend((path, action) for path in paths)
+    return found
+
+
+def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
+    """(path, action) for each file a tool call works on: created, modified, deleted, read,
+    or named (a path inside some other command). Paths are as the call spells them."""
+    arguments = _arguments(call)
+    if not isinstance(arguments, dict):
+        return []
+    name = call.name.lower()
+    named = [
+        value.strip()
+        for key in FILE_KEYS
+        if isinstance(value := arguments.get(key), str) and value.strip()
+    ]
+    if name in _READ_TOOLS:
+        return [(path, "read") for path in named]
+    if name in _WRITE_TOOLS or arguments.get("command") == "create":
+        return [(path, "created") for path in named]
+    if name in _EDIT_TOOLS or name == "str_replace_editor":
+        edit: FileAction = "read" if arguments.get("command") == "view" else "modified"
+        return [(path, edit) for path in named]
+    if name in _SEARCH_TOOLS:
+        return [(path, "read") for path in named if _looks_like_file(path)]
+    found: list[tuple[str, FileAction]] = [
+        (path, "named") for path in named if _looks_like_file(path)
+    ]
+    script = _command(arguments)
+    if script:
+        found.extend(_command_files(script))
+    return found
+
+
+def plan_items(call: ToolCall, tool_names: Iterable[str]) -> tuple[PlanItem, ...] | None:
+    """The items of a plan/todo call (``update_plan{plan:[{step,status}]}``,
+    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``), None for other calls."""
+    if call.name not in tool_names:
+        return None
+    arguments = _arguments(call)
+    if not isinstance(arguments, dict):
+        return None
+    entries = next(
+        (arguments[key] for key in ("plan", "todos", "items", "tasks") if key in arguments),
+        None,
+    )
+    if not isinstance(entries, list):
+        return None
+    items: list[PlanItem] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            items.append(PlanItem(text=entry))
+        elif isinstance(entry, dict):
+            text = next(
+                (
+                    entry[key]
+                    for key in ("step", "content", "title", "task", "description", "text")
+                    if isinstance(entry.get(key), str)
+                ),
+                "",
+            )
+            status = entry.get("status")
+            items.append(
+                PlanItem(text=" ".join(text.split()), status=str(status) if status else "pending")
+            )
+    return tuple(items)
+
+
+def normalise_path(path: str, cwd: str | None) -> str:
+    """One spelling per file: relative to ``cwd`` when under it, ``./`` and ``..`` resolved."""
+    path = path.strip().strip("'\"`")
+    if not path:
+        return path
+    if cwd and path.startswith("/"):
+        root = cwd.rstrip("/") or "/"
+        if path == root:
+            return "."
+        if path.startswith(root + "/"):
+            path = path[len(root) + 1 :]
+    normal = posixpath.normpath(path)
+    return normal[2:] if normal.startswith("./") else normal
+
+
+def _unescape(text: str) -> str:
+    """Literal ``\\n``/``\\t``/``\\"`` escapes (JSON left inside a result) made plain."""
+    return text.replace("\\r\\n", "\n").replace("\\n", "\n").replace("\\t", " ").replace('\\"', '"')
+
+
+def _one_line(text: str, limit: int | None = None) -> str:
+    line = " ".join(_unescape(text).split())
+    return line if limit is None else _clip(line, limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    """The first ``limit`` characters, and "…" when there were more."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _result_outcome(text: str, flagged: bool) -> tuple[bool, str]:
+    """(is an error, the text a person reads) of a tool result. Codex shell results are
+    JSON with the output and its exit code."""
+    if text.startswith('{"output"'):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("output"), str):
+            metadata = data.get("metadata")
+            code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+            return flagged or (isinstance(code, int) and code != 0), data["output"]
+    return flagged or text.startswith("Error: "), text
+
+
+def _call_key(call: ToolCall) -> str:
+    """The call's tool and input, normalised, for "the same call again"."""
+    arguments = _arguments(call)
+    if isinstance(arguments, dict):
+        arguments = {k: v for k, v in arguments.items() if k not in _VOLATILE_KEYS}
+    return call.name + " " + " ".join(json_text(arguments).split())
+
+
+def _next_step(text: str) -> str | None:
+    """The last sentence of an assistant text that says what comes next."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+    return next((s for s in reversed(sentences) if _NEXT_STEP.search(s)), None)
+
+
+# -- the state ------------------------------------------------------------------------------
+
+
+def _cwd(
+    context: ActiveContext, removed: Sequence[ContextMessage], known: str | None
+) -> str | None:
+    if context.cwd:
+        return context.cwd
+    if known:
+        return known
+    for item in (*context.head, *removed):
+        if item.kind == "user":
+            match = _ENV_CWD.search(context.fmt.text(item.message))
+            if match:
+                return match.group(1)
+    return None
+
+
+def _upgraded(instructions: Iterable[Instruction], patterns: tuple[str, ...]) -> list[Instruction]:
+    """The instructions, with those a version-1 state held as topics (no seq) cleaned of
+    client boilerplate, and dropped when nothing else was left."""
+    kept: list[Instruction] = []
+    for entry in instructions:
+        if entry.seq is None:
+            text = request_text(entry.text, patterns)
+            if not text:
+                continue
+            entry = entry.model_copy(update={"text": text})
+        kept.append(entry)
+    return kept
+
+
+def fold(
+    previous: SummaryState, removed: Sequence[ContextMessage], context: ActiveContext
+) -> SummaryState:
+    """The summary state after summarising ``removed`` on top of ``previous`` (a version-1
+    state was upgraded when it was read)."""
+    config = context.config
+    fmt = context.fmt
+    patterns = config.boilerplate_patterns
+    instructions = _upgraded(previous.instructions, patterns)
+    errors = list(previous.errors)
+    plan = previous.plan
+    work = previous.current_work
+    cwd = _cwd(context, removed, previous.cwd)
+    request = original_request(context) or previous.original_request
+    files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
+    calls: dict[str, ToolCall] = {}
+    for item in removed:
+        seq = item.seq
+        if item.kind == "user" and fmt.is_request(item.message) and seq != context.real_request_seq:
+            said = request_text(fmt.text(item.message), patterns)
+            if said:
+                text = " ".join(said.split())[: config.summary_request_chars]
+                instructions.append(Instruction(seq=seq, text=text))
+        if item.kind == "assistant":
+            said = strip_boilerplate(fmt.text(item.message), patterns)
+            if said:
+                work = CurrentWork(
+                    seq=seq, text=said[: config.summary_request_chars], next_step=_next_step(said)
+                )
+        for call in item.calls:
+            calls[call.id] = call
+            items = plan_items(call, config.plan_tool_names)
+            if items is not None:
+                plan = Plan(seq=seq, tool=call.name, items=items)
+            for path, action in file_actions(call):
+                _touch(files, normalise_path(path, cwd), action, seq)
+        for result in item.results:
+            made = calls.get(result.tool_use_id)
+            failed, shown = _result_outcome(result.text, result.is_error)
+            if made is None:
+                continue
+            key = _call_key(made)
+            if failed:
+                persisted = _PERSISTED.match(shown)
+                if persisted:
+                    shown = shown[persisted.end() :]
+                text = _one_line(strip_boilerplate(shown, patterns), config.summary_error_chars)
+                if persisted:
+                    text += f" (whole output: blob {persisted.group(1)})"
+                errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
+                continue
+            errors = [
+                e.model_copy(update={"resolved": True}) if e.key and e.key == key else e
+                for e in errors
+            ]
+            if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
+                for path, _ in file_actions(made):
+                    normal = normalise_path(path, cwd)
+                    entry = files.get(normal)
+                    if entry is not None and "created" in entry.actions:
+                        actions = [a for a in entry.actions if a != "created"]
+                        if "modified" not in actions:
+                            actions.append("modified")
+                        files[normal] = entry.model_copy(update={"actions": tuple(actions)})
+    removed_seqs = [item.seq for item in removed if item.seq is not None]
+    if cwd is None:
+        cwd = _infer_cwd(files)
+    first = [s for s in (previous.first_seq, *removed_seqs[:1]) if s is not None]
+    last = [s for s in (previous.last_seq, *removed_seqs[-1:]) if s is not None]
+    return SummaryState(
+        original_request=request,
+        cwd=cwd,
+        instructions=tuple(instructions),
+        earlier_instructions=previous.earlier_instructions,
+        plan=plan,
+        current_work=work,
+        files=_merge_spellings(files.values(), cwd),
+        errors=tuple(errors[-config.summary_max_errors :] if config.summary_max_errors else ()),
+        compactions=previous.compactions + 1,
+        messages_removed=previous.messages_removed + len(removed),
+        first_seq=min(first, default=None),
+        last_seq=max(last, default=None),
+    )
+
+
+def _infer_cwd(files: dict[str, FileEntry]) -> str | None:
+    """The working directory two spellings of one file show: ``/w/lib/a.ex`` and
+    ``lib/a.ex`` give ``/w`` (the most frequent such prefix)."""
+    relative = [p for p in files if not p.startswith("/") and "/" in p and not p.startswith("..")]
+    prefixes: dict[str, int] = {}
+    for path in files:
+        if path.startswith("/"):
+            for r in relative:
+                if path.endswith("/" + r):
+                    prefix = path[: -len(r) - 1] or "/"
+                    prefixes[prefix] = prefixes.get(prefix, 0) + 1
+    return max(sorted(prefixes), key=prefixes.__getitem__) if prefixes else None
+
+
+def _touch(files: dict[str, FileEntry], path: str, action: FileAction, seq: int | None) -> None:
+    if not path or path == ".":
+        return
+    entry = files.pop(path, None)
+    known: list[FileAction] = list(entry.actions) if entry is not None else []
+    actions: list[FileAction] = [a for a in known if a != "named"] if action != "named" else known
+    if action not in actions and not (action == "named" and actions):
+        actions.append(action)
+    files[path] = FileEntry(path=path, actions=tuple(actions), seq=seq)  # re-inserted: newest last
+
+
+def _merge_spellings(entries: Iterable[FileEntry], cwd: str | None) -> tuple[FileEntry, ...]:
+    """One entry per file, oldest first: paths normalised against ``cwd``, and without one,
+    an absolute path that ends with a relative one listed too is that file."""
+    files = [e.model_copy(update={"path": normalise_path(e.path, cwd)}) for e in entries]
+    relative = [e.path for e in files if not e.path.startswith("/")]
+    merged: dict[str, FileEntry] = {}
+    for entry in files:
+        target = entry.path
+        if target.startswith("/") and cwd is None:
+            target = next((r for r in relative if target.endswith("/" + r)), target)
+        known = merged.pop(target, None)
+        if known is None:
+            merged[target] = entry.model_copy(update={"path": target})
+            continue
+        actions = [*known.actions, *(a for a in entry.actions if a not in known.actions)]
+        if len(actions) > 1 and "named" in actions:
+            actions.remove("named")
+        seqs = [s for s in (known.seq, entry.seq) if s is not None]
+        merged[target] = FileEntry(path=target, actions=tuple(actions), seq=max(seqs, default=None))
+    return tuple(sorted(merged.values(), key=lambda e: -1 if e.seq is None else e.seq))
+
+
+# -- the text -------------------------------------------------------------------------------
+
+RECALL_LINE = (
+    "Anything summarised here can be fetched verbatim with the `recall` tool: by seq range "
+    '({"from_seq": a, "to_seq": b}), by text search ({"query": "..."}) or by blob id '
+    '({"blob_id": n}).'
+)
+
+
+def _instruction_line(entry: Instruction) -> str:
+    where = f"(seq {entry.seq}) " if entry.seq is not None else ""
+    return f"- {where}{entry.text}"
+
+
+def _earlier_line(earlier: EarlierInstructions, recall: bool) -> str:
+    span = f"seqs {earlier.first}–{earlier.last}"
+    tail = "use recall" if recall else "not shown"
+    return f"- {earlier.count} earlier instructions ({span}): {tail}"
+
+
+def _file_line(entry: FileEntry) -> str:
+    actions = sorted(entry.actions, key=_ACTION_ORDER.index)
+    return f"- {entry.path} — {', '.join(actions) or 'named'}"
+
+
+def _error_line(entry: ErrorEntry) -> str:
+    where = f"{entry.tool} (seq {entry.seq})" if entry.seq is not None else "earlier"
+    status = " — resolved" if entry.resolved else ""
+    return f"- {where}: {entry.text}{status}"
+
+
+def _sections(
+    state: SummaryState, config: CompactionConfig, files_shown: int, quote: int | None
+) -> list[str]:
+    """The sections; ``quote`` shortens the quoted request and current work (None: in full)."""
+    parts: list[str] = []
+    span = ""
+    if state.first_seq is not None:
+        span = f" (seqs {state.first_seq}–{state.last_seq})"
+    parts.append(
+        f"This summary stands for {state.messages_removed} earlier messages{span}, "
+        f"summarised over {state.compactions} compactions; the conversation continues below."
+    )
+    if state.original_request:
+        parts.append(
+            "## Original request\n"
+            + _unescape(state.original_request)[: config.summary_request_chars]
+        )
+    lines = []
+    if state.earlier_instructions:
+        lines.append(_earlier_line(state.earlier_instructions, config.recall_enabled))
+    lines.extend(_instruction_line(entry) for entry in state.instructions)
+    if lines:
+        parts.append("## Later instructions from the user (oldest first)\n" + "\n".join(lines))
+    plan = state.plan
+    if plan and plan.items:
+        parts.append(
+            f"## Pending tasks (latest {plan.tool}, seq {plan.seq})\n"
+            + "\n".join(f"- [{i.status}] {i.text}" for i in plan.items)
+        )
+    work = state.current_work
+    if work:
+        said = _unescape(work.text).strip()
+        text = f"## Current work (seq {work.seq})\n" + (
+            said if quote is None else _clip(said, quote)
+        )
+        if work.next_step:
+            text += f"\nNext step: {_one_line(work.next_step)}"
+        parts.append(text)
+    files = state.files
+    if files and files_shown:
+        newest = list(reversed(files))[:files_shown]
+        more = len(files) - len(newest)
+        text = "## Files (newest first)\n" + "\n".join(_file_line(e) for e in newest)
+        if more:
+            text += f"\n- … {more} older files"
+        parts.append(text)
+    if state.errors:
+        parts.append("## Errors\n" + "\n".join(_error_line(e) for e in state.errors))
+    if config.recall_enabled:
+        parts.append("## Recall\n" + RECALL_LINE)
+    return parts
+
+
+def _folded(earlier: EarlierInstructions | None, oldest: Instruction) -> EarlierInstructions:
+    """``earlier`` with the ``oldest`` instruction folded in."""
+    if earlier is None:
+        return EarlierInstructions(count=1, first=oldest.seq, last=oldest.seq)
+    return EarlierInstructions(
+        count=earlier.count + 1,
+        first=earlier.first if earlier.first is not None else oldest.seq,
+        last=oldest.seq if oldest.seq is not None else earlier.last,
+    )
+
+
+def render(
+    state: SummaryState,
+    config: CompactionConfig,
+    count: Callable[[str], int],
+    budget: int | None = None,
+) -> tuple[str, SummaryState]:
+    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``), and
+    the state as written (instructions cut or folded by the budget).
+
+    Over budget: the oldest instructions are cut to ``summary_instruction_chars``; while they
+    take more than half the budget the oldest are folded into one "earlier instructions" line;
+    then fewer files are shown, more instructions folded, the quoted request and current work
+    shortened, the oldest errors left out, and at last the text is cut.
+    """
+    budget = max(1, config.summary_max_tokens if budget is None else budget)
+    instructions = list(state.instructions)
+    earlier = state.earlier_instructions
+    errors = list(state.errors)
+    files_shown = min(len(state.files), config.summary_max_files)
+    quote: int | None = None
+
+    def current() -> SummaryState:
+        return state.model_copy(
+            update={
+                "instructions": tuple(instructions),
+                "earlier_instructions": earlier,
+                "errors": tuple(errors),
+            }
+        )
+
+    def text() -> str:
+        return "\n\n".join(_sections(current(), config, files_shown, quote))
+
+    def over() -> bool:
+        return count(text()) > budget
+
+    def instruction_cost() -> int:
+        lines = [_instruction_line(e) for e in instructions]
+        if earlier:
+            lines.append(_earlier_line(earlier, config.recall_enabled))
+        return count("\n".join(lines)) if lines else 0
+
+    if over():
+        chars = config.summary_instruction_chars
+        for index, entry in enumerate(instructions):
+            if len(entry.text) > chars:
+                instructions[index] = entry.model_copy(
+                    update={"text": _one_line(entry.text, chars)}
+                )
+                if not over():
+                    break
+        while instructions and instruction_cost() > budget // 2:
+            earlier = _folded(earlier, instructions.pop(0))
+        while over() and files_shown > 0:
+            files_shown = max(0, files_shown - max(1, files_shown // 4))
+        while over() and instructions:
+            earlier = _folded(earlier, instructions.pop(0))
+        for shorter in (600, 200, 60):
+            if over():
+                quote = shorter
+        while over() and errors:
+            errors.pop(0)
+    written = text()
+    while count(written) > budget and len(written) > 1:
+        written = written[: int(len(written) * 0.9)].rstrip()
+    return written, current()

@@ -1,0 +1,57 @@
+"""The simulator's own checks of summaries (compactstore.summary_audit): they must catch
+what they measure, or the figures they give mean nothing."""
+
+from __future__ import annotations
+
+from compactstore import summary_audit as audit
+
+SUMMARY = """[Context compacted]
+
+## Later instructions from the user (oldest first)
+- 3 earlier instructions (seqs 4–20): use recall
+- (seq 31) <command-name>/compact</command-name>
+- (seq 40) Fix the flaky test
+
+## Files (newest first)
+- src/app.py — modified
+- /home/me/proj/src/app.py — read
+- _build/src/app.py — read
+
+## Errors
+- Bash (seq 12): Exit code 1\\nTraceback"""
+
+
+def test_noise_lines_are_found_by_their_markers() -> None:
+    assert audit.noise_lines(SUMMARY) == ["- (seq 31) <command-name>/compact</command-name>"]
+    assert audit.is_noise("<environment_context><cwd>/w</cwd></environment_context>")
+    assert not audit.is_noise("# Context from my IDE setup:\n## My request for Codex:\nGo")
+
+
+def test_a_file_listed_twice_is_counted_whatever_its_spelling() -> None:
+    files = audit.listed_files(SUMMARY)
+    assert files == ["src/app.py", "/home/me/proj/src/app.py", "_build/src/app.py"]
+    assert audit.duplicate_files(files) == 1, "two relative paths are two files"
+
+
+def test_escapes_recall_spans_and_presence() -> None:
+    assert audit.escaped_newlines(SUMMARY)
+    assert audit.recall_spans(SUMMARY) == [(4, 20)]
+    hay = audit.squash(SUMMARY)
+    assert audit.present("Fix the   flaky\ntest", hay)
+    assert not audit.present("Fix the other test", hay)
+
+
+def test_claude_codes_summary_lists_quoted_user_messages() -> None:
+    reference = (
+        '6. All user messages:\n   - "Implement it"\n   - (interrupted)\n'
+        '   - "check again" (asking to re-check)\n\n7. Pending Tasks:\n   - "not this"'
+    )
+    assert audit.quoted_user_messages(reference) == ["Implement it", "check again"]
+
+
+def test_pending_plan_items_are_those_not_completed() -> None:
+    plan = '{"plan": [{"step": "a", "status": "completed"}, {"step": "b", "status": "pending"}]}'
+    assert audit.pending_plan_items("update_plan", plan) == ["b"]
+    todos = {"todos": [{"content": "c", "status": "in_progress"}]}
+    assert audit.pending_plan_items("TodoWrite", todos) == ["c"]
+    assert audit.pending_plan_items("Read", {"file_path": "x"}) is None
