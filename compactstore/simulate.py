@@ -36,7 +36,7 @@ from compactstore.db import model_calls
 from compactstore.engines.summary import file_actions
 from compactstore.formats import get_format
 from compactstore.importers import Transcript, read_transcript
-from compactstore.models import CompactionConfig, CompactionResult
+from compactstore.models import CompactionConfig, CompactionResult, ImportedMessage
 from compactstore.store import CompactStore, Session
 from compactstore.summary_audit import is_noise
 from compactstore.tokens import MAX_FACTOR, MIN_FACTOR, estimate_tokens
@@ -680,10 +680,14 @@ def _reference_agreement(
     ):
         copy = store.import_session(
             "reference",
-            transcript.messages,
+            (
+                ImportedMessage(message, timestamp)
+                for message, timestamp in zip(
+                    transcript.messages, transcript.timestamps, strict=True
+                )
+            ),
             format=transcript.format,
             config=config or CompactionConfig(),
-            timestamps=transcript.timestamps,
         )
         _compare_summaries(report, transcript, copy)
 
