@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy import text as sql
 
-from compactstore import CompactStore
+from compactstore import CompactStore, DatabaseError
 from compactstore.engines import summary
 from compactstore.models import SummaryState
 from compactstore.tokens import estimate_tokens
@@ -314,3 +316,64 @@ def test_a_plan_call_in_json_text_arguments_is_read(store: CompactStore) -> None
     text = chat.sess.compact(now=T0 + 1_000).summary_text
 
     assert section(text, "Pending tasks") == "- [in_progress] Measure"
+
+
+def _set_summary_state(store: CompactStore, value: str) -> None:
+    """Write ``value`` as every boundary's stored summary state, outside the library."""
+    engine = create_engine(store.engine.url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sql("UPDATE compact_boundaries SET summary_state = :value"), {"value": value}
+            )
+    finally:
+        engine.dispose()
+
+
+def test_a_stored_version_1_state_is_read_and_folded_as_version_2(store: CompactStore) -> None:
+    chat = new_session(store, "anthropic", sid="stored-v1")
+    chat.request("Port it")
+    filler(chat, 40)
+    chat.sess.compact(now=T0 + 100)
+    # The shape version 1 wrote (every field, "version": 1).
+    old = {
+        "version": 1,
+        "original_request": "Port it",
+        "topics": ["Now the tests"],
+        "tools": ["Read"],
+        "files": ["lib/old.py"],
+        "errors": ["Error: boom"],
+        "compactions": 4,
+        "messages_removed": 50,
+    }
+    _set_summary_state(store, json.dumps(old))
+    url = store.engine.url.render_as_string(hide_password=False)
+    with CompactStore.open(url) as fresh:  # a new process: nothing cached
+        chat.sess = fresh.session("stored-v1")
+        chat.user("Now the docs")
+        filler(chat, 40)
+        text = chat.sess.compact(now=T0 + 200).summary_text
+
+    assert "over 5 compactions" in text
+    assert section(text, "Later instructions").splitlines()[0] == "- Now the tests"
+    assert "- lib/old.py — named" in text and "Error: boom" in text
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        '{"version": 2, "files": [{"path": 7}]}',
+        '{"version": 2, "instructions": [{"seq": 1}]}',
+        '{"version": 1, "topics": "one"}',
+        '{"version": 3}',
+    ],
+)
+def test_a_damaged_stored_state_is_a_database_error(store: CompactStore, damaged: str) -> None:
+    chat = new_session(store, "anthropic", sid="damaged")
+    chat.request("Port it")
+    filler(chat, 40)
+    chat.sess.compact(now=T0 + 100)
+    _set_summary_state(store, damaged)
+    url = store.engine.url.render_as_string(hide_password=False)
+    with CompactStore.open(url) as fresh, pytest.raises(DatabaseError, match="cannot read"):
+        fresh.session("damaged").active_context()
