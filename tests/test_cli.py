@@ -505,7 +505,17 @@ def test_show_json(template: str, shared: CompactStore) -> None:
     sess = shared.get_session("s1")
     context = sess.context()
     data = as_json(invoke(template, "show", "s1", "--json"))
-    assert set(data) == {"session", "format", "context_window", "usage", "boundary_id", "messages"}
+    assert set(data) == {
+        "session",
+        "format",
+        "context_window",
+        "usage",
+        "boundary_id",
+        "message_count",
+        "not_shown",
+        "messages",
+    }
+    assert (data["message_count"], data["not_shown"]) == (len(context.items), 0)
     assert (data["session"], data["format"], data["context_window"]) == ("s1", "anthropic", 8_000)
     assert data["usage"] == context.usage
     assert data["boundary_id"] == 2
@@ -523,6 +533,44 @@ def test_show_json(template: str, shared: CompactStore) -> None:
     full = as_json(invoke(template, "show", "s1", "--json", "--full"))
     assert [m["message"] for m in full["messages"]] == sess.active_context()
     assert full["messages"][1]["text"] == sess.adapter.text(context.items[1].message)
+
+
+def test_show_lists_the_newest_rows_and_counts_the_whole_context(
+    copy: str, copy_store: CompactStore
+) -> None:
+    sess = copy_store.get_session("other")
+    for i in range(60):
+        role = "user" if i % 2 == 0 else "assistant"
+        sess.append({"role": role, "content": f"message {i}"}, timestamp=T0 + i)
+    context = sess.context()
+    assert len(context.items) == 60
+    heading = (
+        f"session other (openai): 60 messages, {context.usage:,} of 50,000 tokens "
+        f"({context.usage / 50_000:.0%}), no boundary"
+    )
+
+    def rows(*option: str) -> tuple[list[str], list[str]]:
+        lines = ok(invoke(copy, "show", "other", *option)).stdout.splitlines()
+        start = lines.index(next(line for line in lines if line.split()[:1] == ["seq"]))
+        return lines[:start], [line.split()[0] for line in lines[start + 1 :]]
+
+    head, seqs = rows()  # the default: the newest 50
+    assert head == [heading, "10 older messages not shown (newest 50; --all shows every one)"]
+    assert seqs == [str(seq) for seq in range(10, 60)]
+    head, seqs = rows("--limit", "3")
+    assert head[1].startswith("57 older messages not shown")
+    assert seqs == ["57", "58", "59"]
+    for option in (["--all"], ["--limit", "0"], ["--limit", "60"], ["--limit", "3", "--all"]):
+        head, seqs = rows(*option)
+        assert head == [heading]
+        assert seqs == [str(seq) for seq in range(60)]
+    data = as_json(invoke(copy, "show", "other", "--json", "--limit", "2", "--full"))
+    assert (data["message_count"], data["not_shown"], data["usage"]) == (60, 58, context.usage)
+    assert [m["seq"] for m in data["messages"]] == [58, 59]
+    assert [m["message"] for m in data["messages"]] == sess.active_context()[58:]
+    data = as_json(invoke(copy, "show", "other", "--json", "--all"))
+    assert (data["not_shown"], len(data["messages"])) == (0, 60)
+    assert invoke(copy, "show", "other", "--limit", "-1").exit_code == 2
 
 
 def test_history_has_a_row_per_compaction_and_what_was_lost(

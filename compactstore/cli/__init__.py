@@ -18,10 +18,12 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
 ``boundary`` is a CompactBoundary)::
 
     sessions     [{id, format, context_window, created_at, message_count}]
-    show         {session, format, context_window, usage, boundary_id,
-                  messages: [{seq, role, kind, tokens, state, text, message}]}
-                  (text: a one-line preview, whole with --full; message: the verbatim
-                  message with --full, else null)
+    show         {session, format, context_window, usage, boundary_id, message_count,
+                  not_shown, messages: [{seq, role, kind, tokens, state, text, message}]}
+                  (usage and message_count: the whole context; messages: its newest
+                  --limit, not_shown: how many older ones are left out; text: a one-line
+                  preview, whole with --full; message: the verbatim message with --full,
+                  else null)
     history      {session, compactions: [compaction]}
     compact      compaction
     rollback     {session, rolled_back: [boundary], usage}

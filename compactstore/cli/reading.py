@@ -18,6 +18,8 @@ from compactstore.cli.options import (
 )
 from compactstore.store import CompactStore
 
+SHOW_LIMIT = 50  # rows `show` lists by default: the newest of the active context
+
 __all__ = ["blob", "breaker", "export", "history", "sessions", "show", "stats"]
 
 
@@ -43,23 +45,33 @@ def sessions(db: str, as_json: bool) -> None:
 @click.command(short_help="Show a session's active context.")
 @session_argument
 @click.option("--full", is_flag=True, help="Print each message's whole content.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=SHOW_LIMIT,
+    show_default=True,
+    help="Show only the newest N messages (0: all of them).",
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every message (same as --limit 0).")
 @db_option
 @json_option
 @library_errors
-def show(session_id: str, full: bool, db: str, as_json: bool) -> None:
+def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_json: bool) -> None:
     """Show the active context of a session: what the model is sent next.
 
     One row per message: seq (- for the summary and synthetic results), role, tokens and
-    state (original, persisted, cleared, deduplicated, summary, pinned, synthetic).
+    state (original, persisted, cleared, deduplicated, summary, pinned, synthetic). Only
+    the newest --limit messages are listed; the heading counts the whole context.
 
-    Example: compactstore show s1 --full
+    Example: compactstore show s1 --full --limit 10
     """
     with CompactStore.open(db, read_only=True) as store:
         context = store.get_session(session_id).context()
+    shown = None if show_all or limit == 0 else limit
     if as_json:
-        click.echo(render.json_text(render.show_json(context, full=full)))
+        click.echo(render.json_text(render.show_json(context, full=full, limit=shown)))
     else:
-        click.echo("\n".join(render.show_lines(context, full=full)))
+        click.echo("\n".join(render.show_lines(context, full=full, limit=shown)))
 
 
 @click.command(short_help="Show a session's compactions and boundaries.")

@@ -19,7 +19,7 @@ from compactstore.models import BreakerState, CompactBoundary, CompactionResult,
 
 if TYPE_CHECKING:
     from compactstore.admin import StoreStats
-    from compactstore.context import ActiveContext
+    from compactstore.context import ActiveContext, ContextMessage
     from compactstore.demo import DemoReport
 
 __all__ = [
@@ -97,44 +97,61 @@ def sessions_lines(infos: Iterable[SessionInfo]) -> list[str]:
     return lines
 
 
-def _texts(context: ActiveContext) -> list[str]:
-    return [context.fmt.token_text(item.message) for item in context.items]
+def _tail(context: ActiveContext, limit: int | None) -> tuple[ContextMessage, ...]:
+    """The newest ``limit`` items of the context (all of them for None)."""
+    items = context.items
+    return items if limit is None or limit >= len(items) else items[len(items) - limit :]
 
 
-def show_json(context: ActiveContext, *, full: bool) -> dict[str, Any]:
-    """The `show --json` document of an active context."""
+def show_json(context: ActiveContext, *, full: bool, limit: int | None = None) -> dict[str, Any]:
+    """The `show --json` document of an active context: totals of the whole context, and
+    its newest ``limit`` messages (all of them for None)."""
+    shown = _tail(context, limit)
     return {
         "session": context.session_id,
         "format": context.fmt.name,
         "context_window": context.context_window,
         "usage": context.usage,
         "boundary_id": context.boundary.id if context.boundary is not None else None,
-        "messages": [
-            {
-                "seq": item.seq,
-                "role": item.message.get("role"),
-                "kind": item.kind,
-                "tokens": item.tokens,
-                "state": item.state,
-                "text": text if full else preview(text),
-                "message": item.message if full else None,
-            }
-            for item, text in zip(context.items, _texts(context), strict=True)
-        ],
+        "message_count": len(context.items),
+        "not_shown": len(context.items) - len(shown),
+        "messages": [_message_json(context, item, full=full) for item in shown],
     }
 
 
-def show_lines(context: ActiveContext, *, full: bool) -> list[str]:
-    """The `show` table: a heading, then one row per message (and its whole text if full)."""
+def _message_json(context: ActiveContext, item: ContextMessage, *, full: bool) -> dict[str, Any]:
+    text = context.fmt.token_text(item.message)
+    return {
+        "seq": item.seq,
+        "role": item.message.get("role"),
+        "kind": item.kind,
+        "tokens": item.tokens,
+        "state": item.state,
+        "text": text if full else preview(text),
+        "message": item.message if full else None,
+    }
+
+
+def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) -> list[str]:
+    """The `show` table: a heading with the whole context's totals, a line saying how many
+    older messages are left out, then one row per shown message (and its whole text if full).
+    """
     items = context.items
+    shown = _tail(context, limit)
     boundary = "no boundary" if context.boundary is None else f"boundary {context.boundary.id}"
     share = context.usage / context.context_window
     lines = [
         f"session {context.session_id} ({context.fmt.name}): {len(items)} messages, "
-        f"{context.usage:,} of {context.context_window:,} tokens ({share:.0%}), {boundary}",
-        f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content",
+        f"{context.usage:,} of {context.context_window:,} tokens ({share:.0%}), {boundary}"
     ]
-    for item, text in zip(items, _texts(context), strict=True):
+    if len(shown) < len(items):
+        lines.append(
+            f"{len(items) - len(shown):,} older messages not shown "
+            f"(newest {len(shown):,}; --all shows every one)"
+        )
+    lines.append(f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content")
+    for item in shown:
+        text = context.fmt.token_text(item.message)
         seq = "-" if item.seq is None else str(item.seq)
         role = str(item.message.get("role", item.kind))
         row = f"{seq:>6}  {role:<11}  {item.tokens:>7,}  {item.state:<12}"
