@@ -1,4 +1,5 @@
-"""Peak memory of `compactstore import`, `export` and `show` on a large Claude Code transcript.
+"""Peak memory of `compactstore import`, `export` and `show` (`show --all` too) on a large
+Claude Code transcript.
 
 Generates a Claude Code transcript JSONL of the requested size (a coding session: a request,
 then turns of an assistant message with a tool call and its result, with Claude Code's own
@@ -227,6 +228,7 @@ def main() -> None:
         "import": [*cli, "import", str(transcript), "--session", "big", "--db", str(db)],
         "export -o": [*cli, "export", "big", "--db", str(db), "-o", str(work / "out.jsonl")],
         "show": [*cli, "show", "big", "--db", str(db)],
+        "show --all": [*cli, "show", "big", "--all", "--db", str(db)],
     }
     print("| command | peak RSS (MB) | wall (s) |\n|---|---|---|")
     for label, argv in commands.items():

@@ -98,9 +98,8 @@ def sessions_lines(infos: Iterable[SessionInfo]) -> list[str]:
 
 
 def _tail(context: ActiveContext, limit: int | None) -> tuple[ContextMessage, ...]:
-    """The newest ``limit`` items of the context (all of them for None)."""
-    items = context.items
-    return items if limit is None or limit >= len(items) else items[len(items) - limit :]
+    """The newest ``limit`` items of the context (all of them for None or 0)."""
+    return context.items[-limit:] if limit else context.items
 
 
 def show_json(context: ActiveContext, *, full: bool, limit: int | None = None) -> dict[str, Any]:
