@@ -287,8 +287,12 @@ def test_appenders_on_different_sessions_while_the_cli_reads_and_rolls_back(
             # Nothing to roll back (or a compactor raced it): a refusal, in one line.
             assert code in (0, 1), (command, code, err)
             if code == 1:
-                assert err.startswith("Error: ") and err.count("\n") == 1, err
-                assert "no live boundary" in err or "already rolled back" in err, err
+                # Under --json the refusal is one JSON line on stderr.
+                assert err.count("\n") == 1, err
+                refusal = json.loads(err)
+                assert refusal["kind"] in ("NotFoundError", "ConflictError"), err
+                message = refusal["error"]
+                assert "no live boundary" in message or "already rolled back" in message, err
             else:
                 rollbacks += 1
                 assert json.loads(out)["rolled_back"], out
