@@ -34,7 +34,9 @@ from compactstore import summary_audit as audit
 from compactstore.context import ActiveContext, pairing_problems
 from compactstore.db import model_calls
 from compactstore.engines.summary import file_actions
+from compactstore.errors import MissingExtraError
 from compactstore.formats import get_format
+from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_problems
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult, ImportedMessage
 from compactstore.store import CompactStore, Session
@@ -210,48 +212,23 @@ def _named(path: str, text: str) -> bool:
 
 
 class _SdkCheck:
-    """Validate contexts against the official SDK request types when they are installed."""
+    """Validate contexts against the official SDK request types (strictly: no undeclared
+    key, no missing Required key, no stray None) when the SDK is installed."""
 
     def __init__(self, format_name: str) -> None:
-        self.adapter: Any = None
-        try:
-            from pydantic import TypeAdapter
-
-            if format_name == "anthropic":
-                from anthropic.types import MessageParam
-
-                self.adapter = TypeAdapter(list[MessageParam])
-            elif format_name == "openai":
-                from openai.types.chat import ChatCompletionMessageParam
-
-                self.adapter = TypeAdapter(list[ChatCompletionMessageParam])
-        except ImportError:
-            self.adapter = None
+        self.format_name: str | None = None
+        if format_name in SDK_FORMATS:
+            try:
+                request_type(format_name)
+                self.format_name = format_name
+            except MissingExtraError:
+                self.format_name = None
 
     def problem(self, messages: list[dict[str, Any]]) -> str | None:
-        if self.adapter is None:
+        if self.format_name is None:
             return None
-        try:
-            _consume(self.adapter.validate_python(messages))
-        except Exception as exc:  # any refusal by the SDK types is a finding, not a crash
-            return f"SDK type check: {str(exc).splitlines()[0]}"
-        return None
-
-
-def _consume(value: Any) -> None:
-    """Walk a validated value: the SDK types use Iterable fields, validated only when read."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _consume(item)
-    elif isinstance(value, str | bytes | int | float | bool) or value is None:
-        return
-    else:
-        try:
-            items = list(value)
-        except TypeError:
-            return
-        for item in items:
-            _consume(item)
+        problems = sdk_problems(self.format_name, messages)
+        return f"SDK type check: {problems[0]}" if problems else None
 
 
 class _RealTokens:
@@ -425,7 +402,7 @@ class _Replay:
         )
         self.report.freed = dict.fromkeys(_STAGE_KEYS, 0)
         self.sdk = _SdkCheck(transcript.format)
-        self.report.sdk_checked = self.sdk.adapter is not None
+        self.report.sdk_checked = self.sdk.format_name is not None
         self.index_of_seq: dict[int, int] = {}
         self.request: dict[str, Any] | None = None
         self.tool_names: dict[str, str] = {}

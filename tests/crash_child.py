@@ -21,7 +21,6 @@ Nothing but ``ready PID`` (and ``died`` if the loop itself fails) is written to 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -287,40 +286,15 @@ def read_acks(ack_path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.split("\n")[:-1] if line]
 
 
-@functools.cache
-def _sdk_adapter(fmt: str) -> Any:
-    """The official SDK's request type of a format, built once per process."""
-    from pydantic import TypeAdapter
-
-    if fmt == "anthropic":
-        import anthropic.types
-
-        return TypeAdapter(list[anthropic.types.MessageParam])
-    import openai.types.chat
-
-    return TypeAdapter(list[openai.types.chat.ChatCompletionMessageParam])
-
-
-def _force(value: Any) -> Any:
-    """Walk a validated SDK structure: pydantic validates Iterable[...] fields lazily."""
-    if isinstance(value, dict):
-        return {k: _force(v) for k, v in value.items()}
-    if isinstance(value, str | bytes | int | float | bool) or value is None:
-        return value
-    try:
-        return [_force(v) for v in value]
-    except TypeError:
-        return value
-
-
 def _sdk_check(fmt: str, messages: list[dict[str, Any]]) -> str | None:
     """None when the official SDK's request type accepts the messages (anthropic, openai)."""
     if fmt == "minicode":
         return None
-    try:
-        _force(_sdk_adapter(fmt).validate_python(messages))
-    except Exception as exc:  # a validation error: say what the SDK refused
-        return f"{fmt} SDK refuses the active context: {str(exc)[:300]}"
+    from compactstore.formats.sdk_types import sdk_problems
+
+    problems = sdk_problems(fmt, messages)
+    if problems:
+        return f"{fmt} SDK refuses the active context: {'; '.join(problems)[:300]}"
     return None
 
 
@@ -613,8 +587,10 @@ def zygote() -> int:
 
     import sqlalchemy.dialects.postgresql  # noqa: F401 - imported once, before forking
 
+    from compactstore.formats.sdk_types import sdk_problems
+
     for fmt in ("anthropic", "openai"):
-        _sdk_adapter(fmt)
+        sdk_problems(fmt, [])  # imports the SDK and builds its type check once
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     sys.stdout.write("zygote ready\n")
     sys.stdout.flush()

@@ -14,13 +14,11 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
-
 from compactstore import CompactionConfig, CompactionResult, CompactStore, Session
+from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 
 FORMATS = ("anthropic", "openai", "minicode")
 T0 = 1_700_000_000.0  # session creation time used by every test (epoch seconds)
@@ -211,37 +209,11 @@ def pair_problems(fmt: str, messages: Sequence[Message]) -> list[str]:
     return problems
 
 
-def _force(value: Any) -> Any:
-    """Walk a validated SDK structure, draining the lazy Iterable validators pydantic leaves."""
-    if isinstance(value, dict):
-        return {key: _force(item) for key, item in value.items()}
-    if isinstance(value, str | bytes | int | float | bool) or value is None:
-        return value
-    if isinstance(value, Iterable):
-        return [_force(item) for item in value]
-    return value
-
-
-@cache
-def _adapter(fmt: str) -> TypeAdapter[Any]:
-    """The SDK request type of a format (imported lazily: the SDKs are slow to import)."""
-    if fmt == "anthropic":
-        import anthropic.types
-
-        return TypeAdapter(list[anthropic.types.MessageParam])
-    import openai.types.chat
-
-    return TypeAdapter(list[openai.types.chat.ChatCompletionMessageParam])
-
-
 def validate_with_sdk(fmt: str, messages: list[Message]) -> None:
-    """Raise unless the official SDK's request type accepts the messages (anthropic, openai).
-
-    The SDK types declare Iterable[...] fields, which pydantic validates lazily: the
-    validated structure is walked so every nested block is really checked.
-    """
-    if fmt in ("anthropic", "openai"):
-        _force(_adapter(fmt).validate_python(messages))
+    """Raise unless the official SDK's request type accepts the messages strictly (anthropic,
+    openai, responses): the library's shared helper, no undeclared key, no stray None."""
+    if fmt in SDK_FORMATS:
+        check_sdk_types(fmt, messages)
 
 
 def estimate(text: str) -> int:

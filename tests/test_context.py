@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from anthropic.types import MessageParam
-from openai.types.chat import ChatCompletionMessageParam
-from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import Connection, Table, insert, update
 from sqlalchemy.types import Boolean, Float, Integer, String, Text
 
 from compactstore import CompactionConfig, CompactStore, Session, estimate_tokens
 from compactstore.db.schema import compact_boundaries, compactions, message_edits, sessions
+from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 from tests.conftest import Snapshot, module_database
 from tests.helpers import assistant, call_message, result_message, user
 
@@ -101,28 +99,10 @@ def call_ids(fmt: str, message: Message) -> list[str]:
     return [block["id"] for block in content if block.get("type") == "tool_use"]
 
 
-def _drain(value: Any) -> None:
-    """Consume lazily validated iterables: the SDKs type content as Iterable[...]."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _drain(item)
-    elif isinstance(value, str | bytes | BaseModel):
-        return
-    elif isinstance(value, Iterable):
-        for item in value:
-            _drain(item)
-
-
-_SDK = {
-    "anthropic": TypeAdapter(list[MessageParam]),
-    "openai": TypeAdapter(list[ChatCompletionMessageParam]),
-}
-
-
 def assert_the_api_accepts(fmt: str, context: list[Message]) -> None:
     """The SDK's request types take it, and every call is answered right after its message."""
-    if fmt in _SDK:
-        _drain(_SDK[fmt].validate_python(context))
+    if fmt in SDK_FORMATS:
+        check_sdk_types(fmt, context)
     for index, message in enumerate(context[:-1]):
         pending = set(call_ids(fmt, message))
         following = context[index + 1 :]

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic.types import MessageParam
-from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import text
 
 from compactstore import CompactStore, CompactStrategy, CompactTrigger, InvalidInputError
@@ -24,6 +21,7 @@ from compactstore.demo import (
     audit_queries,
     run_demo,
 )
+from tests.helpers import validate_with_sdk
 
 # Enough turns to reach every stage (the default demo plays 300), small enough to be quick.
 STEPS = 150
@@ -68,18 +66,6 @@ def pairing_problems(messages: list[Message]) -> list[str]:
         if call_id not in answered and index != newest
     ]
     return problems
-
-
-def drain(value: Any) -> None:
-    """Consume the lazy iterables pydantic leaves in validated SDK types (that validates them)."""
-    if isinstance(value, dict):
-        for item in value.values():
-            drain(item)
-    elif isinstance(value, str | bytes | BaseModel):
-        return
-    elif isinstance(value, Iterable):
-        for item in value:
-            drain(item)
 
 
 def recorded(store: CompactStore, report: DemoReport) -> dict[str, Any]:
@@ -193,8 +179,7 @@ def test_the_demo_fires_every_stage_records_each_and_can_be_audited(
     messages = session.active_context()
     assert pairing_problems(messages) == []
     assert messages[0]["content"].startswith("Refactor the error handling of the payments")
-    adapter = TypeAdapter(list[MessageParam])  # alive while draining: its iterators use it
-    drain(adapter.validate_python(messages))
+    validate_with_sdk("anthropic", messages)
     assert session.token_usage() < DEMO_CONTEXT_WINDOW
 
     check_audit_queries(store, report)

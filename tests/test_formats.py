@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from anthropic.types import MessageParam
-from openai.types.chat import ChatCompletionMessageParam
-from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import (
@@ -27,6 +24,7 @@ from compactstore.formats import (
     ToolResult,
     get_format,
 )
+from compactstore.formats.sdk_types import check_sdk_types
 
 Message = dict[str, Any]
 
@@ -839,29 +837,14 @@ def test_fifty_turn_conversation_validates_and_pairs(
     assert kinds.count("assistant") == 100
 
 
-def _drain(value: Any) -> None:
-    """Consume every lazily validated iterable: the SDKs type content as ``Iterable[...]``,
-    which pydantic only checks while it is iterated."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _drain(item)
-    elif isinstance(value, str | bytes | BaseModel):
-        return
-    elif isinstance(value, Iterable):
-        for item in value:
-            _drain(item)
-
-
 @pytest.fixture(scope="module")
 def anthropic_sdk() -> Callable[[list[Message]], None]:
-    adapter = TypeAdapter(list[MessageParam])
-    return lambda messages: _drain(adapter.validate_python(messages))
+    return lambda messages: check_sdk_types("anthropic", messages)
 
 
 @pytest.fixture(scope="module")
 def openai_sdk() -> Callable[[list[Message]], None]:
-    adapter = TypeAdapter(list[ChatCompletionMessageParam])
-    return lambda messages: _drain(adapter.validate_python(messages))
+    return lambda messages: check_sdk_types("openai", messages)
 
 
 def _with_built_messages(fmt: MessageFormat, messages: list[Message]) -> list[Message]:
@@ -897,7 +880,7 @@ def test_openai_conversation_matches_the_sdk(openai_sdk: Callable[[list[Message]
 def test_the_anthropic_sdk_check_is_real(
     anthropic_sdk: Callable[[list[Message]], None], bad: Message
 ) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidMessageError):
         anthropic_sdk([{"role": "user", "content": "hi"}, bad])
     with pytest.raises(InvalidMessageError):
         ANTHROPIC.validate(bad)
@@ -915,7 +898,7 @@ def test_the_anthropic_sdk_check_is_real(
 def test_the_openai_sdk_check_is_real(
     openai_sdk: Callable[[list[Message]], None], bad: Message
 ) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidMessageError):
         openai_sdk([{"role": "user", "content": "hi"}, bad])
     with pytest.raises(InvalidMessageError):
         OPENAI.validate(bad)

@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic.types import MessageParam
 from click.testing import CliRunner
-from openai.types.chat import ChatCompletionMessageParam
-from pydantic import BaseModel, TypeAdapter
 
 from compactstore import (
     CompactStore,
@@ -35,6 +32,7 @@ from compactstore import (
 )
 from compactstore.cli import cli
 from compactstore.formats import get_format
+from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 from compactstore.importers import (
     SOURCES,
     Transcript,
@@ -64,27 +62,11 @@ EXPECTED_CALLS = {
 SOURCE_OF_DIR = {"claude-code": "claude-code", "codex": "codex", "swe-agent": "swe-agent"}
 CORPUS_FILES = sorted(p for p in CORPUS_DEV.glob("*/*") if p.parent.name in SOURCE_OF_DIR)
 
-_SDK: dict[str, TypeAdapter[Any]] = {
-    "anthropic": TypeAdapter(list[MessageParam]),
-    "openai": TypeAdapter(list[ChatCompletionMessageParam]),
-}
-
-
-def _drain(value: Any) -> None:
-    """Consume the SDK types' lazily validated iterables."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _drain(item)
-    elif isinstance(value, Iterable) and not isinstance(value, str | bytes | BaseModel):
-        for item in value:
-            _drain(item)
-
 
 def check_sdk(format_name: str, messages: list[Message]) -> None:
     """The official SDK's request type accepts these messages (minicode has no SDK)."""
-    adapter = _SDK.get(format_name)
-    if adapter is not None:
-        _drain(adapter.validate_python(messages))
+    if format_name in SDK_FORMATS:
+        check_sdk_types(format_name, messages)
 
 
 def check_pairing(format_name: str, messages: list[Message]) -> None:

@@ -9,15 +9,13 @@ from __future__ import annotations
 import copy
 import json
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from anthropic.types import MessageParam
-from openai.types.chat import ChatCompletionMessageParam
-from pydantic import BaseModel, TypeAdapter
 
 from compactstore import CompactStore, Session
+from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 
 Message = dict[str, Any]
 TURNS = 50
@@ -219,25 +217,6 @@ class Conversation:
                 self.tool_result(call_id, name, content, is_error=is_error, expected=expected)
 
 
-def _drain(value: Any) -> None:
-    """Consume lazily validated iterables: the SDKs type content as Iterable[...]."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _drain(item)
-    elif isinstance(value, str | bytes | BaseModel):
-        return
-    elif isinstance(value, Iterable):
-        for item in value:
-            _drain(item)
-
-
-# Adapters live as long as the module: the validated lists are lazy and refer back to them.
-_SDK: dict[str, TypeAdapter[Any]] = {
-    "anthropic": TypeAdapter(list[MessageParam]),
-    "openai": TypeAdapter(list[ChatCompletionMessageParam]),
-}
-
-
 def _same(got: list[Message], expected: list[Message]) -> None:
     assert len(got) == len(expected)
     for index, (a, b) in enumerate(zip(got, expected, strict=True)):
@@ -264,8 +243,8 @@ def test_a_fifty_turn_conversation_comes_back_verbatim(
     _same(sess.active_context(), expected)
     _same(sess.messages(), expected)
     assert {item.state for item in sess.context().items} <= {"original", "pinned"}
-    if fmt in _SDK:
-        _drain(_SDK[fmt].validate_python(sess.active_context()))
+    if fmt in SDK_FORMATS:
+        check_sdk_types(fmt, sess.active_context())
 
     again = reopen().session(sess.id)
     assert again.format == fmt
