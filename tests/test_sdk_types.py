@@ -81,6 +81,9 @@ def test_the_helper_refuses_what_plain_validation_lets_through(
         check_sdk_types(fmt, request_items)
 
 
+FUNCTION = {"name": "f", "arguments": "{}"}
+
+
 @pytest.mark.parametrize(
     ("fmt", "request_items"),
     [
@@ -112,9 +115,7 @@ def test_the_helper_refuses_what_plain_validation_lets_through(
                 {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [
-                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                    ],
+                    "tool_calls": [{"id": "c", "type": "function", "function": FUNCTION}],
                 },
                 {"role": "tool", "tool_call_id": "c", "content": "out"},
             ],
