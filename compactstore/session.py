@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core import checks, compaction, replay
+from compactstore.core import recall as recalling
 from compactstore.core.appending import append_tool_result, insert_messages
 from compactstore.core.cache import CachedContext, read_context
 from compactstore.core.checks import PendingMessage, now_or_clock
@@ -33,6 +34,7 @@ from compactstore.models import (
     CompactionResult,
     MemoryEntry,
 )
+from compactstore.recall import parse_arguments, tool_definition
 
 if TYPE_CHECKING:
     from compactstore.store import CompactStore
@@ -486,6 +488,41 @@ class Session:
         if content is None:
             raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
         return content
+
+    # -- recall -------------------------------------------------------------------------
+
+    def recall_tool(self) -> dict[str, Any]:
+        """The ``recall`` tool's definition in the session's format, to offer the model.
+
+        anthropic and minicode: ``{"name", "description", "input_schema"}``; openai: a Chat
+        Completions function tool; responses: a Responses function tool. Calling it turns on
+        the summary's recall line (``recall_enabled`` in the session's stored config).
+        """
+        definition = tool_definition(self.format)
+        if not self.config.recall_enabled:
+            self.config = self.store._write(lambda c: recalling.enable(c, self._locked(c)))
+        return definition
+
+    def recall(self, arguments: dict[str, Any] | str) -> str:
+        """Answer a ``recall`` call: the original of what is not in the context in full.
+
+        ``arguments`` is the call's input (or its JSON text): ``{"from_seq": a, "to_seq": b}``,
+        ``{"query": "..."}``, ``{"blob_id": n}`` or ``{"cursor": "..."}`` from the last line
+        of an answer cut at ``recall_max_tokens``. A read only: append the answer with
+        ``append_tool_result(call_id, answer, tool_name="recall")`` (exempt from the
+        tool-result budget).
+
+        Raises:
+            InvalidInputError: the arguments, naming what is wrong with them.
+            NotFoundError: no blob with that id in this session.
+        """
+        request = parse_arguments(arguments)
+        store = self.store
+        return store._read(
+            lambda c: recalling.recall(
+                c, require(c, self.id, store.location), self.adapter, store.token_counter, request
+            )
+        )
 
     # -- history ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "recall_spans",
     "squash",
     "user_said",
+    "whole_recall",
 ]
 
 # What client noise starts with, as a person reading transcripts would list it.
@@ -181,3 +182,34 @@ def pending_plan_items(name: str, arguments: Any) -> list[str] | None:
         for entry in entries
         if isinstance(entry, dict) and entry.get("status") != "completed"
     ]
+
+
+# A recall answer cut at its token cap ends with this line; the next page of an answer cut
+# inside a message starts with a "continued" header line (SPEC §9.7, README "Recall").
+_RECALL_MORE = re.compile(
+    r"\n\[cut at the recall limit of \d+ tokens; call recall with (\{.*\}) for the rest\]\Z"
+)
+_RECALL_CONTINUED = re.compile(r"\A\[(?:seq|blob) [^\n]* · continued from character \d+\]\n")
+
+
+def whole_recall(
+    recall: Callable[[dict[str, Any]], str], arguments: dict[str, Any], *, max_pages: int = 10_000
+) -> tuple[str, list[str]]:
+    """(the whole answer, its pages): ``recall`` called with ``arguments`` and then with
+    each page's cursor, the pages joined as their shape says — straight on after a
+    "continued" header, else as two parts (a blank line between)."""
+    pages: list[str] = []
+    whole = ""
+    while True:
+        page = recall(arguments)
+        pages.append(page)
+        more = _RECALL_MORE.search(page)
+        body = page[: more.start()] if more else page
+        continued = _RECALL_CONTINUED.match(body)
+        if continued:
+            whole += body[continued.end() :]
+        else:
+            whole += ("\n\n" if whole else "") + body
+        if more is None or len(pages) >= max_pages:
+            return whole, pages
+        arguments = json.loads(more.group(1))

@@ -3,7 +3,8 @@
 Every tool result longer than ``tool_result_max_chars`` is stored whole as a blob and
 replaced in the active context by a preview stub of at most ``tool_result_preview_chars``:
 a header with the original length, tool name and blob id, the first lines and, for long
-results, the last lines with the count of lines left out.
+results, the last lines with the count of lines left out. Answers of the ``recall`` tool
+are exempt (SPEC §9.7).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
+from compactstore.recall import RECALL_TOOL_NAME
 
 __all__ = ["persist_results", "preview", "run"]
 
@@ -86,30 +88,38 @@ def persist_results(
 
 
 def oversized(
-    context: ActiveContext, min_chars: int
+    context: ActiveContext, min_chars: int, *, exempt: frozenset[str] = frozenset()
 ) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
-    """A chooser of every unedited tool result longer than ``min_chars``."""
+    """A chooser of every unedited tool result longer than ``min_chars``, except the
+    results of calls to the tools named in ``exempt``."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
         if context.longest_open_result <= min_chars:
             return []  # the usual case, seen without a pass over every message
-        return [
+        chosen = [
             (index, result.tool_use_id)
             for index, item in enumerate(kept)
             if item.seq is not None and item.state != "pinned"
             for result in item.results
             if result.tool_use_id not in item.edited_ids and len(result.text) > min_chars
         ]
+        if chosen and exempt:
+            names = context.tool_names()
+            chosen = [pick for pick in chosen if names.get(pick[1]) not in exempt]
+        return chosen
 
     return choose
 
 
 def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
-    """Persist every tool result over the budget."""
+    """Persist every tool result over the budget, except recall's answers: they are
+    already capped (recall_max_tokens), and persisting one would only send the agent back
+    to recall it again."""
     before = context.usage
-    kept, edits, blobs = persist_results(
-        context, inputs, oversized(context, context.config.tool_result_max_chars)
+    chooser = oversized(
+        context, context.config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME})
     )
+    kept, edits, blobs = persist_results(context, inputs, chooser)
     after_context = context.with_kept(kept) if edits else context
     return StageResult(
         strategy=CompactStrategy.TOOL_BUDGET,

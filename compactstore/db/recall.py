@@ -1,0 +1,119 @@
+"""Reads for recall: the logged messages that are not in the active context in full.
+
+A message is out of the context when the live boundary cut it away (before its first kept
+seq, not pinned) or when a live compaction edited it (cleared or persisted a tool result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, NamedTuple
+
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, or_, select
+
+from compactstore.db.common import SID
+from compactstore.db.schema import compactions, message_edits, messages, tool_result_blobs
+
+__all__ = ["OutRow", "edit_states", "live_blob_ids", "out_of_context"]
+
+
+class OutRow(NamedTuple):
+    """A logged message out of the context: its seq, stored payload and why it is out."""
+
+    seq: int
+    payload: str
+    removed: bool  # cut away by the live boundary (else edited by a live compaction)
+
+
+_LIVE_EDIT = exists(
+    select(message_edits.c.id)
+    .join(compactions, compactions.c.id == message_edits.c.compaction_id)
+    .where(
+        message_edits.c.session_id == messages.c.session_id,
+        message_edits.c.seq == messages.c.seq,
+        compactions.c.rolled_back_at.is_(None),
+    )
+)
+
+
+def out_of_context(
+    connection: Connection,
+    session_id: str,
+    first_kept_seq: int,
+    *,
+    from_seq: int,
+    to_seq: int,
+    newest_first: bool = False,
+    limit: int = 100,
+    contains: str | None = None,
+) -> list[OutRow]:
+    """Up to ``limit`` messages of seqs ``from_seq``..``to_seq`` not in the context in full,
+    oldest first (or newest first). ``contains`` keeps only payloads holding that text in
+    any ASCII case: a coarse filter a caller checks again on the message's text."""
+    removed: ColumnElement[bool] = and_(
+        messages.c.seq < first_kept_seq, messages.c.pinned.is_(None)
+    )
+    query = select(messages.c.seq, messages.c.payload, removed.label("removed")).where(
+        messages.c.session_id == SID,
+        messages.c.seq >= from_seq,
+        messages.c.seq <= to_seq,
+        or_(removed, _LIVE_EDIT),
+    )
+    if contains is not None:
+        escaped = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(messages.c.payload.ilike(f"%{escaped}%", escape="\\"))
+    order = messages.c.seq.desc() if newest_first else messages.c.seq
+    rows = connection.execute(query.order_by(order).limit(limit), {"sid": session_id}).all()
+    return [OutRow(row.seq, row.payload, bool(row.removed)) for row in rows]
+
+
+EditState = Literal["cleared", "persisted"]
+
+_EDITS = (
+    select(message_edits.c.seq, message_edits.c.kind)
+    .join(compactions, compactions.c.id == message_edits.c.compaction_id)
+    .where(
+        message_edits.c.session_id == SID,
+        message_edits.c.seq.in_(bindparam("seqs", expanding=True)),
+        compactions.c.rolled_back_at.is_(None),
+    )
+    .order_by(message_edits.c.id)
+)
+
+
+def edit_states(
+    connection: Connection, session_id: str, seqs: Iterable[int]
+) -> dict[int, EditState]:
+    """The latest live edit of each of ``seqs`` that has one: cleared or persisted."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    states: dict[int, EditState] = {}
+    for seq, kind in connection.execute(_EDITS, {"sid": session_id, "seqs": wanted}):
+        states[seq] = "persisted" if kind == "persisted" else "cleared"
+    return states
+
+
+_BLOBS = (
+    select(tool_result_blobs.c.seq, tool_result_blobs.c.id)
+    .join(compactions, compactions.c.id == tool_result_blobs.c.compaction_id)
+    .where(
+        tool_result_blobs.c.session_id == SID,
+        tool_result_blobs.c.seq.in_(bindparam("seqs", expanding=True)),
+        compactions.c.rolled_back_at.is_(None),
+    )
+    .order_by(tool_result_blobs.c.id)
+)
+
+
+def live_blob_ids(
+    connection: Connection, session_id: str, seqs: Iterable[int]
+) -> dict[int, list[int]]:
+    """Ids of the blobs live compactions persisted for each of ``seqs``."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    blobs: dict[int, list[int]] = {}
+    for seq, blob_id in connection.execute(_BLOBS, {"sid": session_id, "seqs": wanted}):
+        blobs.setdefault(seq, []).append(blob_id)
+    return blobs
