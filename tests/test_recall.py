@@ -163,7 +163,9 @@ def test_a_range_inside_the_context_has_nothing_to_give_back(store: CompactStore
     chat = compacted_chat(store, "anthropic")
     newest = chat.sess.message_count() - 1
     answer = chat.sess.recall({"from_seq": newest})
-    assert answer == f"Nothing to recall in seq {newest}: those messages are in the context in full."
+    assert answer == (
+        f"Nothing to recall in seq {newest}: those messages are in the context in full."
+    )
     with pytest.raises(InvalidInputError, match=f"past the end of the log .*{newest}"):
         chat.sess.recall({"from_seq": newest + 1, "to_seq": newest + 5})
 
@@ -214,7 +216,7 @@ def test_search_gives_at_most_20_hits_with_200_character_snippets(store: Compact
     chat.request("Tune the cache")
     chat.extend(
         [
-            {"role": "assistant", "content": f"note {i}: " + words(600, f"n{i}") + " NEEDLE " + words(600, f"m{i}")}
+            {"role": "assistant", "content": f"{i}: {words(600, 'n')} NEEDLE {words(600, 'm')}"}
             if i % 2 == 0
             else {"role": "user", "content": f"ok {i}"}
             for i in range(60)
@@ -327,6 +329,7 @@ def test_a_cleared_result_comes_back_by_its_seq(store: CompactStore) -> None:
     seq = cleared[0]
     assert CLEARED in json.dumps(context[seq].message)
     answer = chat.sess.recall({"from_seq": seq})
-    assert answer.startswith(f"[seq {seq} · tool result · cleared from the context by microcompact]")
+    header = f"[seq {seq} · tool result · cleared from the context by microcompact]"
+    assert answer.startswith(header)
     (original,) = results("anthropic", log[seq]).values()
     assert answer.endswith(original)
