@@ -4,6 +4,7 @@ Conversations live in SQL tables; every compaction is one transaction you can au
 roll back and replay. Start with :meth:`CompactStore.open`.
 """
 
+from compactstore.engines.base import SummaryResult
 from compactstore.errors import (
     CompactStoreError,
     CompactStoreWarning,
@@ -54,6 +55,7 @@ __all__ = [
     "Session",
     "SessionInfo",
     "SummarizerError",
+    "SummaryResult",
     "__version__",
     "estimate_tokens",
 ]

@@ -21,15 +21,28 @@ __all__ = [
     "NewBlob",
     "StageResult",
     "Summarizer",
+    "SummaryResult",
     "nearest_legal_cut",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    """What a summarizer may return instead of a plain string: the text, and what the
+    model reported (recorded with the compaction)."""
+
+    text: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    model: str | None = None
 
 
 class Summarizer(Protocol):
     """Replaces the rule-based summary, e.g. with an LLM call.
 
     Receives the messages being removed, the previous boundary's summary (or None) and the
-    instructions given to ``compact()``; returns the summary text. Raising any exception
+    instructions given to ``compact()``; returns the summary text or a
+    :class:`SummaryResult`. Raising any exception
     falls back to the rule-based summary, except SummarizerError, which aborts the call.
     Replay calls it again, so it must be deterministic for a replay to be exact.
     """
@@ -39,7 +52,7 @@ class Summarizer(Protocol):
         messages: list[dict[str, Any]],
         previous_summary: str | None,
         instructions: str | None,
-    ) -> str: ...
+    ) -> str | SummaryResult: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,13 @@ from datetime import UTC, datetime
 
 from compactstore.context import ActiveContext, ContextMessage, legal_cuts
 from compactstore.engines import summary
-from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
+from compactstore.engines.base import (
+    Cut,
+    EngineInputs,
+    StageResult,
+    SummaryResult,
+    nearest_legal_cut,
+)
 from compactstore.errors import SummarizerError
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryState
 
@@ -81,6 +87,8 @@ def summarise(
         # Copies: a summarizer that changes what it is given must not change the context.
         messages = [item.copy_message() for item in removed]
         text = inputs.summarizer(messages, previous, inputs.instructions)
+        if isinstance(text, SummaryResult):
+            text = text.text
     except SummarizerError:
         raise
     except Exception as exc:  # a failing summarizer must never lose the compaction

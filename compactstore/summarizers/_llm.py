@@ -1,0 +1,205 @@
+"""The built-in LLM summarizers over the official Anthropic and OpenAI SDK clients.
+
+Each one sends :func:`compactstore.summarizers.prompt.build_prompt`'s system and user text
+in one call, with the output capped at ``max_tokens`` (default ``summary_max_tokens``), and
+returns a :class:`~compactstore.SummaryResult` with the text and the usage and model the API
+reported. The SDK is imported only when a summarizer is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from compactstore.engines.base import SummaryResult
+from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.models import CompactionConfig
+from compactstore.summarizers.prompt import DEFAULT_MAX_INPUT_TOKENS, SummaryPrompt, build_prompt
+
+__all__ = ["AnthropicSummarizer", "OpenAISummarizer", "require_sdk"]
+
+DEFAULT_MAX_TOKENS: int = CompactionConfig.model_fields["summary_max_tokens"].default
+
+
+def require_sdk(module: str, extra: str) -> ModuleType:
+    """The SDK module, or a MissingExtraError naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"the {module} summarizer needs the official {module} SDK, the {extra!r} extra: "
+            f"pip install 'compactstore[{extra}]'"
+        ) from None
+
+
+def _whole(value: Any, name: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(f"{name} must be a whole number ≥ {minimum}, got {value!r}")
+    return value
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _LLMSummarizer:
+    """What both built-in summarizers share: the caps, the prompt, the checks."""
+
+    name: str
+    _module: str
+    _extra: str
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        max_tokens: int | None = None,
+        max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS,
+        recall: bool = False,
+        request_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        require_sdk(self._module, self._extra)
+        if client is None:
+            raise InvalidInputError(
+                f"{type(self).__name__} needs an {self._module} client "
+                f"(or use {type(self).__name__}.from_env(model=...))"
+            )
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidInputError(f"{type(self).__name__} needs a model name, got {model!r}")
+        self.client = client
+        self.model = model
+        self.max_tokens = _whole(
+            DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, "max_tokens"
+        )
+        self.max_input_tokens = _whole(max_input_tokens, "max_input_tokens", minimum=1_000)
+        self.recall = bool(recall)
+        self.request_options = dict(request_options or {})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, max_tokens={self.max_tokens})"
+
+    def prompt(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> SummaryPrompt:
+        """What this summarizer sends for these inputs (no call is made)."""
+        return build_prompt(
+            messages,
+            previous_summary,
+            instructions,
+            max_input_tokens=self.max_input_tokens,
+            max_output_tokens=self.max_tokens,
+            recall=self.recall,
+        )
+
+
+class AnthropicSummarizer(_LLMSummarizer):
+    """Summaries written by a Claude model through ``anthropic.Anthropic().messages``.
+
+    Args:
+        client: an ``anthropic.Anthropic`` client (its retries and timeout apply).
+        model: the model name, e.g. ``"claude-haiku-4-5"``.
+        max_tokens: the output cap; default ``CompactionConfig.summary_max_tokens`` (6,000).
+        max_input_tokens: the input cap by compactstore's estimate (default 60,000): the
+            oldest removed messages are left out first, the previous summary always stays.
+        recall: ask for the recall line (set it when the session has recall enabled).
+        request_options: more keyword arguments for ``messages.create`` (e.g. ``temperature``).
+
+    Raises:
+        MissingExtraError: the ``anthropic`` extra is not installed.
+        InvalidInputError: no client, no model, or a cap that is not a whole number.
+    """
+
+    name = "anthropic"
+    _module = "anthropic"
+    _extra = "anthropic"
+
+    @classmethod
+    def from_env(cls, *, model: str, **options: Any) -> AnthropicSummarizer:
+        """A summarizer over ``anthropic.Anthropic()``, configured by the SDK's own
+        environment variables (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
+        sdk = require_sdk(cls._module, cls._extra)
+        return cls(sdk.Anthropic(), model=model, **options)
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> SummaryResult:
+        prompt = self.prompt(messages, previous_summary, instructions)
+        response = self.client.messages.create(
+            **self.request_options,
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=prompt.system,
+            messages=[{"role": "user", "content": prompt.user}],
+        )
+        text = "".join(
+            block.text for block in response.content if getattr(block, "type", None) == "text"
+        )
+        usage = response.usage
+        parts = [
+            _count(getattr(usage, key, None))
+            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        ]
+        counted = [part for part in parts if part is not None]
+        return SummaryResult(
+            text=text.strip(),
+            input_tokens=sum(counted) if counted else None,
+            output_tokens=_count(getattr(usage, "output_tokens", None)),
+            model=getattr(response, "model", None) or self.model,
+        )
+
+
+class OpenAISummarizer(_LLMSummarizer):
+    """Summaries written by an OpenAI model through ``openai.OpenAI().chat.completions``.
+
+    Chat Completions, so any server that speaks it (``base_url=``) works too. Arguments as
+    :class:`AnthropicSummarizer`'s; the output cap is sent as ``max_completion_tokens``.
+
+    Raises:
+        MissingExtraError: the ``openai`` extra is not installed.
+        InvalidInputError: no client, no model, or a cap that is not a whole number.
+    """
+
+    name = "openai"
+    _module = "openai"
+    _extra = "openai"
+
+    @classmethod
+    def from_env(cls, *, model: str, **options: Any) -> OpenAISummarizer:
+        """A summarizer over ``openai.OpenAI()``, configured by the SDK's own environment
+        variables (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
+        sdk = require_sdk(cls._module, cls._extra)
+        return cls(sdk.OpenAI(), model=model, **options)
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> SummaryResult:
+        prompt = self.prompt(messages, previous_summary, instructions)
+        response = self.client.chat.completions.create(
+            **self.request_options,
+            model=self.model,
+            max_completion_tokens=self.max_tokens,
+            messages=[
+                {"role": "system", "content": prompt.system},
+                {"role": "user", "content": prompt.user},
+            ],
+        )
+        text = response.choices[0].message.content if response.choices else None
+        usage = response.usage
+        return SummaryResult(
+            text=(text or "").strip(),
+            input_tokens=_count(getattr(usage, "prompt_tokens", None)),
+            output_tokens=_count(getattr(usage, "completion_tokens", None)),
+            model=getattr(response, "model", None) or self.model,
+        )
