@@ -40,7 +40,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Scenario", "Step", "ToolInfo", "estimate", "generate", "is_tool_result"]
+__all__ = [
+    "Scenario",
+    "Step",
+    "ToolInfo",
+    "estimate",
+    "generate",
+    "generate_tool_loop",
+    "is_tool_result",
+]
 
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 SYSTEM_PROMPT_CHARS = 7_400
@@ -474,6 +482,63 @@ def generate(n_steps: int, seed: int = 1) -> Scenario:
             writes=writes,
         )
         scenario.steps.append(Step(messages, stamps, info))
+    return scenario
+
+
+def generate_tool_loop(n_steps: int, seed: int = 1) -> Scenario:
+    """The many-small-tool-calls session of issue 18, for ``n_steps`` steps and ``seed``.
+
+    Step 0 is the same [system, request] as :func:`generate`. Every later step is one
+    assistant message (one ``tool_use`` block, no text) and its ``tool_result``: 80% of
+    results 2,500-3,000 characters, 15% 300-2,500, 5% log-uniform 3,000-20,000. Steps are
+    exactly 20 s apart and there are no user interjections or pauses, so under the default
+    config microcompact clears old results every 180 steps and tool budget persists the
+    results over 4,000 characters: the active context holds thousands of small messages.
+    """
+    rng = random.Random(seed)
+    paths = sorted({f"src/{rng.choice(_AREAS)}/{rng.choice(_FILES)}.py" for _ in range(300)})
+    text = _Text(rng, paths)
+    clock = EPOCH + seed * 86_400.0
+    scenario = Scenario(seed=seed)
+    opening = generate(0, seed).steps[0]
+    scenario.steps.append(Step(opening.messages, [clock, clock + 10.0]))
+    names = ("Read", "Grep", "Bash")
+    for number in range(1, n_steps + 1):
+        pick = rng.random()
+        if pick < 0.80:
+            size = rng.randint(2_500, 3_000)
+        elif pick < 0.95:
+            size = rng.randint(300, 2_500)
+        else:
+            size = int(3_000 * (20_000 / 3_000) ** rng.random())
+        name = names[number % 3]
+        tool_use_id = _tool_id(rng)
+        if name == "Read":
+            tool_input: dict[str, Any] = {"file_path": rng.choice(paths)}
+            content = text.file(size)
+        elif name == "Grep":
+            tool_input = {"pattern": f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"}
+            content = text.grep(tool_input["pattern"], size)
+        else:
+            tool_input = {"command": f"python -m pytest tests/{rng.choice(_AREAS)} -x -q"}
+            content = text.shell(tool_input["command"], size)
+        messages = [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+                ],
+            },
+        ]
+        at = clock + 20.0 * number
+        info = ToolInfo(tool_use_id, name, tool_input, content, is_error=False)
+        scenario.steps.append(Step(messages, [at - 10.0, at], info))
     return scenario
 
 
