@@ -9,13 +9,14 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
 
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
+from compactstore.frozen import freeze, thaw
 from compactstore.models import CompactionConfig, SummaryState
 from compactstore.tokens import TokenCounter
 
@@ -49,19 +50,10 @@ def json_copy(value: Any) -> Any:
     """A deep copy of a JSON value: new dicts and lists, the same immutable leaves.
 
     Equal to ``json.loads(json.dumps(value))`` for what a message holds, at a fraction of
-    the cost: strings, the bulk of a message, are shared instead of decoded again.
+    the cost: strings, the bulk of a message, are shared instead of decoded again. Read-only
+    values (:mod:`compactstore.frozen`) come back as plain, mutable ones.
     """
-    if type(value) is dict:
-        copy = value.copy()
-        for key, item in value.items():
-            if type(item) is dict or type(item) is list:
-                copy[key] = json_copy(item)
-        return copy
-    if type(value) is list:
-        return [
-            json_copy(item) if type(item) is dict or type(item) is list else item for item in value
-        ]
-    return value
+    return thaw(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +61,8 @@ class ContextMessage:
     """One message of the active context, with what engines need to know about it."""
 
     seq: int | None  # None for the summary and synthetic results, which are not in the log
-    message: dict[str, Any]  # parsed once and shared (cached): never changed; callers get copies
+    # Parsed once and shared (cached), read-only (compactstore.frozen): callers get copies.
+    message: dict[str, Any]
     payload: str  # the message as stored
     tokens: int
     kind: Kind
@@ -108,7 +101,7 @@ class ContextMessage:
     ) -> ContextMessage:
         return cls(
             seq=seq,
-            message=message,
+            message=freeze(message),
             payload=storage_json(message) if payload is None else payload,
             tokens=tokens,
             kind=fmt.kind(message),
@@ -158,10 +151,16 @@ class ActiveContext:
     def items(self) -> tuple[ContextMessage, ...]:
         return self.head + self.kept
 
+    @cached_property
+    def wire(self) -> tuple[Mapping[str, Any], ...]:
+        """The messages to send to the model, in order: the context's own read-only
+        messages, shared by every reader (what ``Session.context_view()`` returns)."""
+        return tuple(item.message for item in self.items)
+
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send to the model, in order (fresh copies the caller may change)."""
         try:
-            return [json_copy(item.message) for item in self.items]
+            return [thaw(message) for message in self.wire]
         except RecursionError:  # one message nested very deep: copy_message() copes
             return [item.copy_message() for item in self.items]
 
@@ -256,6 +255,10 @@ class ActiveContext:
             cwd=cwd,
         )
         known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
+        if "items" in known:
+            derived["items"] = known["items"] + tuple(added)
+        if "wire" in known:
+            derived["wire"] = known["wire"] + tuple(item.message for item in added)
         if "raw_tokens" in known:
             derived["raw_tokens"] = known["raw_tokens"] + sum(item.tokens for item in added)
         if "unanswered" in known:

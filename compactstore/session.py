@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -171,14 +171,29 @@ class Session:
     def context(self) -> ActiveContext:
         """The active context with per-message detail (seq, tokens, state).
 
-        This is the store's own cached object, shared by later calls: read it, never change
-        its messages. ``active_context()`` returns copies that are the caller's to change.
+        This is the store's own cached object, shared by later calls; its messages are
+        read-only. ``active_context()`` returns copies that are the caller's to change.
         """
         return self.store._read(self._context)
 
     def active_context(self) -> list[dict[str, Any]]:
-        """What to send to the model, in the session's format."""
+        """What to send to the model, in the session's format: fresh plain dicts and lists
+        the caller may change (add ``cache_control``, hand them to an SDK)."""
         return self.context().messages()
+
+    def context_view(self) -> tuple[Mapping[str, Any], ...]:
+        """The messages ``active_context()`` returns, read-only and shared: no copy is made.
+
+        The cheap read for callers that only send or serialise the context (a provider
+        call, ``request_params()``, an integration keeping its own list). The tuple and every
+        dict and list inside it are the store's cached objects, the same for every caller
+        until the context changes: ``dict`` and ``list`` subclasses
+        (:class:`compactstore.frozen.FrozenDict`, ``FrozenList``) that serialise and compare
+        like plain JSON values and raise ``TypeError`` on any change. Copy a message
+        (``copy.deepcopy(message)``) before changing it, or use ``active_context()``. A
+        step that only appended costs what is new, not the size of the context.
+        """
+        return self.context().wire
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""

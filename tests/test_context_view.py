@@ -1,0 +1,165 @@
+"""``Session.context_view()``: the read-only, shared read of the active context.
+
+It holds exactly what ``active_context()`` returns, costs what is new rather than the size of
+the context, and nothing a caller does to it — or to the copies ``active_context()`` hands
+out — changes the store's cache or what any other caller sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from compactstore import CompactStore, Session
+from compactstore.frozen import FrozenDict, FrozenList, freeze, thaw
+from tests.helpers import FORMATS, T0, every_stage, new_session, plain, validate_with_sdk
+from tests.test_cache import containers, json_values, tool_log, vandalise
+
+HOUR = 3_600
+
+
+def attempts(value: Any) -> list[Callable[[], object]]:
+    """Every way Python code can change a JSON container in place."""
+    if isinstance(value, dict):
+        key = next(iter(value), "k")
+        return [
+            lambda: value.__setitem__("k", 1),
+            lambda: value.__delitem__(key),
+            lambda: value.update(k=1),
+            lambda: value.setdefault("new", 1),
+            lambda: value.pop(key),
+            lambda: value.popitem(),
+            value.clear,
+            lambda: value.__ior__({"k": 1}),
+        ]
+    return [
+        lambda: value.append(1),
+        lambda: value.extend([1]),
+        lambda: value.insert(0, 1),
+        lambda: value.__setitem__(0, 1),
+        lambda: value.__delitem__(0),
+        lambda: value.pop(),
+        lambda: value.remove(value[0] if value else 1),
+        value.clear,
+        value.sort,
+        value.reverse,
+        lambda: value.__iadd__([1]),
+        lambda: value.__imul__(2),
+    ]
+
+
+def wire(sess: Session) -> str:
+    return json.dumps(list(sess.context_view()))
+
+
+def test_the_view_is_what_active_context_returns_through_every_stage(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    for fmt in FORMATS:
+        config = plain(session_memory_min_tail_tokens=2_000, session_memory_max_tail_tokens=6_000)
+        chat = new_session(store, fmt, sid=f"view-{fmt}", context_window=18_000, config=config)
+        tool_log(chat)
+        chat.calls([("bash", {"command": "make deploy"})])  # crash-orphaned: a synthetic result
+        chat.chatter(4, tag="after-crash")
+        sess = chat.sess
+        for result in every_stage(chat):
+            assert result is not None
+            view = sess.context_view()
+            assert isinstance(view, tuple)
+            assert list(view) == sess.active_context(), fmt
+            if result.id is not None:  # a recorded result shows the context it left
+                assert list(view) == result.messages, fmt
+            assert wire(sess) == json.dumps(sess.active_context()), fmt  # key order too
+            assert list(reopen().get_session(sess.id).context_view()) == list(view), fmt
+            validate_with_sdk(fmt, list(view))  # type: ignore[arg-type]
+            chat.tool("a result after the compaction")
+            assert list(sess.context_view()) == sess.active_context(), fmt
+
+
+def test_nothing_in_the_view_can_be_changed_and_trying_changes_nothing(
+    store: CompactStore,
+) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"frozen-{fmt}")
+        tool_log(chat)
+        sess = chat.sess
+        sess.process_request(now=T0 + HOUR)  # persisted previews and cleared placeholders
+        before, other = sess.active_context(), store.get_session(sess.id)
+        tried = 0
+        for message in sess.context_view():
+            for container in containers(message):
+                assert isinstance(container, FrozenDict | FrozenList)
+                for attempt in attempts(container):
+                    with pytest.raises(TypeError, match="read-only"):
+                        attempt()
+                    tried += 1
+        assert tried > 100
+        assert sess.active_context() == before, fmt
+        assert list(other.context_view()) == before, fmt
+        assert list(store.get_session(sess.id).context_view()) == before, fmt
+
+
+def test_copies_are_the_callers_to_change(store: CompactStore) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"copies-{fmt}")
+        tool_log(chat)
+        sess = chat.sess
+        expected = sess.active_context()
+        view = sess.context_view()
+
+        vandalise(sess.active_context())
+        deep = [copy.deepcopy(message) for message in view]
+        assert deep == expected and all(type(message) is dict for message in deep)
+        vandalise(deep)
+        shallow = copy.copy(view[-1])
+        assert type(shallow) is dict
+        shallow["role"] = "changed"
+
+        assert sess.active_context() == expected, fmt
+        assert list(sess.context_view()) == expected, fmt
+        assert sess.context_view() is view, "nothing changed: the same shared tuple"
+
+
+def test_a_step_that_only_appends_reuses_every_message_already_read(store: CompactStore) -> None:
+    chat = new_session(store, "anthropic")
+    tool_log(chat)
+    sess = chat.sess
+    sess.process_request(now=T0 + 10)
+    first = sess.context_view()
+
+    chat.tool("one more result")
+    sess.process_request(now=T0 + 20)  # nothing to do
+    second = sess.context_view()
+
+    assert len(second) == len(first) + 2
+    assert all(a is b for a, b in zip(first, second, strict=False)), "no message is copied"
+    assert list(second) == sess.active_context()
+
+
+def test_sessions_never_share_message_objects(store: CompactStore) -> None:
+    one, two = (
+        new_session(store, "anthropic", sid="one"),
+        new_session(store, "anthropic", sid="two"),
+    )
+    for chat in (one, two):
+        chat.request("Same request text")
+    assert one.sess.context_view() == two.sess.context_view()
+    assert one.sess.context_view()[0] is not two.sess.context_view()[0]
+
+
+@given(json_values)
+def test_freeze_and_thaw_keep_the_json_value(value: Any) -> None:
+    frozen = freeze(value)
+    assert frozen == value and json.dumps(frozen) == json.dumps(value)
+    assert freeze(frozen) is frozen or not isinstance(frozen, dict | list)
+    thawed = thaw(frozen)
+    assert thawed == value and json.dumps(thawed) == json.dumps(value)
+    assert all(type(c) in (dict, list) for c in containers(thawed))
+    assert not {id(c) for c in containers(thawed)} & {id(c) for c in containers(frozen)}
+    assert pickle.loads(pickle.dumps(frozen)) == value
