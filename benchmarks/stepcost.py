@@ -6,7 +6,10 @@
 
 Workloads (benchmarks/scenario.py): ``coding`` is the runner's coding-agent session;
 ``toolloop`` is one tool call and its result per step (results 300-20,000 characters, most
-2,500-3,000), steps 20 s apart, so the active context holds thousands of small messages.
+2,500-3,000), steps 20 s apart, default config: auto-compact fires every ~150 steps, so the
+context stays at 50-420 messages; ``toolloop_plain`` is the same with ``token_factor=1.0``
+(the article's plain estimate): microcompact alone keeps usage under the threshold for
+~1,000 steps, so the context holds up to ~2,500 small messages (calls and placeholders).
 
 A compactstore step is ``extend()``, ``process_request(now=...)`` and the cheap read
 (``context_view()``; ``active_context()`` on code that has none, e.g. ``--code /work/main``),
@@ -50,7 +53,7 @@ TARGETS = {"loop": 1.2, "flat": 1.2, "size": 1.3, "per_message_us": 2.0}
 def _scenario(workload: str, steps: int) -> Any:
     from benchmarks.scenario import generate, generate_tool_loop
 
-    return (generate_tool_loop if workload == "toolloop" else generate)(steps, 1)
+    return (generate_tool_loop if workload.startswith("toolloop") else generate)(steps, 1)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -60,11 +63,19 @@ def _median(values: Sequence[float]) -> float:
 class Compactstore:
     """The compactstore loop: extend, process_request, the cheap read."""
 
+    def __init__(self, workload: str = "coding") -> None:
+        self.workload = workload
+
     def open(self, path: str) -> None:
-        from compactstore import CompactStore
+        from compactstore import CompactionConfig, CompactStore
 
         self.store = CompactStore.open(path)
         self.sess: Any = None
+        # toolloop_plain: the article's plain estimate (factor 1.0): microcompact then keeps
+        # usage below the auto-compact threshold for ~1,000 steps at a time, so the context
+        # holds thousands of calls and cleared placeholders (issue 18's description).
+        factor = 1.0 if self.workload == "toolloop_plain" else CompactionConfig().token_factor
+        self.config = CompactionConfig(token_factor=factor)
 
     def read(self) -> Sequence[Any]:
         view = getattr(self.sess, "context_view", None)
@@ -73,7 +84,11 @@ class Compactstore:
     def step(self, messages: list[dict[str, Any]], stamps: list[float]) -> Sequence[Any]:
         if self.sess is None:
             self.sess = self.store.session(
-                SESSION, context_window=WINDOW, format="anthropic", now=stamps[0]
+                SESSION,
+                context_window=WINDOW,
+                format="anthropic",
+                config=self.config,
+                now=stamps[0],
             )
         self.sess.extend(messages, timestamps=stamps)
         self.sess.process_request(now=stamps[-1])
@@ -119,7 +134,9 @@ def _valid(context: Sequence[Any]) -> bool:
 
 def child_loop(args: argparse.Namespace) -> dict[str, Any]:
     scenario = _scenario(args.workload, args.steps)
-    store: Compactstore | Floor = Compactstore() if args.store == "compactstore" else Floor()
+    store: Compactstore | Floor = (
+        Compactstore(args.workload) if args.store == "compactstore" else Floor()
+    )
     store.open(args.db)
     clock = time.perf_counter_ns
     latencies: list[int] = []
@@ -308,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--flat-steps", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--flat-runs", type=int, default=3)
-    parser.add_argument("--workloads", default="coding,toolloop")
+    parser.add_argument("--workloads", default="coding,toolloop,toolloop_plain")
     parser.add_argument("--code", default=None, help="import compactstore from this checkout")
     parser.add_argument("--profile", default=None, metavar="WORKLOAD")
     parser.add_argument("--out", default="/tmp/compactstore-stepcost")
