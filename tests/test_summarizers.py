@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import subprocess
 import sys
 from typing import Any
@@ -387,3 +388,13 @@ def test_resolve_module_callable_and_class() -> None:
 def test_resolve_refuses_what_it_cannot_build(spec: str, model: str | None, problem: str) -> None:
     with pytest.raises(InvalidInputError, match=problem):
         resolve(spec, model)
+
+
+def test_the_langchain_integration_without_its_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("langchain", "langchain.agents", "langchain.agents.middleware"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "compactstore.integrations.langchain", raising=False)
+    with pytest.raises(MissingExtraError, match=r"compactstore\[langchain\]"):
+        importlib.import_module("compactstore.integrations.langchain")

@@ -30,6 +30,7 @@ __all__ = [
     "compactions",
     "memory_entries",
     "message_edits",
+    "message_origins",
     "messages",
     "metadata",
     "model_calls",
@@ -257,3 +258,28 @@ model_calls = Table(
     Column("created_at", Float, nullable=False),
 )
 Index("ix_model_calls_session", model_calls.c.session_id, model_calls.c.id)
+
+message_origins = Table(
+    "message_origins",
+    metadata,
+    # A message given through an integration (``source``, e.g. "langchain") in that
+    # framework's own form, kept losslessly beside the session-format payload in ``messages``
+    # so the framework gets it back exactly (ids, metadata, thinking signatures).
+    Column("session_id", SESSION_ID, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("source", String(32), nullable=False),
+    # The framework's id of the message: how an integration knows it is stored already.
+    Column("source_id", String(255), nullable=False),
+    Column("payload", Text, nullable=False),
+    ForeignKeyConstraint(
+        ["session_id", "seq"],
+        ["messages.session_id", "messages.seq"],
+        name="fk_message_origins_message",
+    ),
+)
+Index(
+    "ix_message_origins_source_id",
+    message_origins.c.session_id,
+    message_origins.c.source,
+    message_origins.c.source_id,
+)

@@ -1,0 +1,473 @@
+"""LangChain v1 agents: ``CompactStoreMiddleware`` (SPEC §9.5; extra ``langchain``).
+
+::
+
+    from compactstore.integrations.langchain import CompactStoreMiddleware
+    agent = create_agent(model, tools, middleware=[CompactStoreMiddleware(store, "task-42",
+                                                                          context_window=200_000)])
+
+Before every model call the middleware stores the graph's messages it has not stored yet,
+runs ``process_request()``, and hands the model the active context; the graph state is then
+replaced by that context (``RemoveMessage(REMOVE_ALL_MESSAGES)`` followed by the context), so
+it stays as bounded as the context. After the call it records the model's reported input
+tokens and stores the reply.
+
+- **Format**: the session's format follows the model: ``anthropic`` for ``ChatAnthropic``,
+  ``openai`` for any other (``format=`` chooses; an existing session keeps its own).
+- **Lossless**: each LangChain message is stored twice in one transaction: in the session's
+  format (what compaction reads) and as LangChain's own dict (``message_to_dict``) beside it in
+  ``message_origins``. The model gets the stored LangChain message back exactly — ids,
+  metadata, thinking blocks with their signatures — except where a compaction changed it (a
+  tool result persisted or cleared keeps its id with the preview as its content).
+- **Tracked by id**: a message whose id is stored already is never stored again, so hooks
+  that run twice, a resumed thread or a second middleware instance append nothing twice.
+  Messages the middleware itself makes have ids starting ``compactstore-``.
+- **The summary is a human message** (``HumanMessage``, id ``compactstore-summary-<boundary>``),
+  never a second system message; the agent's system prompt stays the model call's own.
+- ``tools`` holds the ``recall`` tool when recall is on (``recall=True`` or
+  ``config.recall_enabled``); its answers read the session's log (``Session.recall``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
+from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
+from compactstore.models import CompactionConfig
+from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
+from compactstore.recall import RECALL_TOOL_NAME
+from compactstore.recall import SCHEMA as RECALL_SCHEMA
+from compactstore.session import Session
+from compactstore.store import CompactStore
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+    from langchain.agents.middleware.types import ModelCallResult, ModelResponse
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+        message_to_dict,
+        messages_from_dict,
+    )
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingExtraError(
+        "compactstore.integrations.langchain needs LangChain v1, the 'langchain' extra: "
+        f"pip install 'compactstore[langchain]' ({exc})"
+    ) from None
+
+__all__ = ["ID_PREFIX", "SOURCE", "CompactStoreMiddleware", "format_for_model"]
+
+# The value of message_origins.source for messages stored by this middleware.
+SOURCE = "langchain"
+# Ids of the messages the middleware makes (summary, synthetic results, messages stored
+# without a LangChain form): never stored as new messages.
+ID_PREFIX = "compactstore-"
+
+# Anthropic block types an assistant message keeps as they are in the stored payload.
+_ASSISTANT_BLOCKS = frozenset(
+    {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use"}
+)
+_USER_BLOCKS = frozenset({"text", "image", "document"})
+
+
+def format_for_model(model: Any) -> str:
+    """The session format for a chat model: ``anthropic`` for ``ChatAnthropic`` (or a
+    subclass), ``openai`` for any other."""
+    names = {cls.__name__ for cls in type(model).__mro__}
+    return "anthropic" if "ChatAnthropic" in names else "openai"
+
+
+def _clean(block: dict[str, Any]) -> dict[str, Any]:
+    """A content block without LangChain's streaming index and without null values."""
+    return {k: v for k, v in block.items() if v is not None and k != "index"}
+
+
+def _text(message: BaseMessage) -> str:
+    return message.text if isinstance(message.text, str) else str(message.text)
+
+
+def _note(block: Any) -> dict[str, Any]:
+    kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+    return {"type": "text", "text": f"[{kind} block]"}
+
+
+def _anthropic_message(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message in the ``anthropic`` session format."""
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": _text(message)}
+    if isinstance(message, ToolMessage):
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": _text(message),
+        }
+        if message.status == "error":
+            result["is_error"] = True
+        return {"role": "user", "content": [result]}
+    content = message.content
+    if isinstance(message, AIMessage):
+        blocks: list[dict[str, Any]] = []
+        for block in [content] if isinstance(content, str) else content:
+            if isinstance(block, str):
+                if block:
+                    blocks.append({"type": "text", "text": block})
+            elif isinstance(block, dict) and block.get("type") in _ASSISTANT_BLOCKS:
+                blocks.append(_clean(block))
+            elif isinstance(block, dict) and block.get("type") == "tool_call":
+                continue  # LangChain's standard block; the tool_calls below carry it
+            else:
+                blocks.append(_note(block))
+        present = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+        blocks.extend(
+            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["args"]}
+            for call in message.tool_calls
+            if call.get("id") and call["id"] not in present
+        )
+        return {"role": "assistant", "content": blocks or ""}
+    if isinstance(content, str):
+        return {"role": "user", "content": content}
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append({"type": "text", "text": block})
+        elif isinstance(block, dict) and block.get("type") in _USER_BLOCKS:
+            parts.append(_clean(block))
+        else:
+            parts.append(_note(block))
+    return {"role": "user", "content": parts or ""}
+
+
+def _openai_message(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message in the ``openai`` (Chat Completions) session format."""
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": _text(message)}
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": _text(message)}
+    if isinstance(message, AIMessage):
+        out: dict[str, Any] = {"role": "assistant", "content": _text(message)}
+        calls = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["args"])},
+            }
+            for call in message.tool_calls
+            if call.get("id")
+        ]
+        if calls:
+            out["tool_calls"] = calls
+        return out
+    return {"role": "user", "content": _text(message)}
+
+
+def _payload(message: BaseMessage) -> str:
+    return json.dumps(message_to_dict(message), ensure_ascii=False, separators=(",", ":"))
+
+
+class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Keeps a LangChain agent's conversation in a compactstore session and hands the model
+    the compacted active context.
+
+    Args:
+        store: an open :class:`~compactstore.CompactStore`, or a path or URL to open one.
+        session_id: the session (created on the first model call when it does not exist).
+        context_window: the model's window in tokens (a new session; default 200,000).
+        format: the session format of a new session; default: from the model
+            (:func:`format_for_model`).
+        config: the session's :class:`~compactstore.CompactionConfig` (replaces the stored
+            one of an existing session).
+        recall: offer the ``recall`` tool and write the summary's recall line (default:
+            ``config.recall_enabled``).
+        cwd: the agent's working directory, for the summary's file list.
+
+    Raises:
+        InvalidInputError: a store that is not a CompactStore, path or URL, or no session id.
+    """
+
+    def __init__(
+        self,
+        store: CompactStore | str | os.PathLike[str],
+        session_id: str,
+        *,
+        context_window: int | None = None,
+        format: str | None = None,
+        config: CompactionConfig | None = None,
+        recall: bool | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        if isinstance(store, str | os.PathLike):
+            store = CompactStore.open(store)
+        if not isinstance(store, CompactStore):
+            raise InvalidInputError(
+                "CompactStoreMiddleware needs a CompactStore or a database path or URL, "
+                f"got {type(store).__name__}"
+            )
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInputError("CompactStoreMiddleware needs a session id (a string)")
+        self.store = store
+        self.session_id = session_id
+        self.context_window = context_window
+        self.format = format
+        self.config = config
+        self.cwd = cwd
+        self.recall = bool(config.recall_enabled if recall is None and config else recall)
+        self.tools: Sequence[BaseTool] = [self._recall_tool()] if self.recall else []
+        self._session: Session | None = None
+        self._lock = threading.RLock()
+        self._known: set[str] = set()  # ids stored already (a cache of message_origins)
+        self._parsed: dict[int, BaseMessage] = {}  # seq -> the stored LangChain message
+        self._ready: tuple[str | None, ...] | None = None  # ids of the view before_model set
+
+    @property
+    def name(self) -> str:
+        return f"CompactStoreMiddleware[{self.session_id}]"
+
+    # -- the session ----------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session | None:
+        """The session, once it exists (it is created on the first model call)."""
+        with self._lock:
+            if self._session is None:
+                try:
+                    self._open(self.store.get_session(self.session_id))
+                except NotFoundError:
+                    return None
+            return self._session
+
+    def _open(self, session: Session) -> Session:
+        if self.config is not None or self.recall:
+            # Through store.session so a new config is stored (and checked) as usual.
+            session = self.store.session(
+                self.session_id,
+                context_window=self.context_window,
+                format=self.format,
+                config=self.config,
+                cwd=self.cwd,
+            )
+        if self.recall and not session.config.recall_enabled:
+            session.recall_tool()  # turns on the summary's recall line
+        self._session = session
+        return session
+
+    def _session_for(self, model: Any) -> Session:
+        with self._lock:
+            existing = self.session
+            if existing is not None:
+                return existing
+            created = self.store.session(
+                self.session_id,
+                context_window=self.context_window,
+                format=self.format or format_for_model(model),
+                config=self.config,
+                cwd=self.cwd,
+            )
+            return self._open(created)
+
+    def _recall_tool(self) -> BaseTool:
+        def recall(**arguments: Any) -> str:
+            session = self.session
+            if session is None:
+                return "Nothing to recall yet: the conversation has not been stored."
+            return session.recall(arguments)
+
+        return StructuredTool.from_function(
+            func=recall,
+            name=RECALL_TOOL_NAME,
+            description=RECALL_DESCRIPTION,
+            args_schema=json.loads(json.dumps(RECALL_SCHEMA)),
+        )
+
+    # -- storing --------------------------------------------------------------------------
+
+    def _convert(self, session: Session, message: BaseMessage) -> dict[str, Any]:
+        if session.format == "anthropic" or session.format == "minicode":
+            return _anthropic_message(message)
+        return _openai_message(message)
+
+    def _store(self, session: Session, messages: Sequence[BaseMessage]) -> None:
+        """Store the messages whose ids are not stored yet, in one transaction."""
+        for message in messages:
+            if message.id is None:
+                message.id = str(uuid.uuid4())
+        fresh = [
+            m
+            for m in messages
+            if m.id is not None and not m.id.startswith(ID_PREFIX) and m.id not in self._known
+        ]
+        if not fresh:
+            return
+        stored = known_ids(session, SOURCE, (m.id for m in fresh if m.id is not None))
+        self._known |= stored
+        given = [
+            Given(self._convert(session, m), m.id, _payload(m))
+            for m in fresh
+            if m.id is not None and m.id not in stored
+        ]
+        extend_with_origins(session, SOURCE, given)
+        self._known.update(g.source_id for g in given)
+
+    # -- the view -------------------------------------------------------------------------
+
+    def _view(self, session: Session) -> list[BaseMessage]:
+        """The active context as LangChain messages: the stored originals, the summary as a
+        human message, compaction's edits applied to tool results."""
+        context = session.context()
+        seqs = [item.seq for item in context.items if item.seq is not None]
+        missing = [seq for seq in seqs if seq not in self._parsed]
+        if missing:
+            for seq, origin in read_origins(session, SOURCE, missing).items():
+                [message] = messages_from_dict([json.loads(origin.payload)])
+                self._parsed[seq] = message
+        boundary = context.boundary.id if context.boundary is not None else 0
+        view: list[BaseMessage] = []
+        for item in context.items:
+            if item.state == "summary":
+                view.append(
+                    HumanMessage(
+                        content=session.adapter.text(item.message),
+                        id=f"{ID_PREFIX}summary-{boundary}",
+                    )
+                )
+                continue
+            if item.state == "synthetic" or item.seq is None:
+                view.extend(
+                    ToolMessage(
+                        content=result.text,
+                        tool_call_id=result.tool_use_id,
+                        status="error",
+                        id=f"{ID_PREFIX}synthetic-{result.tool_use_id}",
+                    )
+                    for result in item.results
+                )
+                continue
+            original = self._parsed.get(item.seq)
+            if original is None:  # appended through the Session API, not this middleware
+                view.extend(self._from_format(session, item.message, item.seq))
+            elif item.state in ("persisted", "cleared", "deduplicated") and item.results:
+                view.append(original.model_copy(update={"content": item.results[0].text}))
+            else:
+                view.append(original.model_copy())
+        return view
+
+    def _from_format(
+        self, session: Session, message: dict[str, Any], seq: int
+    ) -> list[BaseMessage]:
+        """LangChain messages for a stored message that has no LangChain form."""
+        adapter = session.adapter
+        kind = adapter.kind(message)
+        key = f"{ID_PREFIX}seq-{seq}"
+        if kind == "tool":
+            return [
+                ToolMessage(
+                    content=r.text,
+                    tool_call_id=r.tool_use_id,
+                    status="error" if r.is_error else "success",
+                    id=f"{key}-{i}",
+                )
+                for i, r in enumerate(adapter.tool_results(message))
+            ]
+        if kind == "assistant":
+            calls = [
+                {
+                    "id": c.id,
+                    "name": c.name,
+                    "args": json.loads(c.input) if isinstance(c.input, str) else c.input,
+                }
+                for c in adapter.tool_calls(message)
+            ]
+            return [AIMessage(content=adapter.text(message), tool_calls=calls, id=key)]
+        if kind == "system":
+            return [SystemMessage(content=adapter.text(message), id=key)]
+        return [HumanMessage(content=adapter.text(message), id=key)]
+
+    # -- the hooks ------------------------------------------------------------------------
+
+    def _prepare(self, session: Session, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        self._store(session, messages)
+        session.process_request()
+        view = self._view(session)
+        self._ready = tuple(m.id for m in view)
+        return view
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Store what is new, compact, and replace the graph's messages by the active
+        context when they differ (the state stays as small as the context)."""
+        with self._lock:
+            session = self.session
+            if session is None:
+                return None  # created by the first model call, which knows the model
+            messages = state["messages"]
+            view = self._prepare(session, messages)
+            if view == list(messages):
+                return None
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *view]}
+
+    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        with self._lock:
+            session = self._session_for(request.model)
+            if self._ready is not None and self._ready == tuple(m.id for m in request.messages):
+                return request  # before_model has just stored, compacted and set the state
+            view: list[Any] = self._prepare(session, request.messages)
+            return request.override(messages=view)
+
+    def _answer(self, response: ModelCallResult[Any]) -> None:
+        """Record the call's reported prompt size and store the reply."""
+        result = getattr(response, "model_response", response)
+        messages = result.result if isinstance(result, ModelResponse) else [result]
+        with self._lock:
+            session = self._session
+            assert session is not None, "the request created the session"
+            self._ready = None
+            for message in messages:
+                usage = getattr(message, "usage_metadata", None)
+                if isinstance(message, AIMessage) and usage and usage.get("input_tokens"):
+                    # LangChain's input_tokens already counts cached prompt tokens.
+                    session.record_usage(usage["input_tokens"])
+            self._store(session, [m for m in messages if isinstance(m, BaseMessage)])
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        """Send the active context; afterwards record usage and store the reply."""
+        response = handler(self._request(request))
+        self._answer(response)
+        return response
+
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.before_model, state, runtime)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        response = await handler(await asyncio.to_thread(self._request, request))
+        await asyncio.to_thread(self._answer, response)
+        return response
+
+    # -- reading --------------------------------------------------------------------------
+
+    def messages(self) -> list[BaseMessage]:
+        """The active context as the model gets it (empty before the first model call)."""
+        with self._lock:
+            session = self.session
+            return [] if session is None else self._view(session)

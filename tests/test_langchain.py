@@ -1,0 +1,273 @@
+"""LangChain v1 agents with CompactStoreMiddleware (SPEC §9.5), offline.
+
+Real ``create_agent`` graphs: a scripted fake chat model (langchain_core's
+GenericFakeChatModel, which records what it was sent) over many turns with a small window,
+and ChatAnthropic over the official client on a mocked HTTP transport for the round trip of a
+message with a signed thinking block.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain.agents", reason="the 'langchain' extra is not installed")
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from compactstore import CompactionConfig, CompactStore
+from compactstore.integrations.langchain import (
+    CompactStoreMiddleware,
+    format_for_model,
+)
+from compactstore.tokens import estimate_tokens
+from tests.mock_http import anthropic_message, sdk_client
+
+REPO = Path(__file__).resolve().parents[1]
+TURNS = 40
+WINDOW = 12_000
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """A fake chat model that answers from a script and keeps every request it got."""
+
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file of the repository."""
+    return f"# {path}\n" + "\n".join(f"line {i} of {path}: some code here" for i in range(60))
+
+
+def script(turns: int, tag: str = "") -> list[AIMessage]:
+    """``turns`` tool calls with some talk, then a final answer."""
+    steps = [
+        AIMessage(
+            content=f"Step {i}{tag}: reading the next module. " + "I will check it. " * 20,
+            tool_calls=[
+                {"name": "read_file", "args": {"path": f"src/m{i}.py"}, "id": f"c{tag}{i}"}
+            ],
+        )
+        for i in range(turns)
+    ]
+    return [*steps, AIMessage(content=f"All {turns} modules read{tag}.")]
+
+
+def check_pairs(messages: list[BaseMessage]) -> None:
+    """Every tool call is answered right after its assistant message, every result has its
+    call, and the summary is a human message (no system message inside the conversation)."""
+    calls: set[str] = set()
+    answered: set[str] = set()
+    if messages and isinstance(messages[0], SystemMessage):
+        assert messages[0].text == "You refactor."  # the agent's own system prompt, first
+        messages = messages[1:]
+    for message in messages:
+        assert not isinstance(message, SystemMessage)
+        if isinstance(message, AIMessage):
+            assert calls == answered, "a call was not answered before the next model turn"
+            calls |= {call["id"] for call in message.tool_calls if call["id"]}
+        elif isinstance(message, ToolMessage):
+            assert message.tool_call_id in calls and message.tool_call_id not in answered
+            answered.add(message.tool_call_id)
+    assert calls == answered
+
+
+def run_agent(db: Path, turns: int = TURNS) -> tuple[dict[str, Any], ScriptedModel, CompactStore]:
+    store = CompactStore.open(db)
+    model = ScriptedModel(messages=iter(script(turns)))
+    middleware = CompactStoreMiddleware(store, "lc", context_window=WINDOW)
+    agent = create_agent(model, [read_file], system_prompt="You refactor.", middleware=[middleware])
+    result = agent.invoke(
+        {"messages": [HumanMessage("Refactor every module under src/")]},
+        {"recursion_limit": 10 * turns},
+    )
+    return result, model, store
+
+
+def test_a_long_agent_run_compacts_and_keeps_state_and_requests_bounded(tmp_path: Path) -> None:
+    result, model, store = run_agent(tmp_path / "lc.db")
+    with store:
+        sess = store.get_session("lc")
+        assert sess.format == "openai"  # the fake model is no ChatAnthropic
+        cuts = [c for c in sess.compactions() if c.boundary is not None and c.success]
+        assert cuts, "the run compacted"
+        # One stored message per LangChain message: the request, 40 calls, 40 results, answer.
+        assert sess.message_count() == 2 + 2 * TURNS
+        assert len(model.seen) == TURNS + 1
+        for sent in model.seen:
+            check_pairs(sent)
+            assert sum(estimate_tokens(m.text) for m in sent) * 1.6 < WINDOW
+        later = model.seen[-1][1:]  # after the system prompt
+        assert later[0].text == "Refactor every module under src/"  # the pinned request
+        summary = later[1]
+        assert isinstance(summary, HumanMessage) and summary.id.startswith("compactstore-summary")
+        assert "Refactor every module under src/" in summary.text
+        # The state the graph keeps is the compacted context, not the whole run.
+        final = result["messages"]
+        assert len(final) < 2 + 2 * TURNS
+        assert final[-1].text == f"All {TURNS} modules read."
+        assert len(final) <= len(later) + 1
+        check_pairs(final)
+
+
+def test_a_resumed_thread_stores_each_message_once(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        model = ScriptedModel(messages=iter([*script(3), *script(2, tag="b")]))
+        middleware = CompactStoreMiddleware(store, "lc", context_window=WINDOW)
+        agent = create_agent(
+            model, [read_file], middleware=[middleware], checkpointer=InMemorySaver()
+        )
+        thread = {"configurable": {"thread_id": "t1"}}
+        agent.invoke({"messages": [HumanMessage("Read three modules")]}, thread)
+        sess = store.get_session("lc")
+        assert sess.message_count() == 2 + 2 * 3
+        result = agent.invoke({"messages": [HumanMessage("Now two more")]}, thread)
+        assert sess.message_count() == 2 + 2 * 3 + 2 + 2 * 2
+        # A second middleware on the same session (a new process) sees the same context.
+        again = CompactStoreMiddleware(store, "lc")
+        assert [m.id for m in again.messages()] == [m.id for m in result["messages"]]
+        assert again.messages() == result["messages"]
+        stored_texts = [m.get("content") for m in sess.messages()]
+        assert stored_texts.count("Now two more") == 1
+
+
+def test_format_follows_the_model() -> None:
+    from langchain_anthropic import ChatAnthropic
+
+    assert format_for_model(ChatAnthropic(model="claude-sonnet-4-5", api_key="x")) == "anthropic"
+    assert format_for_model(ScriptedModel(messages=iter([]))) == "openai"
+
+
+# -- ChatAnthropic over the official client on a mocked transport ----------------------------
+
+SIGNATURE = "ErUBCkYIBxgCIkB2Zm9yY2VkIHNpZ25hdHVyZSBmb3IgdGVzdGluZyBvbmx5" + "A" * 80
+
+
+def test_chat_anthropic_thinking_survives_the_round_trip(tmp_path: Path) -> None:
+    anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
+    langchain_anthropic = pytest.importorskip(
+        "langchain_anthropic", reason="langchain-anthropic is not installed"
+    )
+    replies = iter(
+        [
+            anthropic_message(
+                [
+                    {"type": "thinking", "thinking": "Add them.", "signature": SIGNATURE},
+                    {"type": "text", "text": "Adding."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_01",
+                        "name": "add",
+                        "input": {"a": 2, "b": 3},
+                    },
+                ],
+                input_tokens=900,
+                stop_reason="tool_use",
+            ),
+            anthropic_message([{"type": "text", "text": "2 + 3 = 5"}], input_tokens=950),
+        ]
+    )
+    client, seen = sdk_client(anthropic, lambda body: next(replies))
+    model = langchain_anthropic.ChatAnthropic(
+        model="claude-sonnet-4-5", api_key="x", max_tokens=1_024
+    )
+    model.__dict__["_client"] = client  # the SDK client ChatAnthropic builds, over the mock
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    db = tmp_path / "lc.db"
+    with CompactStore.open(db) as store:
+        middleware = CompactStoreMiddleware(store, "claude", context_window=20_000)
+        agent = create_agent(model, [add], middleware=[middleware])
+        result = agent.invoke({"messages": [HumanMessage("What is 2 + 3?")]})
+
+        thinking = result["messages"][1]
+        assert isinstance(thinking, AIMessage) and thinking.content[0]["signature"] == SIGNATURE
+        sess = store.get_session("claude")
+        assert sess.format == "anthropic"
+        assert sess.compactions() == [] or all(c.boundary is None for c in sess.compactions())
+        # The second request carried the signed thinking block exactly as Claude sent it.
+        second = seen.bodies[1]["messages"][1]
+        assert second["content"][0] == {
+            "type": "thinking",
+            "thinking": "Add them.",
+            "signature": SIGNATURE,
+        }
+        # The stored session-format message is valid anthropic and keeps the block too.
+        stored = sess.messages()[1]
+        assert stored["content"][0]["signature"] == SIGNATURE
+        # Usage came from the reply: the real count (900) was recorded.
+        assert sess.token_usage() > 0
+
+    # A new process reads the LangChain message back equal, metadata and id included.
+    with CompactStore.open(db) as store:
+        back = CompactStoreMiddleware(store, "claude").messages()
+        assert back[1] == thinking
+        assert back == result["messages"]
+
+
+def test_recall_tool_is_registered_when_recall_is_on(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        plain = CompactStoreMiddleware(store, "a")
+        assert plain.tools == []
+        config = CompactionConfig(recall_enabled=True)
+        recalling = CompactStoreMiddleware(store, "b", config=config)
+        [recall] = recalling.tools
+        assert recall.name == "recall" and "from_seq" in recall.args
+        # The model calls recall; the agent's tool node runs it against the session.
+        asks = AIMessage(
+            content="Let me look back.",
+            tool_calls=[{"name": "recall", "args": {"query": "module"}, "id": "r1"}],
+        )
+        model = ScriptedModel(messages=iter([*script(2)[:-1], asks, AIMessage(content="ok")]))
+        agent = create_agent(model, [read_file], middleware=[recalling])
+        result = agent.invoke({"messages": [HumanMessage("Read two modules")]})
+        answer = next(m for m in result["messages"] if getattr(m, "tool_call_id", "") == "r1")
+        assert answer.text.startswith("No match")  # nothing is out of the context yet
+        sess = store.get_session("b")
+        assert sess.config.recall_enabled
+        sess.compact()
+        assert "Step 0: reading the next module" in recall.invoke({"from_seq": 1, "to_seq": 1})
+        assert "## Recall" in sess.context().summary.message["content"]
+
+
+def test_the_example_runs_offline(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "langchain_agent.py"), str(tmp_path / "ex.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["compactions"] >= 1
+    assert report["state_messages"] < report["stored_messages"]
+    assert report["max_request_tokens"] < report["context_window"]
