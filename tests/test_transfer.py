@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 
 from compactstore import CompactStore, ConflictError, NotFoundError, Session
+from compactstore.core.origins import Given, extend_with_origins, read_origins
 from compactstore.db import schema
 from compactstore.db import transfer as db_transfer
 from compactstore.db.migrate import alembic_config, head_revision, stored_revision
@@ -65,6 +66,12 @@ def rich_session(store: CompactStore, sid: str) -> Session:
     sess.replay(live[-1].id or 0, apply=True)  # and comes back as a replay of it
     sess.remember("decision", "Keep the nightly on Python 3.12", now=T0 + 2 * HOUR)
     chat.chatter(6, tag="tail", chars=300)
+    # A message given through an integration, with its framework form (message_origins).
+    extend_with_origins(
+        sess,
+        "langchain",
+        [Given({"role": "user", "content": "via LangChain"}, "lc-1", '{"type":"human"}')],
+    )
     return sess
 
 
@@ -111,6 +118,7 @@ def portrait(sess: Session, ids: IdMap | None = None) -> dict[str, Any]:
         ],
         "blobs": {blob: sess.get_blob(blob) for blob in blob_ids},
         "replays": replays,
+        "origins": read_origins(sess, "langchain", range(sess.message_count())),
     }
 
 
@@ -429,9 +437,14 @@ def test_a_backup_from_an_older_schema_is_upgraded_in_a_copy_and_a_newer_one_ref
     written = file.read_bytes()
     with opened(tmp_path / "t.db") as target:
         report = restore(target, file)
-        assert portrait(target.get_session("alpha"), report.ids) == portrait(
-            source.get_session("alpha")
-        )
+        restored = portrait(target.get_session("alpha"), report.ids)
+        expected = portrait(source.get_session("alpha"))
+        # A downgrade drops what a newer revision added with its rows (message_origins, while
+        # it is the newest): the rest must come through the upgrade unchanged.
+        for part in ("origins",):
+            restored.pop(part)
+            expected.pop(part)
+        assert restored == expected
     assert file.read_bytes() == written  # only ever read
     engine = create_engine(f"sqlite:///{file}")
     with engine.begin() as connection:
