@@ -8,6 +8,7 @@ message with a signed thinking block.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -153,6 +154,48 @@ def test_a_resumed_thread_stores_each_message_once(tmp_path: Path) -> None:
         assert again.messages() == result["messages"]
         stored_texts = [m.get("content") for m in sess.messages()]
         assert stored_texts.count("Now two more") == 1
+
+
+def test_a_persisted_tool_result_keeps_its_id_and_shows_the_preview(tmp_path: Path) -> None:
+    @tool
+    def dump(name: str) -> str:
+        """Dump a big log."""
+        return "\n".join(f"{name} line {i}: " + "x" * 60 for i in range(120))
+
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "dump", "args": {"name": "ci"}, "id": "d1"}]),
+        AIMessage(content="That log is long."),
+    ]
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        model = ScriptedModel(messages=iter(calls))
+        middleware = CompactStoreMiddleware(store, "big", context_window=200_000)
+        agent = create_agent(model, [dump], middleware=[middleware])
+        result = agent.invoke({"messages": [HumanMessage("Show the CI log")]})
+        original = next(m for m in result["messages"] if isinstance(m, ToolMessage))
+        [sent] = [m for m in model.seen[1] if isinstance(m, ToolMessage)]
+        assert sent.id == original.id and sent.tool_call_id == "d1"
+        assert sent.text.startswith("[Tool result persisted: ")
+        assert len(sent.text) <= 500 < len(store.get_session("big").get_blob(1))
+        assert store.get_session("big").get_blob(1) == dump.invoke({"name": "ci"})
+
+
+def test_the_async_hooks_run_the_same_way(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        model = ScriptedModel(messages=iter(script(TURNS)))
+        middleware = CompactStoreMiddleware(store, "async", context_window=WINDOW)
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        result = asyncio.run(
+            agent.ainvoke(
+                {"messages": [HumanMessage("Refactor every module under src/")]},
+                {"recursion_limit": 10 * TURNS},
+            )
+        )
+        sess = store.get_session("async")
+        assert sess.message_count() == 2 + 2 * TURNS
+        assert any(c.boundary is not None for c in sess.compactions())
+        assert len(result["messages"]) < 2 + 2 * TURNS
+        for sent in model.seen:
+            check_pairs(sent)
 
 
 def test_format_follows_the_model() -> None:

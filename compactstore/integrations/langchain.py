@@ -359,9 +359,11 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if original is None:  # appended through the Session API, not this middleware
                 view.extend(self._from_format(session, item.message, item.seq))
             elif item.state in ("persisted", "cleared", "deduplicated") and item.results:
-                view.append(original.model_copy(update={"content": item.results[0].text}))
+                view.append(
+                    original.model_copy(update={"content": item.results[0].text}, deep=True)
+                )
             else:
-                view.append(original.model_copy())
+                view.append(original.model_copy(deep=True))
         return view
 
     def _from_format(
