@@ -72,6 +72,10 @@ class ContextMessage:
     created_at: float | None = None
     # Tool-use ids of results in this message already persisted or cleared by a compaction.
     edited_ids: frozenset[str] = frozenset()
+    # Belongs to the message after it (a responses reasoning item): never cut apart.
+    glued: bool = False
+    # An assistant item that continues the turn of the assistant item before it (responses).
+    joins_turn: bool = False
 
     @property
     def pinned(self) -> bool:
@@ -99,17 +103,20 @@ class ContextMessage:
         created_at: float | None = None,
         edited_ids: frozenset[str] = frozenset(),
     ) -> ContextMessage:
+        kind = fmt.kind(message)
         return cls(
             seq=seq,
             message=freeze(message),
             payload=storage_json(message) if payload is None else payload,
             tokens=tokens,
-            kind=fmt.kind(message),
+            kind=kind,
             state=state,
             calls=tuple(fmt.tool_calls(message)),
             results=tuple(fmt.tool_results(message)),
             created_at=created_at,
             edited_ids=edited_ids,
+            glued=fmt.glued(message),
+            joins_turn=fmt.groups_turns and kind == "assistant",
         )
 
 
@@ -184,6 +191,15 @@ class ActiveContext:
                 if orphans:
                     orphaned.append((index, orphans))
         for index, orphans in reversed(orphaned):  # from the end, so indexes stay valid
+            answers = self.fmt.answer_orphans(kept[index].message, orphans, SYNTHETIC_RESULT_TEXT)
+            if answers is None:
+                # No stand-in is possible: the call leaves the context, with what is glued
+                # to it (the reasoning item before it).
+                start = index
+                while start > 0 and kept[start - 1].glued and kept[start - 1].seq is not None:
+                    start -= 1
+                del kept[start : index + 1]
+                continue
             kept[index + 1 : index + 1] = [
                 ContextMessage.build(
                     self.fmt,
@@ -192,7 +208,7 @@ class ActiveContext:
                     seq=None,
                     state="synthetic",
                 )
-                for message in self.fmt.synthetic_results(orphans, SYNTHETIC_RESULT_TEXT)
+                for message in answers
             ]
         return replace(self, kept=tuple(kept))
 
@@ -316,16 +332,20 @@ def _longest_open_result(items: Sequence[ContextMessage]) -> int:
             for item in items
             if item.seq is not None and not item.pinned
             for result in item.results
-            if result.tool_use_id not in item.edited_ids
+            if result.replaceable and result.tool_use_id not in item.edited_ids
         ),
         default=0,
     )
 
 
 def _newest_turn(kept: Sequence[ContextMessage]) -> int:
-    """Index of the newest message that is not a tool result (-1 for none): the calls of
-    that turn may still be running."""
-    return next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
+    """Index where the newest turn starts (-1 for none): the newest message that is not a
+    tool result, or, where a turn is several assistant items (responses), the first of them.
+    The calls of that turn may still be running."""
+    index = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
+    while index > 0 and kept[index].joins_turn and kept[index - 1].joins_turn:
+        index -= 1
+    return index
 
 
 def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
@@ -338,7 +358,7 @@ def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
     problems: list[str] = []
     open_calls: dict[str, int] = {}
     answered: set[str] = set()
-    newest = max((i for i, it in enumerate(items) if it.kind != "tool"), default=-1)
+    newest = _newest_turn(items)
     for index, item in enumerate(items):
         for result in item.results:
             if result.tool_use_id not in open_calls:
@@ -357,7 +377,8 @@ def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
 def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
     """For each index i (0..len), whether starting a context at items[i] keeps pairs whole.
 
-    A cut at i is legal when no tool call before i has its result at or after i.
+    A cut at i is legal when no tool call before i has its result at or after i, and
+    items[i - 1] is not glued to items[i].
     Computed once in O(n) and shared by every stage that cuts.
     """
     position: dict[str, int] = {}
@@ -376,7 +397,8 @@ def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
     open_pairs = 0
     for index in range(len(items) + 1):
         open_pairs += delta[index]
-        legal.append(open_pairs == 0)
+        # A glued message (a reasoning item) is never cut from the one after it.
+        legal.append(open_pairs == 0 and not (0 < index < len(items) and items[index - 1].glued))
     return legal
 
 

@@ -96,6 +96,10 @@ class CompactionConfig(BaseModel):
     # Stage 3: read dedup (at tool-execution time).
     read_dedup_enabled: bool = True
 
+    # Format responses (SPEC §9.4): whether the provider keeps responses (store=True), so
+    # item_reference items and reasoning items without encrypted_content resolve.
+    responses_store: bool = False
+
     # Stage 4: microcompact.
     microcompact_interval_seconds: float = Field(3_600.0, gt=0)
     microcompact_keep_recent: int = Field(5, ge=0)

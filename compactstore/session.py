@@ -11,7 +11,7 @@ import functools
 import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection
 
@@ -27,6 +27,7 @@ from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat, get_format
+from compactstore.frozen import freeze
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -177,9 +178,15 @@ class Session:
         return self.store._read(self._context)
 
     def active_context(self) -> list[dict[str, Any]]:
-        """What to send to the model, in the session's format: fresh plain dicts and lists
-        the caller may change (add ``cache_control``, hand them to an SDK)."""
-        return self.context().messages()
+        """What to send to the model, in the session's format: the wire view (fresh plain
+        dicts and lists the caller may change: add ``cache_control``, hand them to an SDK).
+
+        The wire view (SPEC §9.4, see the README): for anthropic, the tool results answering
+        one assistant message are merged into the single user message after it; for
+        responses without stored responses, reasoning items without ``encrypted_content``
+        are left out. ``context().items`` keeps one item per seq.
+        """
+        return self.adapter.wire_view(self.context().messages(), self.config)
 
     def context_view(self) -> tuple[Mapping[str, Any], ...]:
         """The messages ``active_context()`` returns, read-only and shared: no copy is made.
@@ -191,9 +198,16 @@ class Session:
         (:class:`compactstore.frozen.FrozenDict`, ``FrozenList``) that serialise and compare
         like plain JSON values and raise ``TypeError`` on any change. Copy a message
         (``copy.deepcopy(message)``) before changing it, or use ``active_context()``. A
-        step that only appended costs what is new, not the size of the context.
+        step that only appended costs what is new, not the size of the context. It is the
+        same wire view as ``active_context()``; messages the wire view builds (merged
+        anthropic tool results) are frozen too.
         """
-        return self.context().wire
+        wire = self.context().wire
+        # The frozen messages are dicts (FrozenDict); the wire view never changes them.
+        view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
+        if len(view) == len(wire) and all(a is b for a, b in zip(view, wire, strict=True)):
+            return wire
+        return tuple(freeze(message) for message in view)
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""

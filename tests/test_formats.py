@@ -908,7 +908,7 @@ def test_the_openai_sdk_check_is_real(
 
 
 def test_get_format_returns_each_adapter() -> None:
-    assert FORMAT_NAMES == ("anthropic", "minicode", "openai")
+    assert FORMAT_NAMES == ("anthropic", "minicode", "openai", "responses")
     assert isinstance(get_format("anthropic"), AnthropicFormat)
     assert isinstance(get_format("openai"), OpenAIFormat)
     assert isinstance(get_format("minicode"), MiniCodeFormat)
@@ -922,7 +922,8 @@ def test_get_format_rejects_unknown_names(name: str) -> None:
     with pytest.raises(
         InvalidInputError,
         match=re.escape(
-            f"unknown message format {name!r} (expected one of: anthropic, minicode, openai)"
+            f"unknown message format {name!r} "
+            "(expected one of: anthropic, minicode, openai, responses)"
         ),
     ):
         get_format(name)

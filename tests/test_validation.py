@@ -555,7 +555,8 @@ CASES = [
         "anthropic",
         lambda s: s.store.session("new", format="gemini"),
         InvalidInputError,
-        r"unknown message format 'gemini' \(expected one of: anthropic, minicode, openai\)",
+        r"unknown message format 'gemini' "
+        r"\(expected one of: anthropic, minicode, openai, responses\)",
         "unknown-session-format",
     ),
     _case(

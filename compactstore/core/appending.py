@@ -66,7 +66,10 @@ def insert_messages(
         adapter,
         next_seq=0 if last is None else last.seq + 1,
         stored=stored,
-        last_turn_seq=repo.last_turn_seq(connection, sid) if stored else -1,
+        last_turn_seq=(
+            repo.last_turn_seq(connection, sid, grouped=adapter.groups_turns) if stored else -1
+        ),
+        in_turn=last is not None and adapter.groups_turns and last.kind == "assistant",
         first_kept_seq=boundary.first_kept_seq if boundary is not None else 0,
         pins=PinRules(
             leading_system=last is None or last.pinned == "system",

@@ -163,6 +163,7 @@ def prepare_message(
     try:
         check_nesting(message)
         adapter.validate(message)
+        adapter.check_config(message, config)
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{where}{exc}") from None
     try:

@@ -100,7 +100,10 @@ class Conversation:
         adapter: the session's message format.
         next_seq: seq the next message gets.
         stored: calls already in the log that the new messages mention, by tool-use id.
-        last_turn_seq: seq of the newest message that is not a tool result (-1: none).
+        last_turn_seq: seq where the newest turn starts (-1: none): the newest message that
+            is not a tool result, or the first of the assistant items ending there when the
+            format groups them (responses).
+        in_turn: the newest message is an assistant item the next one may continue.
         first_kept_seq: calls before this seq were compacted away.
         session_id: named in errors when given.
     """
@@ -109,6 +112,7 @@ class Conversation:
     next_seq: int = 0
     stored: Mapping[str, StoredCall] = field(default_factory=dict)
     last_turn_seq: int = -1
+    in_turn: bool = False
     first_kept_seq: int = 0
     pins: PinRules = field(default_factory=PinRules)
     session_id: str | None = None
@@ -139,7 +143,12 @@ class Conversation:
             self._calls[call.id] = seq
         kind = adapter.kind(message)
         if kind != "tool":
-            self.last_turn_seq = seq
+            joins = adapter.groups_turns and kind == "assistant"
+            if not (joins and self.in_turn):
+                self.last_turn_seq = seq
+            self.in_turn = joins
+        else:
+            self.in_turn = False
         pin = self.pins.pin(adapter, message, kind, seq, pinned)
         self.next_seq += 1
         return Admitted(seq, kind, pin, calls, tuple(answers))

@@ -68,6 +68,7 @@ class MessageRow:
 class LastMessage(NamedTuple):
     seq: int
     pinned: str | None
+    kind: str
 
 
 class CallRow(NamedTuple):
@@ -124,18 +125,38 @@ def insert_messages(connection: Connection, session_id: str, rows: Sequence[Mess
 
 
 _LAST_TURN = (
-    select(messages.c.seq)
+    select(messages.c.seq, messages.c.kind)
     .where(messages.c.session_id == SID, messages.c.kind != "tool")
+    .order_by(messages.c.seq.desc())
+    .limit(1)
+)
+_BEFORE_TURN = (
+    select(messages.c.seq)
+    .where(
+        messages.c.session_id == SID,
+        messages.c.seq < bindparam("before"),
+        messages.c.kind != "assistant",
+    )
     .order_by(messages.c.seq.desc())
     .limit(1)
 )
 
 
-def last_turn_seq(connection: Connection, session_id: str) -> int:
-    """Seq of the newest message that is not a tool result (-1 when there is none): the
-    calls made before it were abandoned if still unanswered."""
-    seq = connection.execute(_LAST_TURN, {"sid": session_id}).scalar_one_or_none()
-    return -1 if seq is None else int(seq)
+def last_turn_seq(connection: Connection, session_id: str, *, grouped: bool = False) -> int:
+    """Seq where the newest turn starts (-1 when there is none): the newest message that is
+    not a tool result; with ``grouped`` (a turn is several assistant items, as in responses)
+    the first of the assistant items that end there. Calls made before it were abandoned
+    if still unanswered."""
+    row = connection.execute(_LAST_TURN, {"sid": session_id}).one_or_none()
+    if row is None:
+        return -1
+    seq, kind = int(row.seq), row.kind
+    if not grouped or kind != "assistant":
+        return seq
+    before = connection.execute(
+        _BEFORE_TURN, {"sid": session_id, "before": seq}
+    ).scalar_one_or_none()
+    return 0 if before is None else int(before) + 1
 
 
 def message_count(connection: Connection, session_id: str) -> int:

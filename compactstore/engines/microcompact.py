@@ -44,7 +44,7 @@ def candidates(kept: tuple[ContextMessage, ...]) -> list[tuple[int, str]]:
         for index, item in enumerate(kept)
         if item.seq is not None and not item.pinned
         for result in item.results
-        if result.tool_use_id not in item.edited_ids
+        if result.replaceable and result.tool_use_id not in item.edited_ids
     ]
 
 

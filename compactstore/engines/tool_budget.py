@@ -101,7 +101,9 @@ def oversized(
             for index, item in enumerate(kept)
             if item.seq is not None and item.state != "pinned"
             for result in item.results
-            if result.tool_use_id not in item.edited_ids and len(result.text) > min_chars
+            if result.replaceable
+            and result.tool_use_id not in item.edited_ids
+            and len(result.text) > min_chars
         ]
         if chosen and exempt:
             names = context.tool_names()

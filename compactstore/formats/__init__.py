@@ -7,6 +7,7 @@ from compactstore.formats.anthropic import AnthropicFormat
 from compactstore.formats.base import Kind, MessageFormat, ToolCall, ToolResult, json_text
 from compactstore.formats.minicode import MiniCodeFormat
 from compactstore.formats.openai import OpenAIFormat
+from compactstore.formats.responses import ResponsesFormat
 
 __all__ = [
     "FORMAT_NAMES",
@@ -15,6 +16,7 @@ __all__ = [
     "MessageFormat",
     "MiniCodeFormat",
     "OpenAIFormat",
+    "ResponsesFormat",
     "ToolCall",
     "ToolResult",
     "get_format",
@@ -23,7 +25,8 @@ __all__ = [
 
 # Adapters hold no state, so one instance of each serves every session.
 _FORMATS: dict[str, MessageFormat] = {
-    fmt.name: fmt for fmt in (AnthropicFormat(), MiniCodeFormat(), OpenAIFormat())
+    fmt.name: fmt
+    for fmt in (AnthropicFormat(), MiniCodeFormat(), OpenAIFormat(), ResponsesFormat())
 }
 
 FORMAT_NAMES: tuple[str, ...] = tuple(sorted(_FORMATS))

@@ -59,6 +59,9 @@ class ToolResult:
     tool_use_id: str
     text: str
     is_error: bool
+    # False for results whose content no text can stand for (a screenshot, an approval
+    # decision): compaction stages never preview or clear them.
+    replaceable: bool = True
 
 
 def check_nesting(value: Any, what: str = "message") -> None:
@@ -93,6 +96,9 @@ class MessageFormat(ABC):
     """How one API spells messages, tool calls and tool results."""
 
     name: str
+    # Whether consecutive assistant items form one turn (responses: a turn is several items,
+    # reasoning, calls and messages); otherwise each assistant message is a turn of its own.
+    groups_turns: bool = False
 
     @abstractmethod
     def validate(self, message: Any) -> None:
@@ -136,6 +142,27 @@ class MessageFormat(ABC):
     @abstractmethod
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         """Messages that answer calls that never got a result with an error ``text``."""
+
+    def check_config(self, message: dict[str, Any], config: Any) -> None:
+        """Checks that depend on the session's ``CompactionConfig`` (none by default)."""
+        del message, config
+
+    def glued(self, message: dict[str, Any]) -> bool:
+        """Whether the message belongs to the one after it: no cut between them, nothing
+        inserted between them (responses: a reasoning item)."""
+        return False
+
+    def answer_orphans(
+        self, message: dict[str, Any], calls: list[ToolCall], text: str
+    ) -> list[dict[str, Any]] | None:
+        """Messages answering the crash-orphaned ``calls`` of ``message`` with an error
+        ``text``; None when no stand-in is possible and the message must leave the context."""
+        return self.synthetic_results(calls, text)
+
+    def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
+        """The messages as they are sent to the provider (the active context as is, by
+        default). ``messages`` are the caller's own copies; the result may reuse them."""
+        return messages
 
     def token_text(self, message: dict[str, Any]) -> str:
         """Everything in the message that costs tokens: prose, calls and results."""

@@ -1,0 +1,411 @@
+"""The OpenAI Responses API format: a conversation is a list of input items (SPEC §9.4).
+
+Each stored message is one item of ``ResponseInputItemParam``. Every item type of the SDK is in
+exactly one class (:data:`ITEM_CLASSES`):
+
+- ``message``: a ``message`` item (``role`` user, system, developer or assistant; ``type`` may
+  be left out, as ``EasyInputMessageParam`` allows).
+- ``call`` / ``output``: the two sides of a pair, matched by the key :data:`CALLS` and
+  :data:`OUTPUTS` name (``call_id`` for most; ``mcp_approval_request`` by its ``id``, answered by
+  ``approval_request_id``; ``local_shell_call_output`` by its ``id`` — or its ``call_id`` when an
+  SDK stored one — equal to the call's ``call_id``). A call whose output never came gets a
+  stand-in error output in the active context; where no stand-in is possible
+  (:data:`NO_STAND_IN`: a computer call needs a screenshot, an approval request the user's
+  decision, a program output an id the server made) the orphan call is left out of the
+  context, with the reasoning item glued to it.
+- ``glue``: a ``reasoning`` item belongs to the item after it: a cut never separates them and
+  nothing is ever inserted between them.
+- ``opaque``: a provider ``compaction`` item, kept whole.
+- ``hosted``: items of tools the provider ran (web search, file search, image generation, code
+  interpreter, MCP calls and tool lists) and the client's configuration items
+  (``additional_tools``, ``configuration_update``), passed through verbatim.
+- ``refused``: ``item_reference`` (refused unless ``CompactionConfig.responses_store``: without
+  stored responses the id resolves to nothing) and ``compaction_trigger`` (it asks the provider
+  to compact the context, which is this library's job).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from compactstore.formats.base import (
+    Kind,
+    MessageFormat,
+    ToolCall,
+    ToolResult,
+    check_blocks,
+    check_nonempty_str,
+    json_text,
+    type_name,
+)
+
+__all__ = [
+    "CALLS",
+    "GLUE",
+    "HOSTED",
+    "ITEM_CLASSES",
+    "NO_STAND_IN",
+    "OPAQUE",
+    "OUTPUTS",
+    "REFUSED",
+    "ItemClass",
+    "ResponsesFormat",
+    "item_type",
+]
+
+ItemClass = Literal["message", "call", "output", "glue", "opaque", "hosted", "refused"]
+
+# Call item type -> (key holding its id, tool name when the item names none, input key).
+CALLS: dict[str, tuple[str, str | None, str]] = {
+    "function_call": ("call_id", None, "arguments"),
+    "custom_tool_call": ("call_id", None, "input"),
+    "computer_call": ("call_id", "computer", "action"),
+    "local_shell_call": ("call_id", "local_shell", "action"),
+    "shell_call": ("call_id", "shell", "action"),
+    "apply_patch_call": ("call_id", "apply_patch", "operation"),
+    "mcp_approval_request": ("id", None, "arguments"),
+    "tool_search_call": ("call_id", "tool_search", "arguments"),
+    "program": ("call_id", "program", "code"),
+}
+# Output item type -> (key naming the call it answers, key holding its content).
+OUTPUTS: dict[str, tuple[str, str]] = {
+    "function_call_output": ("call_id", "output"),
+    "custom_tool_call_output": ("call_id", "output"),
+    "computer_call_output": ("call_id", "output"),
+    "local_shell_call_output": ("id", "output"),
+    "shell_call_output": ("call_id", "output"),
+    "apply_patch_call_output": ("call_id", "output"),
+    "mcp_approval_response": ("approval_request_id", "reason"),
+    "tool_search_output": ("call_id", "tools"),
+    "program_output": ("call_id", "result"),
+}
+# Calls an orphan of which is dropped from the context: no stand-in output is possible.
+NO_STAND_IN = frozenset({"computer_call", "mcp_approval_request", "program"})
+# Outputs whose content cannot be replaced by text (a screenshot, an approval decision,
+# tool definitions): no compaction stage previews or clears them.
+_NOT_REPLACEABLE = frozenset(
+    {"computer_call_output", "mcp_approval_response", "tool_search_output"}
+)
+GLUE = frozenset({"reasoning"})
+OPAQUE = frozenset({"compaction"})
+HOSTED = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "additional_tools",
+        "configuration_update",
+    }
+)
+REFUSED = frozenset({"item_reference", "compaction_trigger"})
+
+ITEM_CLASSES: dict[str, ItemClass] = {
+    "message": "message",
+    **dict.fromkeys(CALLS, "call"),
+    **dict.fromkeys(OUTPUTS, "output"),
+    **dict.fromkeys(GLUE, "glue"),
+    **dict.fromkeys(OPAQUE, "opaque"),
+    **dict.fromkeys(HOSTED, "hosted"),
+    **dict.fromkeys(REFUSED, "refused"),
+}
+
+_ROLES = ("assistant", "developer", "system", "user")
+
+ERROR_PREFIX = "Error: "
+
+
+def item_type(item: dict[str, Any]) -> str:
+    """An item's type; a message may leave ``type`` out (``EasyInputMessageParam``)."""
+    value = item.get("type")
+    if value is None and "role" in item:
+        return "message"
+    if value is None and "id" in item and len(item) <= 2:
+        return "item_reference"  # its ``type`` is optional too
+    return value if isinstance(value, str) else ""
+
+
+def _output_key(item: dict[str, Any]) -> str:
+    """The call id an output item answers (a local shell output: call_id when present)."""
+    kind = item_type(item)
+    if kind == "local_shell_call_output" and isinstance(item.get("call_id"), str):
+        return str(item["call_id"])
+    return str(item.get(OUTPUTS[kind][0], ""))
+
+
+def _parts_text(content: Any) -> str:
+    """The text of a content value: a string, or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+class ResponsesFormat(MessageFormat):
+    """Responses API input items, one item per message of the log."""
+
+    name = "responses"
+    groups_turns = True
+
+    def validate(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            raise self.fail(f"an item must be a dict, got {type_name(message)}")
+        kind = item_type(message)
+        if kind not in ITEM_CLASSES:
+            shown = message.get("type")
+            raise self.fail(
+                f"unknown item type {shown!r} for format responses (expected one of: "
+                f"{', '.join(sorted(ITEM_CLASSES))})"
+                if shown is not None
+                else "item has neither 'type' nor 'role'"
+            )
+        item_class = ITEM_CLASSES[kind]
+        if kind == "compaction_trigger":
+            raise self.fail(
+                "compaction_trigger items are refused: they ask the provider to compact the "
+                "context, which compactstore does itself"
+            )
+        if item_class == "message":
+            self._check_message(message)
+        elif item_class == "call":
+            key, name, _ = CALLS[kind]
+            check_nonempty_str(message, key, f"{kind} item", "")
+            if name is None:
+                check_nonempty_str(message, "name", f"{kind} item", "")
+            if kind == "function_call" and not isinstance(message.get("arguments"), str):
+                raise self.fail(
+                    "function_call item needs a string 'arguments' (JSON text), "
+                    f"got {type_name(message.get('arguments'))}"
+                )
+            if kind == "custom_tool_call" and not isinstance(message.get("input"), str):
+                raise self.fail(
+                    f"custom_tool_call item needs a string 'input', "
+                    f"got {type_name(message.get('input'))}"
+                )
+        elif item_class == "output":
+            key = OUTPUTS[kind][0]
+            if kind == "local_shell_call_output" and "call_id" in message:
+                key = "call_id"
+            check_nonempty_str(message, key, f"{kind} item", "")
+        elif kind == "reasoning":
+            if not isinstance(message.get("summary"), list):
+                shown = type_name(message.get("summary"))
+                raise self.fail(f"reasoning item needs a list 'summary', got {shown}")
+        elif kind == "compaction":
+            check_nonempty_str(message, "encrypted_content", "compaction item", "")
+        elif kind == "item_reference":
+            check_nonempty_str(message, "id", "item_reference item", "")
+
+    def _check_message(self, message: dict[str, Any]) -> None:
+        role = message.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise self.fail(
+                f"unknown role {role!r} for format responses (expected one of: {', '.join(_ROLES)})"
+                if isinstance(role, str)
+                else f"message item needs a string 'role', got {type_name(role)}"
+            )
+        if "content" not in message:
+            raise self.fail("message item has no 'content'")
+        content = message["content"]
+        if isinstance(content, str):
+            return
+        if not isinstance(content, list):
+            raise self.fail(
+                "message 'content' must be a string or a list of content parts, "
+                f"got {type_name(content)}"
+            )
+        check_blocks(content, "content")
+
+    def check_config(self, message: dict[str, Any], config: Any) -> None:
+        if item_type(message) == "item_reference" and not getattr(config, "responses_store", False):
+            raise self.fail(
+                "item_reference items need stored responses: set "
+                "CompactionConfig(responses_store=True) if the provider keeps them, or append "
+                "the item itself"
+            )
+
+    def item_class(self, message: dict[str, Any]) -> ItemClass:
+        """The class of an item (see the module's docstring)."""
+        return ITEM_CLASSES.get(item_type(message), "hosted")
+
+    def kind(self, message: dict[str, Any]) -> Kind:
+        item_class = self.item_class(message)
+        if item_class == "message":
+            role = message.get("role")
+            if role in ("system", "developer"):
+                return "system"
+            return "assistant" if role == "assistant" else "user"
+        if item_class == "output":
+            return "tool"
+        if item_type(message) in ("additional_tools", "configuration_update"):
+            return "system"  # the client's (a developer item), not the model's
+        return "assistant"
+
+    def glued(self, message: dict[str, Any]) -> bool:
+        return item_type(message) in GLUE
+
+    def droppable_orphan(self, message: dict[str, Any]) -> bool:
+        return item_type(message) in NO_STAND_IN
+
+    def tool_calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        kind = item_type(message)
+        spec = CALLS.get(kind)
+        if spec is None:
+            return []
+        key, name, input_key = spec
+        return [
+            ToolCall(
+                id=str(message.get(key, "")),
+                name=str(message.get("name", "")) if name is None else name,
+                input=message.get(input_key, message.get("actions", "")),
+            )
+        ]
+
+    def tool_results(self, message: dict[str, Any]) -> list[ToolResult]:
+        kind = item_type(message)
+        if kind not in OUTPUTS:
+            return []
+        content = message.get(OUTPUTS[kind][1])
+        if kind == "shell_call_output" and isinstance(content, list):
+            text = "\n".join(
+                "\n".join(
+                    str(chunk.get(k, ""))
+                    for k in ("stdout", "stderr")
+                    if isinstance(chunk, dict) and chunk.get(k)
+                )
+                for chunk in content
+            )
+        elif kind in _NOT_REPLACEABLE or not isinstance(content, str | list):
+            text = "" if content is None else json_text(content)
+        else:
+            text = _parts_text(content) if isinstance(content, list) else content
+            if isinstance(content, list):
+                # Media parts count as their JSON (a persisted preview keeps the text).
+                text = "\n".join(
+                    [text, *(json_text(p) for p in content if not _is_text_part(p))]
+                ).strip("\n")
+        return [
+            ToolResult(
+                tool_use_id=_output_key(message),
+                text=text,
+                is_error=kind == "apply_patch_call_output" and message.get("status") == "failed",
+                replaceable=kind not in _NOT_REPLACEABLE,
+            )
+        ]
+
+    def text(self, message: dict[str, Any]) -> str:
+        if self.item_class(message) != "message":
+            return ""
+        return _parts_text(message.get("content"))
+
+    def token_text(self, message: dict[str, Any]) -> str:
+        item_class = self.item_class(message)
+        if item_class in ("message", "call", "output"):
+            return super().token_text(message)
+        # Reasoning, compaction and hosted items cost what they send: their JSON.
+        return json_text(message)
+
+    def replace_tool_results(
+        self, message: dict[str, Any], replacements: dict[str, str]
+    ) -> dict[str, Any]:
+        new = copy.deepcopy(message)
+        kind = item_type(new)
+        if kind not in OUTPUTS or kind in _NOT_REPLACEABLE:
+            return new
+        key = _output_key(new)
+        if key not in replacements:
+            return new
+        text = replacements[key]
+        if kind == "shell_call_output":
+            new["output"] = [
+                {"stdout": text, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+            ]
+        else:
+            new[OUTPUTS[kind][1]] = text
+        return new
+
+    def tool_result_message(
+        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+    ) -> dict[str, Any]:
+        """A ``function_call_output`` item; an error is marked by an ``"Error: "`` prefix
+        (the item has no error flag)."""
+        return {
+            "type": "function_call_output",
+            "call_id": tool_use_id,
+            "output": f"{ERROR_PREFIX}{content}" if is_error else content,
+        }
+
+    def summary_message(self, text: str) -> dict[str, Any]:
+        """A user message item (SPEC §9.4)."""
+        return {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }
+
+    def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
+        """``function_call_output`` stand-ins; the active context answers each orphan by the
+        type of its call item instead (:meth:`answer_orphans`)."""
+        return [
+            {"type": "function_call_output", "call_id": call.id, "output": text} for call in calls
+        ]
+
+    def stand_in(self, message: dict[str, Any], text: str) -> dict[str, Any] | None:
+        """The stand-in output answering the call item ``message`` (None: impossible)."""
+        kind = item_type(message)
+        if kind not in CALLS or kind in NO_STAND_IN:
+            return None
+        call_id = str(message[CALLS[kind][0]])
+        if kind == "local_shell_call":
+            return {"type": "local_shell_call_output", "id": call_id, "output": text}
+        if kind == "shell_call":
+            return {
+                "type": "shell_call_output",
+                "call_id": call_id,
+                "output": [
+                    {"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 1}}
+                ],
+            }
+        if kind == "apply_patch_call":
+            return {
+                "type": "apply_patch_call_output",
+                "call_id": call_id,
+                "status": "failed",
+                "output": text,
+            }
+        if kind == "tool_search_call":
+            return {"type": "tool_search_output", "call_id": call_id, "tools": []}
+        output_type = (
+            "custom_tool_call_output" if kind == "custom_tool_call" else ("function_call_output")
+        )
+        return {"type": output_type, "call_id": call_id, "output": text}
+
+    def answer_orphans(
+        self, message: dict[str, Any], calls: list[ToolCall], text: str
+    ) -> list[dict[str, Any]] | None:
+        """Stand-ins for the orphan calls of ``message``; None when it must be dropped."""
+        stand_in = self.stand_in(message, text)
+        return None if stand_in is None else [stand_in]
+
+    def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
+        """Without stored responses, reasoning items that carry no ``encrypted_content``
+        cannot be resolved by the provider: they are left out of what is sent."""
+        if getattr(config, "responses_store", False):
+            return messages
+        return [
+            m
+            for m in messages
+            if not (item_type(m) == "reasoning" and not m.get("encrypted_content"))
+        ]
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and isinstance(part.get("text"), str)
