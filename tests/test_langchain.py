@@ -32,7 +32,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
-from compactstore import CompactionConfig, CompactStore
+from compactstore import CompactionConfig, CompactStore, InvalidInputError
 from compactstore.integrations.langchain import (
     CompactStoreMiddleware,
     format_for_model,
@@ -196,6 +196,14 @@ def test_the_async_hooks_run_the_same_way(tmp_path: Path) -> None:
         assert len(result["messages"]) < 2 + 2 * TURNS
         for sent in model.seen:
             check_pairs(sent)
+
+
+def test_only_formats_with_one_stored_message_per_langchain_message(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        with pytest.raises(InvalidInputError, match="'anthropic' or 'openai'"):
+            CompactStoreMiddleware(store, "r", format="responses")
+        with pytest.raises(InvalidInputError, match="CompactStore or a database path"):
+            CompactStoreMiddleware(42, "r")  # type: ignore[arg-type]
 
 
 def test_format_follows_the_model() -> None:

@@ -82,6 +82,10 @@ _ASSISTANT_BLOCKS = frozenset(
     {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use"}
 )
 _USER_BLOCKS = frozenset({"text", "image", "document"})
+# The session formats one LangChain message maps onto one stored message of. (Responses
+# spells one assistant turn as several items, so it would break the one-seq-per-message
+# mapping the lossless store and the id tracking rest on.)
+_FORMATS = ("anthropic", "openai")
 
 
 def format_for_model(model: Any) -> str:
@@ -186,8 +190,8 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         store: an open :class:`~compactstore.CompactStore`, or a path or URL to open one.
         session_id: the session (created on the first model call when it does not exist).
         context_window: the model's window in tokens (a new session; default 200,000).
-        format: the session format of a new session; default: from the model
-            (:func:`format_for_model`).
+        format: the session format of a new session, ``anthropic`` or ``openai``; default:
+            from the model (:func:`format_for_model`).
         config: the session's :class:`~compactstore.CompactionConfig` (replaces the stored
             one of an existing session).
         recall: offer the ``recall`` tool and write the summary's recall line (default:
@@ -195,7 +199,8 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         cwd: the agent's working directory, for the summary's file list.
 
     Raises:
-        InvalidInputError: a store that is not a CompactStore, path or URL, or no session id.
+        InvalidInputError: a store that is not a CompactStore, path or URL, no session id,
+            or a format other than anthropic and openai.
     """
 
     def __init__(
@@ -218,6 +223,11 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             )
         if not isinstance(session_id, str) or not session_id:
             raise InvalidInputError("CompactStoreMiddleware needs a session id (a string)")
+        if format is not None and format not in _FORMATS:
+            raise InvalidInputError(
+                f"CompactStoreMiddleware stores LangChain messages as 'anthropic' or 'openai', "
+                f"not {format!r}: one LangChain message is one message of those formats"
+            )
         self.store = store
         self.session_id = session_id
         self.context_window = context_window
@@ -295,9 +305,14 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # -- storing --------------------------------------------------------------------------
 
     def _convert(self, session: Session, message: BaseMessage) -> dict[str, Any]:
-        if session.format == "anthropic" or session.format == "minicode":
+        if session.format in ("anthropic", "minicode"):
             return _anthropic_message(message)
-        return _openai_message(message)
+        if session.format == "openai":
+            return _openai_message(message)
+        raise InvalidInputError(
+            f"session {session.id!r} is in the {session.format!r} format; "
+            "CompactStoreMiddleware stores LangChain messages as 'anthropic' or 'openai'"
+        )
 
     def _store(self, session: Session, messages: Sequence[BaseMessage]) -> None:
         """Store the messages whose ids are not stored yet, in one transaction."""
