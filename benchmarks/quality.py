@@ -11,7 +11,9 @@ compactstore.summary_audit — its own noise markers and parsers, not the summar
 classifier: noise lines, files listed twice, escaped newlines, summaries over budget, the
 share of instructions / open plan items / the last assistant text before the cut still in the
 summary or the kept messages, and, where the agent compacted itself, how much of what its
-summary lists ours names when cut at the same place.
+summary lists ours names when cut at the same place; and "recalled exactly": of the messages
+each compaction removed, cleared or persisted and the blobs it wrote, how many ``recall`` gave
+back exactly (paged through with its cursors).
 
 Usage: python -m benchmarks.quality [--corpus ../shared/corpus/dev] [--windows 200000,64000,32000]
 """
@@ -50,14 +52,17 @@ def handoff_row(report: SimulationReport) -> str:
         f"| {report.noise_lines} | {report.duplicate_files} | {report.escaped_summaries} "
         f"| {report.over_budget_summaries} | {_pct(report.instruction_share)} "
         f"| {_pct(report.plan_share)} | {_pct(report.last_text_share)} "
-        f"| {_pct(report.reference_agreement)} | {_pct(report.reference_user_agreement)} |"
+        f"| {_pct(report.reference_agreement)} | {_pct(report.reference_user_agreement)} "
+        f"| {report.recall_exact + report.recall_blobs_exact}/"
+        f"{report.recall_due + report.recall_blobs_due} |"
     )
 
 
 HANDOFF_HEADER = (
     "| transcript | window | cuts | noise lines | files twice | escaped \\n | over budget "
-    "| instructions kept | plan items kept | last text kept | ref. files | ref. user messages |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| instructions kept | plan items kept | last text kept | ref. files | ref. user messages "
+    "| recalled exactly |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 HEADER = (

@@ -19,8 +19,9 @@ from compactstore import (
     InvalidInputError,
     NotFoundError,
 )
+from compactstore.simulate import simulate
 from compactstore.summary_audit import whole_recall
-from tests.conftest import Snapshot
+from tests.conftest import CORPUS_DEV, Snapshot
 from tests.helpers import (
     CLEARED,
     FORMATS,
@@ -333,3 +334,20 @@ def test_a_cleared_result_comes_back_by_its_seq(store: CompactStore) -> None:
     assert answer.startswith(header)
     (original,) = results("anthropic", log[seq]).values()
     assert answer.endswith(original)
+
+
+# -- over every cut of the real transcripts ------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_every_message_a_compaction_of_a_real_transcript_took_out_is_recalled_exactly() -> None:
+    """Every dev transcript replayed at a 32k window, after every compaction: each message
+    it removed, cleared or persisted comes back exactly (prose, call inputs, whole results, in
+    its own seq's part of the answer, every page followed), and each blob byte for byte."""
+    checked = 0
+    for transcript in sorted(CORPUS_DEV.glob("*/*")):
+        report = simulate(transcript, window=32_000, use_usage=False)
+        assert report.recall_share in (None, 1.0), (transcript.name, report.recall_examples)
+        checked += report.recall_due + report.recall_blobs_due
+    assert checked > 500

@@ -146,6 +146,9 @@ def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     assert report.noise_lines == report.duplicate_files == 0
     assert report.escaped_summaries == report.over_budget_summaries == 0
     assert report.instruction_share == report.last_text_share == 1.0
+    # Recall gives back exactly what every compaction took out of the context.
+    assert report.recall_due > 100 and report.recall_blobs_due > 0
+    assert report.recall_share == 1.0, report.recall_examples
     # The provider's counts drive calibration: the store predicts the next prompt closely.
     calibrated = report.error_stats(report.usage_errors)
     assert calibrated is not None and calibrated["within_5pct"] >= 0.95

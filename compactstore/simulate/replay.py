@@ -22,6 +22,7 @@ from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_proble
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.simulate.real_tokens import RealTokens
+from compactstore.simulate.recall_check import RecallCheck
 from compactstore.simulate.reference import reference_agreement
 from compactstore.simulate.report import STAGE_KEYS, CompactionEvent, SimulationReport
 from compactstore.store import CompactStore, Session
@@ -178,6 +179,7 @@ class _Replay:
         self.file_mentions: dict[str, int] = {}
         # Whether the agent reports the provider's counts (record_usage) after each call.
         self.calibrate = True
+        self.recall = RecallCheck(self.sess, self.fmt, self.report)
 
     # -- the replay ---------------------------------------------------------------------
 
@@ -214,9 +216,11 @@ class _Replay:
             if last.state == "deduplicated":
                 saved = self.estimates[index] - last.tokens
                 self.report.freed["read_dedup"] += max(0, saved)
+            message = last.message  # as stored: built by the format, or a dedup stub
         else:
             seq = self.sess.append(message, timestamp=self.now)
         self.index_of_seq[seq] = index
+        self.recall.appended(seq, message)
         # The user's real request: the first request that is not client noise, by checks
         # of the simulator's own (not the classifier under test).
         if self.request is None and fmt.is_request(message) and not is_noise(fmt.text(message)):
@@ -279,6 +283,7 @@ class _Replay:
             ):
                 report.loops += 1
             self.appended_since_auto = 0
+        self.recall.check(result)
         if cut:
             self._file_recall(result)
             self._handoff(result)

@@ -72,6 +72,13 @@ class SimulationReport:
     last_text_due: int = 0
     last_text_kept: int = 0
     handoff_examples: list[str] = field(default_factory=list)
+    # Recall (SPEC §9.7), after every compaction: the messages it removed or whose results it
+    # cleared or persisted, and the blobs it created, given back exactly.
+    recall_due: int = 0
+    recall_exact: int = 0
+    recall_blobs_due: int = 0
+    recall_blobs_exact: int = 0
+    recall_examples: list[str] = field(default_factory=list)
     # Reference agreement (transcripts with their own compactions): cut where the agent did
     # (compact(up_to_seq=...)) and count what its summary lists that ours names.
     reference_points: list[dict[str, Any]] = field(default_factory=list)
@@ -134,6 +141,12 @@ class SimulationReport:
     def last_text_share(self) -> float | None:
         return self._share(self.last_text_kept, self.last_text_due)
 
+    @property
+    def recall_share(self) -> float | None:
+        return self._share(
+            self.recall_exact + self.recall_blobs_exact, self.recall_due + self.recall_blobs_due
+        )
+
     def error_stats(self, errors: Sequence[float]) -> dict[str, float] | None:
         """Median and p90 of |relative error|, and the share of calls within 5%."""
         if not errors:
@@ -159,6 +172,7 @@ class SimulationReport:
             instruction_share=self.instruction_share,
             plan_share=self.plan_share,
             last_text_share=self.last_text_share,
+            recall_share=self.recall_share,
             calibrated_error=self.error_stats(self.usage_errors),
             raw_error=self.error_stats(self.raw_errors),
         )
@@ -225,7 +239,14 @@ def summary_lines(report: SimulationReport) -> list[str]:
             f"{_share(report.instruction_share)}, pending plan items "
             f"{_share(report.plan_share)}, last assistant text {_share(report.last_text_share)}"
         )
+    if report.recall_due or report.recall_blobs_due:
+        lines.append(
+            f"recall: {report.recall_exact} of {report.recall_due} messages removed, cleared or "
+            f"persisted and {report.recall_blobs_exact} of {report.recall_blobs_due} blobs given "
+            f"back exactly"
+        )
     lines.extend(f"handoff finding: {example}" for example in report.handoff_examples)
+    lines.extend(f"recall finding: {example}" for example in report.recall_examples)
     for example in report.invalid_examples:
         lines.append(f"invalid context: {example}")
     return lines
