@@ -436,6 +436,63 @@ def test_claude_code_boundary_without_summary_and_results_across_it(tmp_path: Pa
     assert "no summary" in boundary.summary_text
 
 
+def _queue(operation: str, content: str | None = None, at: str = "00:00:30") -> Message:
+    record: Message = {
+        "type": "queue-operation",
+        "operation": operation,
+        "timestamp": f"2026-01-01T{at}.000Z",
+        "sessionId": "s",
+    }
+    if content is not None:
+        record["content"] = content
+    return record
+
+
+def test_claude_code_user_messages_queued_while_the_agent_worked(tmp_path: Path) -> None:
+    """A message typed while the agent works is a queue-operation record; it reaches the
+    model in the running turn, so it is imported as a user message before the next
+    assistant message, never between a call and its result."""
+    path = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            _cc("user", "port the parser", uuid="u1"),
+            _cc("assistant", [_use("t1"), _use("t2")], uuid="a1", message_id="m1"),
+            _queue("enqueue", "also keep the old API working"),
+            {"type": "progress", "uuid": "p1", "sessionId": "s", "data": {}},
+            _queue("remove"),
+            _cc("user", [_result("t1")], uuid="u2"),
+            _queue("enqueue", "   "),  # nothing typed: nothing to import
+            _cc("user", [_result("t2")], uuid="u3"),
+            _cc("assistant", [{"type": "text", "text": "On it."}], uuid="a2", message_id="m2"),
+            # Queued, then delivered as an ordinary user record once the agent was idle.
+            _queue("enqueue", "run the tests"),
+            _cc("user", "run the tests", uuid="u4"),
+            _queue("enqueue", "and push", at="00:05:00"),  # the last word, at the end
+        ],
+    )
+    transcript = read_transcript(path)
+    assert transcript.messages == [
+        {"role": "user", "content": "port the parser"},
+        {"role": "assistant", "content": [_use("t1"), _use("t2")]},
+        {"role": "user", "content": [_result("t1")]},
+        {"role": "user", "content": [_result("t2")]},
+        {"role": "user", "content": "also keep the old API working"},
+        {"role": "assistant", "content": [{"type": "text", "text": "On it."}]},
+        {"role": "user", "content": "run the tests"},
+        {"role": "user", "content": "and push"},
+    ]
+    assert transcript.timestamps[4] == pytest.approx(epoch("2026-01-01T00:00:30+00:00"))
+    assert transcript.timestamps[-1] == pytest.approx(epoch("2026-01-01T00:05:00+00:00"))
+    check_sdk("anthropic", transcript.messages)
+
+
+@pytest.mark.corpus
+def test_queued_user_messages_of_a_real_transcript_are_imported() -> None:
+    path = CORPUS_DEV / "claude-code" / "spotter-258c7280.jsonl"
+    said = [m["content"] for m in read_transcript(path).messages if isinstance(m["content"], str)]
+    assert "check again" in said and "new beads for the epic were added. tackle them" in said
+
+
 # -- Codex --------------------------------------------------------------------------------
 
 

@@ -11,8 +11,16 @@ Kept: user and assistant records of the main conversation (with their timestamps
 ``compact_boundary`` system record becomes an imported boundary whose summary is the
 ``isCompactSummary`` user record that follows it; the messages before it stay in the log.
 
+Queued user messages: what the user types while the agent works is written as a
+``queue-operation`` ``enqueue`` record (its ``content`` the text) and reaches the model during
+the running turn without a user record of its own; Claude Code's own summary lists these
+among the user's messages. Each becomes a user message, placed where the model could next see
+it without coming between a tool call and its result: just before the next assistant
+message, user message or compaction (or at the end). One whose text a later user record
+repeats (delivered the ordinary way once the agent was idle) is left to that record.
+
 Dropped: records that are not conversation (progress, file-history-snapshot,
-queue-operation, legacy summary, other system records), sidechain records (subagent
+other queue operations, legacy summary, other system records), sidechain records (subagent
 traffic, unless the whole file is a sidechain, as a subagent's own transcript is),
 synthetic API-error messages, whitespace-only text blocks (the API refuses them), thinking
 blocks without their signature, repeated records and blocks, and tool results whose call
@@ -68,6 +76,10 @@ class _State:
     group_id: str | None = None
     group_index: int | None = None
     boundary: _Boundary | None = None  # waiting for its summary record
+    # Queued user messages not yet placed: (text, timestamp, where), and the texts of the
+    # user records of the file (a queued message they repeat is delivered by them).
+    queued: list[tuple[str, float | None, str]] = field(default_factory=list)
+    user_texts: set[str] = field(default_factory=set)
 
 
 def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
@@ -75,16 +87,26 @@ def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[
     state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic"))
     # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
     # (A main transcript shows a main-conversation record within its first lines.)
-    main_only = any(
-        not record.get("isSidechain")
-        for number, record in file.records()
-        if _is_conversation(state.out, number, record)
-    )
+    main_only = False
+    for number, record in file.records():
+        if _is_conversation(state.out, number, record):
+            main_only = main_only or not record.get("isSidechain")
+            if record["type"] == "user":
+                state.user_texts.add(_text(record["message"]["content"]).strip())
     for number, record in file.records(progress):
+        if _queued(record):
+            text = record["content"].strip()
+            if text not in state.user_texts:
+                state.queued.append(
+                    (text, parse_timestamp(record.get("timestamp")), f"line {number}")
+                )
+            continue
         if not _is_conversation(state.out, number, record):
             continue
         if main_only and record.get("isSidechain"):
             continue
+        if state.queued and _opens_a_turn(state, record):
+            _place_queued(state)
         uuid = record.get("uuid")
         if isinstance(uuid, str):
             if uuid in state.seen_uuids:
@@ -100,7 +122,43 @@ def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[
         state.out.release(_held_from(state))
         yield from state.out.drain()
     _flush_boundary(state)
+    _place_queued(state)
     yield from state.out.finish()
+
+
+def _queued(record: dict[str, Any]) -> bool:
+    """A user message queued while the agent worked (``queue-operation`` ``enqueue``)."""
+    return (
+        record.get("type") == "queue-operation"
+        and record.get("operation") == "enqueue"
+        and isinstance(record.get("content"), str)
+        and bool(record["content"].strip())
+    )
+
+
+def _opens_a_turn(state: _State, record: dict[str, Any]) -> bool:
+    """Whether a message may go before this record: a compaction, a new assistant message
+    (not another block of the one being grouped), or a user record that is not a tool
+    result or a compaction's summary."""
+    kind = record.get("type")
+    if kind == "system":
+        return True
+    message = record["message"]
+    if kind == "assistant":
+        return record.get("isApiErrorMessage") is not True and (
+            message.get("id") is None or message.get("id") != state.group_id
+        )
+    content = message["content"]
+    results = isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+    return not results and not record.get("isCompactSummary")
+
+
+def _place_queued(state: _State) -> None:
+    queued, state.queued = state.queued, []
+    for text, timestamp, where in queued:
+        state.out.add({"role": "user", "content": text}, where=where, timestamp=timestamp)
+    if queued:
+        state.group_id = state.group_index = None
 
 
 def _held_from(state: _State) -> int | None:
