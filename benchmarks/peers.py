@@ -251,7 +251,7 @@ class CompactstoreAdapter(Adapter):
         appended = time.perf_counter_ns()
         result = sess.process_request(now=native.timestamps[-1])
         processed = time.perf_counter_ns()
-        context = sess.active_context()
+        context: list[dict[str, Any]] = sess.active_context()
         done = time.perf_counter_ns()
         self.phases = {
             "append": appended - began,
@@ -427,7 +427,7 @@ class LangGraphAdapter(Adapter):
 
         # Functional form: real objects, not the strings `from __future__ import annotations`
         # would leave in a class body, which LangGraph could not resolve in this scope.
-        state = TypedDict("state", {"messages": Annotated[list, add_messages]})  # noqa: UP013
+        state = TypedDict("state", {"messages": Annotated[list[Any], add_messages]})  # noqa: UP013
         graph = StateGraph(state)
         graph.add_node("agent", lambda _state: {})  # the model call would be here
         graph.add_edge(START, "agent")

@@ -444,7 +444,7 @@ def run_one(args: argparse.Namespace, adapter: str, n: int) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(out.read_text())
     if "unavailable" in result:
         return result
-    resumes = []
+    resumes: list[dict[str, Any]] = []
     for _ in range(args.resume_runs):
         spawned = time.perf_counter()
         code, stdout, stderr = _subprocess(

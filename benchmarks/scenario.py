@@ -361,7 +361,7 @@ def generate(n_steps: int, seed: int = 1) -> Scenario:
         "nightly reconciliation job reports them as mismatches. Find the cause, fix it, add "
         "regression tests and keep the public API of billing/ unchanged."
     )
-    opening = [
+    opening: list[dict[str, Any]] = [
         {"role": "system", "content": _system_prompt(rng)},
         {"role": "user", "content": [{"type": "text", "text": request}]},
     ]
@@ -459,7 +459,7 @@ def generate(n_steps: int, seed: int = 1) -> Scenario:
         block["content"] = content
         if failed:
             block["is_error"] = True
-        messages = [assistant, {"role": "user", "content": [block]}]
+        messages: list[dict[str, Any]] = [assistant, {"role": "user", "content": [block]}]
         stamps = [tick(), tick()]
         if number == next_user and number < n_steps:
             users += 1

@@ -31,6 +31,7 @@ from typing import Any
 
 from compactstore import (
     CompactionConfig,
+    CompactionResult,
     CompactStore,
     CompactStoreError,
     InvalidMessageError,
@@ -191,6 +192,7 @@ class Driver:
     def compaction(self, fmt: str, kind: str) -> None:
         sess = self.sessions[fmt]
         now = self.tick()
+        result: CompactionResult | None
         if kind == "process":
             result = sess.process_request(now=now)
         elif kind == "recover":
@@ -471,6 +473,7 @@ def check_acks(store: CompactStore, acks: list[dict[str, Any]]) -> list[str]:
             payload, dedup_of = found
             message = json.loads(payload)
             if op == "tool_result" and ack["read"] and dedup_of is not None:
+                assert isinstance(sid, str)
                 fmt = sid.removeprefix("crash-")
                 if list(results(fmt, message)) != [ack["tool_use_id"]]:
                     problems.append(f"acknowledged dedup stub {sid}#{ack['seq']} lost its id")

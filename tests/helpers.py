@@ -443,8 +443,9 @@ def check_recorded(sess: Session, result: CompactionResult) -> None:
     if stored.boundary is not None:
         assert stored.boundary.messages_removed == len(stored.removed_seqs)
         assert stored.boundary.tokens_after == stored.tokens_after
-        first, last = stored.boundary.preserved_segment or (None, None)
-        if first is not None:
+        segment = stored.boundary.preserved_segment
+        if segment is not None:
+            first, last = segment
             assert set(range(first, last + 1)) <= seqs
         else:
             assert not [i for i in sess.context().kept if i.seq is not None]

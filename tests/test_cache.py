@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactstore import CompactStore
+from compactstore import CompactStore, CompactStrategy
 from compactstore.context import ActiveContext, ContextMessage, json_copy
 from compactstore.db import repository as repo
 from compactstore.formats import get_format
@@ -132,7 +132,9 @@ def test_changing_the_returned_context_changes_nothing_in_the_store(store: Compa
 def test_a_summarizer_that_changes_its_messages_does_not_change_the_context(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
-    def summarizer(messages: list[dict[str, Any]], previous: str | None, _: str | None) -> str:
+    def summarizer(
+        messages: list[dict[str, Any]], previous_summary: str | None, instructions: str | None
+    ) -> str:
         vandalise(messages)
         return words(400_000, "verbose")  # longer than what it replaces: the compact fails
 
@@ -188,7 +190,8 @@ def test_the_context_a_compaction_leaves_in_the_cache_is_what_a_new_process_rebu
         # A call whose result never came (the agent crashed), answered by a synthetic result.
         chat.calls([("bash", {"command": "make deploy"})])
         chat.chatter(10, tag="after-crash", chars=400)
-        sess, seen = chat.sess, []
+        sess = chat.sess
+        seen: list[CompactStrategy | None] = []
 
         for result in every_stage(chat):
             assert result is not None and result.effective, (fmt, seen)

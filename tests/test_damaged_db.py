@@ -179,6 +179,27 @@ CASES = [
 ]
 
 
+def use_session(
+    store: CompactStore, sid: str, attempt: Callable[[str, Callable[[], object]], None]
+) -> None:
+    """Every kind of call on one session of a damaged database, each judged by ``attempt``."""
+    attempt(f"{sid}.messages", lambda: store.get_session(sid).messages())
+    attempt(f"{sid}.context", lambda: store.get_session(sid).active_context())
+    attempt(f"{sid}.compactions", lambda: store.get_session(sid).compactions())
+    attempt(f"{sid}.blob", lambda: store.get_session(sid).get_blob(1))
+    attempt(
+        f"{sid}.append",
+        lambda: store.get_session(sid).append(
+            {"role": "user", "content": "after the damage"}, timestamp=T0 + 900
+        ),
+    )
+    attempt(
+        f"{sid}.process_request",
+        lambda: store.get_session(sid).process_request(now=T0 + 1000),
+    )
+    attempt(f"{sid}.breaker", lambda: store.get_session(sid).breaker())
+
+
 def _check_api(path: Path) -> list[str]:
     """Open and use the store; return the problems (anything but a clear error)."""
     problems: list[str] = []
@@ -207,21 +228,7 @@ def _check_api(path: Path) -> list[str]:
     try:
         attempt("sessions", store.sessions)
         for sid in ("a", "b"):
-            attempt(f"{sid}.messages", lambda sid=sid: store.get_session(sid).messages())
-            attempt(f"{sid}.context", lambda sid=sid: store.get_session(sid).active_context())
-            attempt(f"{sid}.compactions", lambda sid=sid: store.get_session(sid).compactions())
-            attempt(f"{sid}.blob", lambda sid=sid: store.get_session(sid).get_blob(1))
-            attempt(
-                f"{sid}.append",
-                lambda sid=sid: store.get_session(sid).append(
-                    {"role": "user", "content": "after the damage"}, timestamp=T0 + 900
-                ),
-            )
-            attempt(
-                f"{sid}.process_request",
-                lambda sid=sid: store.get_session(sid).process_request(now=T0 + 1000),
-            )
-            attempt(f"{sid}.breaker", lambda sid=sid: store.get_session(sid).breaker())
+            use_session(store, sid, attempt)
         hello = {"role": "user", "content": "hi"}
         attempt("new session", lambda: store.session("c", now=T0).append(hello, timestamp=T0))
     finally:
@@ -390,7 +397,8 @@ def test_a_postgres_database_with_a_missing_table_or_newer_schema(db_url: str) -
             connection.execute(text("DROP TABLE breaker_state"))
         with CompactStore.open(db_url) as store, pytest.raises(DatabaseError) as caught:
             store.get_session("a").process_request(now=T0 + 10)
-        assert make_url(db_url).database in str(caught.value)
+        database = make_url(db_url).database
+        assert database is not None and database in str(caught.value)
         assert any(word in str(caught.value) for word in ADVICE)
         with engine.begin() as connection:
             connection.execute(text("UPDATE alembic_version SET version_num = 'ffffffffffff'"))

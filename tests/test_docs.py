@@ -129,7 +129,7 @@ class FakeModel:
         if self.calls >= self.turns:
             return SimpleNamespace(content=[{"type": "text", "text": "Done."}], usage=usage)
         path = f"payments/module_{self.calls}.py"
-        call = {"type": "tool_use", "id": f"toolu_{self.calls:03d}", "name": "Read"}
+        call: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{self.calls:03d}", "name": "Read"}
         call["input"] = {"file_path": path}
         content = [{"type": "text", "text": f"Reading {path}."}, call]
         return SimpleNamespace(content=content, usage=usage)
@@ -210,7 +210,7 @@ def _snippets() -> list[tuple[int, str]]:
 def _free_names(code: str) -> set[str]:
     """Names a snippet reads but never binds (assignments, imports, loops, functions)."""
     tree = ast.parse(code)
-    bound, read = set(dir(builtins)), set()
+    bound, read = set(dir(builtins)), set[str]()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)

@@ -410,7 +410,7 @@ def _shown(node: ast.expr) -> str:
         return node.value
     if isinstance(node, ast.JoinedStr):
         return "".join(
-            v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+            str(v.value) if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
             for v in node.values
             if isinstance(v, ast.Constant | ast.FormattedValue)
         )

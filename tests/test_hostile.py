@@ -255,7 +255,14 @@ CASES = [
     ),
     _case(
         "lone-surrogate-in-a-dict-key",
-        lambda w: w.a.append(_tool_use("toolu_sur", **{"\udc00": 1})),
+        lambda w: w.a.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_sur", "name": "x", "input": {"\udc00": 1}}
+                ],
+            }
+        ),
         InvalidMessageError,
         "surrogate",
     ),
@@ -836,10 +843,11 @@ def test_a_full_compact_after_a_partial_compact_took_everything(store: CompactSt
     _talk(sess, "p", 6, T0)
     partial = sess.compact(up_to_seq=5, now=T0 + 10)
     assert partial.success and sess.context().kept == ()
-    for attempt in (
+    attempts: list[Callable[[], object]] = [
         lambda: sess.compact(now=T0 + 20),
         lambda: sess.reactive_recover("prompt is too long", now=T0 + 30),
-    ):
+    ]
+    for attempt in attempts:
         # A clear refusal is fine; a raw IndexError is the bug.
         with contextlib.suppress(CompactStoreError):
             attempt()

@@ -128,7 +128,7 @@ def test_pins_stay_verbatim_through_every_stage(store: CompactStore) -> None:
         busy_log(chat)
         chat.user("Pinned: the release branch is frozen.", pinned=True)
         chat.chatter(10, tag="after-pin", chars=400)
-        seen = []
+        seen: list[CompactStrategy | None] = []
 
         for result in every_stage(chat):
             assert result is not None and result.effective, (fmt, seen)

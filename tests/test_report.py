@@ -112,7 +112,7 @@ def test_the_page_shows_the_numbers_in_the_database(store: CompactStore, tmp_pat
 
     # One marker per compaction, rolled-back ones dimmed, each linking to its card or row.
     marked = [
-        (page.tags[i - 1][1].get("href"), a.get("class") or "")
+        (page.tags[i - 1][1].get("href") or "", a.get("class") or "")
         for i, (t, a) in enumerate(page.tags)
         if t == "circle" and "marker" in (a.get("class") or "")
     ]
@@ -229,7 +229,7 @@ def test_all_sessions_get_a_safe_file_each(store: CompactStore, tmp_path: Path) 
     names = {safe_filename(sid) for sid in ids}
     assert len(names) == len(ids)
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{10}\.html", n) for n in names)
-    links = [a["href"] for t, a in Page(index.read_text("utf-8")).tags if t == "a"]
+    links = [a["href"] or "" for t, a in Page(index.read_text("utf-8")).tags if t == "a"]
     assert sorted(links) == sorted(names)
     for sid in ids:
         page = Page((folder / safe_filename(sid)).read_text("utf-8"))

@@ -87,7 +87,7 @@ def pixels(png: bytes) -> tuple[int, int, list[bytes]]:
     rows: list[bytes] = []
     previous = bytearray(stride)
     for y in range(height):
-        kind, line = (
+        row_filter, line = (
             raw[y * (stride + 1)],
             bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
         )
@@ -95,13 +95,13 @@ def pixels(png: bytes) -> tuple[int, int, list[bytes]]:
             left = line[x - channels] if x >= channels else 0
             up = previous[x]
             corner = previous[x - channels] if x >= channels else 0
-            if kind == 1:
+            if row_filter == 1:
                 line[x] = (line[x] + left) & 0xFF
-            elif kind == 2:
+            elif row_filter == 2:
                 line[x] = (line[x] + up) & 0xFF
-            elif kind == 3:
+            elif row_filter == 3:
                 line[x] = (line[x] + (left + up) // 2) & 0xFF
-            elif kind == 4:
+            elif row_filter == 4:
                 p = left + up - corner
                 pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
                 best = left if pa <= pb and pa <= pc else up if pb <= pc else corner

@@ -182,7 +182,11 @@ class Conversation:
                         }
                     )
                 else:
-                    expected = {"role": "tool", "tool_call_id": call_id, "content": content}
+                    expected: Message = {
+                        "role": "tool",
+                        "tool_call_id": call_id,
+                        "content": content,
+                    }
                     self.tool_result(call_id, name, content, is_error=False, expected=expected)
             elif self.fmt == "anthropic":
                 expected = {

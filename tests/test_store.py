@@ -196,7 +196,7 @@ def test_extend_is_atomic(
 
 def test_messages_returns_the_log_verbatim(store: CompactStore, sid: str) -> None:
     sess = store.session(sid, format="openai", now=0.0)
-    log = [
+    log: list[dict[str, Any]] = [
         {"content": "keys in an unusual order", "role": "system", "name": "boot"},
         {"role": "user", "content": [{"type": "text", "text": "naïve café 日本語 🙂 \u0000 \\n"}]},
         {
@@ -445,7 +445,8 @@ def test_record_usage_refuses_what_is_not_a_token_count(
 ) -> None:
     sess = store.session(sid, now=0.0)
     before = db_snapshot(store)
-    for bad in (-1, 1.5, True, "100", None):
+    not_counts: tuple[Any, ...] = (-1, 1.5, True, "100", None)
+    for bad in not_counts:
         with pytest.raises(
             InvalidInputError, match=r"input_tokens must be (a whole number|between 0 and)"
         ):
@@ -481,9 +482,10 @@ def test_remember_refuses_unknown_kinds_and_empty_text(
     before = db_snapshot(store)
     with pytest.raises(InvalidInputError, match=r"unknown memory kind 'gossip'; expected one of"):
         sess.remember("gossip", "x")
-    for bad_text in ("   ", "", 42):
+    not_texts: tuple[Any, ...] = ("   ", "", 42)
+    for bad_text in not_texts:
         with pytest.raises(InvalidInputError, match=r"memory text must be a non-empty string"):
-            sess.remember("fact", bad_text)  # type: ignore[arg-type]
+            sess.remember("fact", bad_text)
     assert db_snapshot(store) == before
     assert sess.memories() == []
 

@@ -123,18 +123,27 @@ def _case(
     return pytest.param(fmt, action, error, match, id=id, marks=marks)
 
 
+def wrong(value: object) -> Any:
+    """A value of the wrong type, passed on purpose (the check under test refuses it)."""
+    return value
+
+
+def appending_at(stamp: Any) -> Action:
+    return lambda s: s.append(user("x"), timestamp=stamp)
+
+
 CASES = [
     # -- shape ---------------------------------------------------------------------------
     _case(
         "anthropic",
-        lambda s: s.append("hello"),
+        lambda s: s.append(wrong("hello")),
         InvalidMessageError,
         r"a message must be a dict, got str",
         "not-a-dict",
     ),
     _case(
         "openai",
-        lambda s: s.append([{"role": "user", "content": "x"}]),
+        lambda s: s.append(wrong([{"role": "user", "content": "x"}])),
         InvalidMessageError,
         r"a message must be a dict, got list",
         "a-list",
@@ -349,7 +358,7 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.append(user("x"), pinned="yes"),  # type: ignore[arg-type]
+        lambda s: s.append(user("x"), pinned=wrong("yes")),
         InvalidInputError,
         r"pinned must be True or False",
         "pinned-not-a-bool",
@@ -415,7 +424,7 @@ CASES = [
     *[
         _case(
             "anthropic",
-            lambda s, stamp=stamp: s.append(user("x"), timestamp=stamp),
+            appending_at(stamp),
             InvalidInputError,
             match,
             f"timestamp-{label}",
@@ -440,14 +449,14 @@ CASES = [
     ),
     _case(
         "openai",
-        lambda s: s.extend([user("a"), user("b")], timestamps=[1.0, "later"]),  # type: ignore[list-item]
+        lambda s: s.extend([user("a"), user("b")], timestamps=[1.0, wrong("later")]),
         InvalidInputError,
         r"timestamp must be a number of epoch seconds, got 'later'",
         "extend-bad-timestamp",
     ),
     _case(
         "openai",
-        lambda s: s.extend(user("a")),  # type: ignore[arg-type]
+        lambda s: s.extend(wrong(user("a"))),
         InvalidInputError,
         r"extend\(\) takes a list of messages",
         "extend-a-dict",
@@ -455,7 +464,7 @@ CASES = [
     # -- append_tool_result arguments ------------------------------------------------------
     _case(
         "minicode",
-        lambda s: s.append_tool_result("t2", {"lines": 3}, tool_name="read_file"),  # type: ignore[arg-type]
+        lambda s: s.append_tool_result("t2", wrong({"lines": 3}), tool_name="read_file"),
         InvalidInputError,
         r"tool result content must be a string, got dict",
         "tool-result-content-not-a-string",
@@ -476,7 +485,7 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.append_tool_result("t2", "x", tool_name="r", is_error="no"),  # type: ignore[arg-type]
+        lambda s: s.append_tool_result("t2", "x", tool_name="r", is_error=wrong("no")),
         InvalidInputError,
         r"is_error must be True or False",
         "tool-result-is-error-not-a-bool",
@@ -568,14 +577,14 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.store.session("new", context_window="big"),  # type: ignore[arg-type]
+        lambda s: s.store.session("new", context_window=wrong("big")),
         InvalidInputError,
         r"context_window \(tokens\) must be a whole number, got 'big'",
         "context-window-text",
     ),
     _case(
         "anthropic",
-        lambda s: s.store.session("new", config={"max_message_bytes": 2048}),  # type: ignore[arg-type]
+        lambda s: s.store.session("new", config=wrong({"max_message_bytes": 2048})),
         InvalidInputError,
         r"config must be a CompactionConfig",
         "config-not-a-model",
@@ -610,14 +619,14 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.store.session(42),  # type: ignore[arg-type]
+        lambda s: s.store.session(wrong(42)),
         InvalidInputError,
         r"session id must be a non-empty string, got 42",
         "session-id-not-a-string",
     ),
     _case(
         "anthropic",
-        lambda s: s.get_blob("1"),  # type: ignore[arg-type]
+        lambda s: s.get_blob(wrong("1")),
         InvalidInputError,
         r"blob id must be a whole number, got '1'",
         "blob-id-text",
