@@ -7,9 +7,9 @@ seq, not pinned) or when a live compaction edited it (cleared or persisted a too
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, exists, or_, select
+from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, exists, or_, select
 
 from compactstore.db.common import SID
 from compactstore.db.schema import compactions, message_edits, messages, tool_result_blobs
@@ -85,13 +85,10 @@ def edit_states(
     connection: Connection, session_id: str, seqs: Iterable[int]
 ) -> dict[int, EditState]:
     """The latest live edit of each of ``seqs`` that has one: cleared or persisted."""
-    wanted = sorted(set(seqs))
-    if not wanted:
-        return {}
-    states: dict[int, EditState] = {}
-    for seq, kind in connection.execute(_EDITS, {"sid": session_id, "seqs": wanted}):
-        states[seq] = "persisted" if kind == "persisted" else "cleared"
-    return states
+    return {
+        seq: "persisted" if kind == "persisted" else "cleared"
+        for seq, kind in _of_seqs(connection, _EDITS, session_id, seqs)
+    }
 
 
 _BLOBS = (
@@ -110,10 +107,18 @@ def live_blob_ids(
     connection: Connection, session_id: str, seqs: Iterable[int]
 ) -> dict[int, list[int]]:
     """Ids of the blobs live compactions persisted for each of ``seqs``."""
-    wanted = sorted(set(seqs))
-    if not wanted:
-        return {}
     blobs: dict[int, list[int]] = {}
-    for seq, blob_id in connection.execute(_BLOBS, {"sid": session_id, "seqs": wanted}):
+    for seq, blob_id in _of_seqs(connection, _BLOBS, session_id, seqs):
         blobs.setdefault(seq, []).append(blob_id)
     return blobs
+
+
+def _of_seqs(
+    connection: Connection, statement: Select[Any], session_id: str, seqs: Iterable[int]
+) -> list[tuple[Any, ...]]:
+    """The rows of a per-seq statement for ``seqs`` (none without a query when empty)."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return []
+    rows = connection.execute(statement, {"sid": session_id, "seqs": wanted})
+    return [tuple(row) for row in rows]

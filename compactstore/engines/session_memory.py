@@ -13,6 +13,7 @@ the tokens before.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from compactstore.context import ActiveContext, legal_cuts
@@ -116,13 +117,8 @@ def run(
     )
     after = context.cut(cut, text)
     if after.usage >= context.config.session_memory_max_after_ratio * before:
-        return StageResult(
-            strategy=CompactStrategy.SESSION_MEMORY,
-            trigger=trigger,
-            applied=False,
-            context=context,
-            tokens_before=before,
-            tokens_after=before,
+        return replace(
+            failed,
             detail=f"would leave {after.usage} of {before} tokens (not below "
             f"{context.config.session_memory_max_after_ratio:.0%})",
         )

@@ -8,30 +8,30 @@ result is a message of its own::
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from compactstore.formats.base import (
     Kind,
-    MessageFormat,
     ToolCall,
     ToolResult,
     check_nonempty_str,
     check_role,
-    content_text,
     type_name,
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
+from compactstore.formats.result_messages import ResultMessageFormat
 
 __all__ = ["MiniCodeFormat"]
 
 _ROLES = ("assistant", "system", "tool_result", "user")
 
 
-class MiniCodeFormat(MessageFormat):
+class MiniCodeFormat(ResultMessageFormat):
     """Messages with roles ``system``, ``user``, ``assistant`` and ``tool_result``."""
 
     name = "minicode"
+    result_role = "tool_result"
+    result_id_key = "toolUseId"
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)
@@ -78,19 +78,6 @@ class MiniCodeFormat(MessageFormat):
             )
         ]
 
-    def text(self, message: dict[str, Any]) -> str:
-        if message.get("role") == "tool_result":
-            return ""
-        return content_text(message.get("content"))
-
-    def replace_tool_results(
-        self, message: dict[str, Any], replacements: dict[str, str]
-    ) -> dict[str, Any]:
-        new = copy.deepcopy(message)
-        if new.get("role") == "tool_result" and new.get("toolUseId") in replacements:
-            new["content"] = replacements[new["toolUseId"]]
-        return new
-
     def tool_result_message(
         self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
@@ -101,9 +88,6 @@ class MiniCodeFormat(MessageFormat):
             "toolUseId": tool_use_id,
             "isError": is_error,
         }
-
-    def summary_message(self, text: str) -> dict[str, Any]:
-        return {"role": "system", "content": text}
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         return [

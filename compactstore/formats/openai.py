@@ -8,21 +8,19 @@ API accepts for each role, so a stored message is one the API takes back.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from compactstore.formats.base import (
     Kind,
-    MessageFormat,
     ToolCall,
     ToolResult,
     check_blocks,
     check_nonempty_str,
     check_role,
-    content_text,
     flatten_result,
     type_name,
 )
+from compactstore.formats.result_messages import ResultMessageFormat
 
 __all__ = ["OpenAIFormat"]
 
@@ -42,7 +40,7 @@ _PART_TYPES: dict[str, frozenset[str] | None] = {
 _CALL_PAYLOAD = {"function": "arguments", "custom": "input"}
 
 
-class OpenAIFormat(MessageFormat):
+class OpenAIFormat(ResultMessageFormat):
     """Chat Completions messages (``system``, ``developer``, ``user``, ``assistant``, ``tool``).
 
     The API has no error flag on tool results: ``tool_result_message(..., is_error=True)``
@@ -51,6 +49,8 @@ class OpenAIFormat(MessageFormat):
     """
 
     name = "openai"
+    result_role = "tool"
+    result_id_key = "tool_call_id"
 
     def validate(self, message: Any) -> None:
         if isinstance(message, dict) and message.get("role") == "function":
@@ -190,20 +190,6 @@ class OpenAIFormat(MessageFormat):
             )
         ]
 
-    def text(self, message: dict[str, Any]) -> str:
-        # A tool message's content is its result, counted by tool_results().
-        if message.get("role") == "tool":
-            return ""
-        return content_text(message.get("content"))
-
-    def replace_tool_results(
-        self, message: dict[str, Any], replacements: dict[str, str]
-    ) -> dict[str, Any]:
-        new = copy.deepcopy(message)
-        if new.get("role") == "tool" and new.get("tool_call_id") in replacements:
-            new["content"] = replacements[new["tool_call_id"]]
-        return new
-
     def tool_result_message(
         self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
@@ -213,9 +199,6 @@ class OpenAIFormat(MessageFormat):
             "tool_call_id": tool_use_id,
             "content": f"Error: {content}" if is_error else content,
         }
-
-    def summary_message(self, text: str) -> dict[str, Any]:
-        return {"role": "system", "content": text}
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         return [{"role": "tool", "tool_call_id": call.id, "content": text} for call in calls]
