@@ -105,6 +105,12 @@ def test_nothing_in_the_view_can_be_changed_and_trying_changes_nothing(
         assert list(store.get_session(sess.id).context_view()) == before, fmt
 
 
+def plain_dict(value: object) -> dict[str, Any]:
+    """``value``, which must be a plain dict (not the frozen kind the view holds)."""
+    assert type(value) is dict
+    return value
+
+
 def test_copies_are_the_callers_to_change(store: CompactStore) -> None:
     for fmt in FORMATS:
         chat = new_session(store, fmt, sid=f"copies-{fmt}")
@@ -114,8 +120,8 @@ def test_copies_are_the_callers_to_change(store: CompactStore) -> None:
         view = sess.context_view()
 
         vandalise(sess.active_context())
-        deep = [copy.deepcopy(message) for message in view]
-        assert deep == expected and all(type(message) is dict for message in deep)
+        deep = [plain_dict(copy.deepcopy(message)) for message in view]
+        assert deep == expected
         vandalise(deep)
         shallow = copy.copy(view[-1])
         assert type(shallow) is dict

@@ -267,7 +267,7 @@ def test_long_tool_results_are_sent_as_head_and_tail() -> None:
 
 
 def test_responses_items_thinking_and_media_are_left_out() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB" * 50},
         {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"cmd":"ls"}'},
         {
