@@ -26,7 +26,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # the bench extra; imported for real only where a peer runs
+    from langchain_core.runnables import RunnableConfig
 
 from benchmarks.scenario import Step, estimate, is_tool_result
 
@@ -434,7 +437,7 @@ class LangGraphAdapter(Adapter):
         graph.add_edge("agent", END)
         self.db = sqlite3.connect(path, check_same_thread=False)
         self.graph = graph.compile(checkpointer=SqliteSaver(self.db))
-        self.config = {"configurable": {"thread_id": SESSION}}
+        self.config: RunnableConfig = {"configurable": {"thread_id": SESSION}}
         memo: dict[str, int] = {}
 
         def count(message: Any) -> int:
