@@ -282,7 +282,7 @@ _WHY = {
 }
 _KIND = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool result"}
 # Blocks that text(), tool_calls() and tool_results() already give.
-_READ_BLOCKS = frozenset({"text", "tool_use", "tool_result"})
+_READ_BLOCKS = frozenset({"text", "input_text", "output_text", "tool_use", "tool_result"})
 _THINKING = frozenset({"thinking", "redacted_thinking", "reasoning"})
 
 
@@ -324,7 +324,7 @@ def render(
     for result in fmt.tool_results(message):
         flag = " (error)" if result.is_error else ""
         parts.append(f"← tool result for {result.tool_use_id}{flag}:\n{result.text}")
-    thinking = 0
+    thinking = 1 if message.get("type") in _THINKING else 0  # a Responses reasoning item
     for block in content_blocks(message):
         kind = block.get("type")
         if kind in _THINKING:

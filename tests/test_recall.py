@@ -90,7 +90,7 @@ def test_the_tool_is_declared_in_each_formats_own_shape(store: CompactStore) -> 
     import openai.types.chat
     import openai.types.responses
 
-    for fmt in (*FORMATS,):
+    for fmt in FORMATS:
         tool = store.session(fmt, format=fmt).recall_tool()
         if fmt == "openai":
             assert tool["type"] == "function" and tool["function"]["name"] == "recall"
@@ -106,6 +106,9 @@ def test_the_tool_is_declared_in_each_formats_own_shape(store: CompactStore) -> 
             TypeAdapter(anthropic.types.ToolParam).validate_python(tool)
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert set(schema["properties"]) == {"from_seq", "to_seq", "query", "blob_id", "cursor"}
+    tool = store.session("responses", format="responses").recall_tool()
+    assert tool["type"] == "function" and tool["name"] == "recall" and tool["strict"] is False
+    TypeAdapter(openai.types.responses.FunctionToolParam).validate_python(tool)
 
 
 def test_asking_for_the_tool_turns_on_the_summarys_recall_line(
@@ -351,3 +354,30 @@ def test_every_message_a_compaction_of_a_real_transcript_took_out_is_recalled_ex
         assert report.recall_share in (None, 1.0), (transcript.name, report.recall_examples)
         checked += report.recall_due + report.recall_blobs_due
     assert checked > 500
+
+
+def test_a_responses_session_recalls_its_items(store: CompactStore) -> None:
+    chat = new_session(store, "responses", sid="r")
+    sess = chat.sess
+    sess.append({"role": "user", "content": "Find the slow query"})
+    for i in range(6):
+        sess.append({"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": "x"})
+        sess.append(
+            {
+                "type": "function_call",
+                "call_id": f"c{i}",
+                "name": "sql",
+                "arguments": f'{{"q": {i}}}',
+            }
+        )
+        sess.append({"type": "function_call_output", "call_id": f"c{i}", "output": f"plan {i}"})
+        sess.append(
+            {"role": "assistant", "content": [{"type": "output_text", "text": f"Step {i}"}]}
+        )
+    sess.compact(up_to_seq=12, now=T0 + 5)
+    answer = recalled(chat, {"from_seq": 1, "to_seq": 12})
+    assert "[seq 1 · assistant · removed" in answer and "(1 thinking block left out)" in answer
+    assert (
+        '→ tool call sql (id c0): {"q": 0}' in answer and "← tool result for c0:\nplan 0" in answer
+    )
+    assert answer.count("Step 0") == 1  # the text once, not again as its block's JSON
