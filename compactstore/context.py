@@ -9,7 +9,7 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
@@ -239,6 +239,11 @@ class ActiveContext:
         return calls
 
     @cached_property
+    def newest_assistant_at(self) -> float | None:
+        """The latest time of an assistant message of the kept part (None: none)."""
+        return _newest_assistant_at(self.kept)
+
+    @cached_property
     def longest_open_result(self) -> int:
         """Length of the longest tool result an engine may still persist or clear: in the
         log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
@@ -284,6 +289,9 @@ class ActiveContext:
                 for result in item.results:
                     unanswered.pop(result.tool_use_id, None)
             derived["unanswered"] = unanswered
+        if "newest_assistant_at" in known:
+            times = [known["newest_assistant_at"], _newest_assistant_at(added)]
+            derived["newest_assistant_at"] = max((t for t in times if t is not None), default=None)
         if "longest_open_result" in known:
             longest = max(known["longest_open_result"], _longest_open_result(added))
             derived["longest_open_result"] = longest
@@ -320,9 +328,21 @@ class ActiveContext:
         """Seq where the kept part starts (one past the log when nothing is kept)."""
         return next((item.seq for item in self.kept if item.seq is not None), self.last_seq + 1)
 
-    def tool_names(self) -> dict[str, str]:
-        """Tool name of every call in the context, by tool-use id."""
-        return {call.id: call.name for item in self.items for call in item.calls}
+    def tool_names(self, ids: Collection[str] | None = None) -> dict[str, str]:
+        """Tool name of every call in the context (or of the calls ``ids`` name), by tool-use
+        id; an id used twice names its newest call. With ``ids`` the context is read from
+        the newest message back, only as far as the oldest of those calls."""
+        if ids is None:
+            return {call.id: call.name for item in self.items for call in item.calls}
+        names: dict[str, str] = {}
+        wanted = set(ids)
+        for item in reversed(self.items):
+            for call in reversed(item.calls):
+                if call.id in wanted and call.id not in names:
+                    names[call.id] = call.name
+            if len(names) == len(wanted):
+                break
+        return names
 
 
 def _longest_open_result(items: Sequence[ContextMessage]) -> int:
@@ -335,6 +355,17 @@ def _longest_open_result(items: Sequence[ContextMessage]) -> int:
             if result.replaceable and result.tool_use_id not in item.edited_ids
         ),
         default=0,
+    )
+
+
+def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:
+    return max(
+        (
+            item.created_at
+            for item in items
+            if item.kind == "assistant" and item.created_at is not None
+        ),
+        default=None,
     )
 
 

@@ -232,6 +232,9 @@ def derived(context: ActiveContext) -> tuple[Any, ...]:
         context.usage,
         context.unanswered,
         context.longest_open_result,
+        context.newest_assistant_at,
+        context.items,
+        context.wire,
         facts(context.answered()),
     )
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from compactstore.context import ActiveContext
+from compactstore.context import ActiveContext, ContextMessage
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
 from compactstore.formats import MessageFormat
@@ -28,6 +29,21 @@ class CachedContext:
     @classmethod
     def of(cls, base: ActiveContext, version: int, context_version: int) -> CachedContext:
         return cls(context_version, version, base, base.answered())
+
+    def extended(self, added: Sequence[ContextMessage], row: repo.SessionRow) -> CachedContext:
+        """This entry with messages appended, at the row's versions: what is new is all the
+        work, also while a crash-orphaned call's synthetic result stands in the context.
+
+        An orphaned call never gets a real result later (the pairing rules refuse one), so
+        the answered context stays valid with the messages appended to it; its answered()
+        only starts over when the new messages orphan another call.
+        """
+        base = repo.with_session(self.base, added, row)
+        if self.answered is self.base:
+            answered = base.answered()
+        else:
+            answered = repo.with_session(self.answered, added, row).answered()
+        return CachedContext(row.context_version, row.version, base, answered)
 
 
 class ContextCache:
@@ -86,9 +102,9 @@ def read_context(
     if cached is not None and cached.context_version == row.context_version:
         if cached.version == row.version:
             return cached.answered
-        base = repo.extend_context(connection, cached.base, row)
+        entry = cached.extended(repo.appended_messages(connection, cached.base, row), row)
     else:
         base = repo.load_context(connection, row, adapter, count_tokens)
-    entry = CachedContext.of(base, row.version, row.context_version)
+        entry = CachedContext.of(base, row.version, row.context_version)
     cache.put(session_id, entry)
     return entry.answered

@@ -7,6 +7,7 @@ only reads them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,6 +25,7 @@ from sqlalchemy import (
 from compactstore.context import (
     ActiveContext,
     BoundaryInfo,
+    ContextMessage,
     LiveEdit,
     LoggedMessage,
     MessageState,
@@ -47,6 +49,7 @@ __all__ = [
     "AsOf",
     "BoundaryRow",
     "CompactionRow",
+    "appended_messages",
     "boundary_rows",
     "compaction_of_boundary",
     "compaction_rows",
@@ -56,6 +59,7 @@ __all__ = [
     "live_edits",
     "load_context",
     "roll_back",
+    "with_session",
 ]
 
 
@@ -213,20 +217,35 @@ _APPENDED = (
 )
 
 
+def appended_messages(
+    connection: Connection, context: ActiveContext, session: SessionRow
+) -> list[ContextMessage]:
+    """The messages appended to the log since ``context`` was read, as the context holds them
+    (appends never carry edits)."""
+    rows = connection.execute(
+        _APPENDED,
+        {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
+    ).all()
+    return [logged_message(context.fmt, LoggedMessage._make(row), None) for row in rows]
+
+
 def extend_context(
     connection: Connection, context: ActiveContext, session: SessionRow
 ) -> ActiveContext:
     """A cached context brought up to date with the messages appended since it was read.
 
     Only valid while no compaction, rollback or config change happened in between (the
-    session's context_version is unchanged); appends never carry edits.
+    session's context_version is unchanged).
     """
-    rows = connection.execute(
-        _APPENDED,
-        {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
-    ).all()
+    return with_session(context, appended_messages(connection, context, session), session)
+
+
+def with_session(
+    context: ActiveContext, added: Sequence[ContextMessage], session: SessionRow
+) -> ActiveContext:
+    """``context`` with ``added`` appended and the session's current values."""
     return context.extended(
-        [logged_message(context.fmt, LoggedMessage._make(row), None) for row in rows],
+        added,
         last_seq=session.last_seq,
         usage_offset=session.usage_offset,
         token_factor=session.token_factor,

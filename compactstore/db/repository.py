@@ -19,6 +19,7 @@ from compactstore.db.context import (
     AsOf,
     BoundaryRow,
     CompactionRow,
+    appended_messages,
     boundary_rows,
     compaction_of_boundary,
     compaction_rows,
@@ -28,6 +29,7 @@ from compactstore.db.context import (
     live_edits,
     load_context,
     roll_back,
+    with_session,
 )
 from compactstore.db.history import (
     BlobRow,
@@ -83,6 +85,7 @@ __all__ = [
     "LastMessage",
     "MessageRow",
     "SessionRow",
+    "appended_messages",
     "boundary_rows",
     "compaction_of_boundary",
     "compaction_rows",
@@ -122,4 +125,5 @@ __all__ = [
     "set_breaker",
     "set_dedup_entry",
     "update_session",
+    "with_session",
 ]

@@ -24,14 +24,7 @@ def due(context: ActiveContext, inputs: EngineInputs) -> CompactTrigger | None:
     if inputs.now - inputs.last_microcompact_at >= config.microcompact_interval_seconds:
         return CompactTrigger.MICROCOMPACT_TIME
     if config.cache_ttl_seconds is not None:
-        last_assistant = max(
-            (
-                item.created_at
-                for item in context.kept
-                if item.kind == "assistant" and item.created_at is not None
-            ),
-            default=None,
-        )
+        last_assistant = context.newest_assistant_at  # carried from step to step
         if last_assistant is not None and inputs.now - last_assistant > config.cache_ttl_seconds:
             return CompactTrigger.MICROCOMPACT_CACHED
     return None
