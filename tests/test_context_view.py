@@ -148,6 +148,32 @@ def test_a_step_that_only_appends_reuses_every_message_already_read(store: Compa
     assert list(second) == sess.active_context()
 
 
+def test_a_crash_orphaned_call_does_not_make_every_later_step_rebuild_the_context(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"orphan-{fmt}")
+        tool_log(chat)
+        chat.calls([("bash", {"command": "make deploy"})])
+        chat.user("The agent crashed; carry on.")  # the call above is answered as interrupted
+        sess = chat.sess
+        before = sess.context_view()
+        synthetic = [item for item in sess.context().items if item.state == "synthetic"]
+        assert len(synthetic) == 1, fmt
+        for n in range(3):
+            chat.tool(f"result {n}")
+            view = sess.context_view()
+            assert all(a is b for a, b in zip(before, view, strict=False)), (fmt, n)
+            assert len(view) == len(before) + 2, (fmt, n)
+            assert list(view) == list(reopen().get_session(sess.id).context_view()), (fmt, n)
+            before = view
+        chat.calls([("grep", {"q": "x"})])
+        chat.say("Another crash.")  # a second orphan: the context starts over, the same as fresh
+        fresh = reopen().get_session(sess.id)
+        assert list(sess.context_view()) == list(fresh.context_view()), fmt
+        assert [i.state for i in sess.context().items].count("synthetic") == 2, fmt
+
+
 def test_sessions_never_share_message_objects(store: CompactStore) -> None:
     one, two = (
         new_session(store, "anthropic", sid="one"),
@@ -169,3 +195,14 @@ def test_freeze_and_thaw_keep_the_json_value(value: Any) -> None:
     assert all(type(c) in (dict, list) for c in containers(thawed))
     assert not {id(c) for c in containers(thawed)} & {id(c) for c in containers(frozen)}
     assert pickle.loads(pickle.dumps(frozen)) == value
+
+
+def test_tool_names_of_some_calls_are_those_of_all_calls(store: CompactStore) -> None:
+    for fmt in FORMATS:
+        chat = new_session(store, fmt, sid=f"names-{fmt}")
+        tool_log(chat)
+        context = chat.sess.context()
+        every = context.tool_names()
+        assert len(every) >= 9
+        for ids in (list(every)[:2], list(every)[-1:], list(every), ["no-such-id"]):
+            assert context.tool_names(ids) == {i: every[i] for i in ids if i in every}, fmt

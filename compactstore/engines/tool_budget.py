@@ -48,16 +48,23 @@ def persist_results(
     context: ActiveContext,
     inputs: EngineInputs,
     choose: Callable[[Sequence[ContextMessage]], list[tuple[int, str]]],
-) -> tuple[list[ContextMessage], list[Edit], list[NewBlob]]:
-    """Persist the tool results ``choose`` picks, as (kept index, tool-use id) pairs."""
+) -> tuple[Sequence[ContextMessage], list[Edit], list[NewBlob]]:
+    """Persist the tool results ``choose`` picks, as (kept index, tool-use id) pairs.
+
+    Returns the kept part with the previews in place (``context.kept`` itself, not a copy,
+    when nothing was picked: the usual step costs no pass over the context).
+    """
+    chosen = choose(context.kept)
+    if not chosen:
+        return context.kept, [], []
     kept = list(context.kept)
     edits: list[Edit] = []
     blobs: list[NewBlob] = []
     next_id = inputs.next_blob_id
     by_index: dict[int, list[str]] = {}
-    for index, tool_use_id in choose(kept):
+    for index, tool_use_id in chosen:
         by_index.setdefault(index, []).append(tool_use_id)
-    names = context.tool_names() if by_index else {}
+    names = context.tool_names({tool_use_id for _, tool_use_id in chosen})
     for index in sorted(by_index):
         item = kept[index]
         assert item.seq is not None
@@ -106,7 +113,7 @@ def oversized(
             and len(result.text) > min_chars
         ]
         if chosen and exempt:
-            names = context.tool_names()
+            names = context.tool_names({tool_use_id for _, tool_use_id in chosen})
             chosen = [pick for pick in chosen if names.get(pick[1]) not in exempt]
         return chosen
 
