@@ -107,6 +107,14 @@ class CompactionRow(NamedTuple):
     inputs: str
     rolled_back_at: float | None
     rolled_back_after: int | None
+    summary_source: str | None
+    summarizer: str | None
+    summarizer_model: str | None
+    summarizer_latency_ms: float | None
+    summarizer_input_tokens: int | None
+    summarizer_output_tokens: int | None
+    summarizer_fallback: bool | None
+    summarizer_reason: str | None
 
 
 _BOUNDARY = columns(compact_boundaries, BoundaryRow)

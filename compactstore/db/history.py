@@ -20,6 +20,8 @@ from compactstore.db.schema import (
     compactions,
     memory_entries,
     message_edits,
+    messages,
+    tool_calls,
     tool_result_blobs,
 )
 from compactstore.models import MemoryEntry
@@ -27,6 +29,9 @@ from compactstore.models import MemoryEntry
 __all__ = [
     "BlobRow",
     "BreakerRow",
+    "appended_conflicts",
+    "count_fallback",
+    "edited_since",
     "get_blob",
     "get_breaker",
     "insert_blobs",
@@ -34,9 +39,11 @@ __all__ = [
     "insert_compaction",
     "insert_edits",
     "insert_memory",
+    "last_compaction_id",
     "memories",
     "next_blob_id",
     "set_breaker",
+    "summarizer_calls_since",
 ]
 
 
@@ -50,6 +57,7 @@ class BreakerRow(NamedTuple):
     tripped: bool
     reactive_attempts: int
     last_microcompact_at: float
+    consecutive_fallbacks: int
 
 
 class BlobRow(NamedTuple):
@@ -69,6 +77,15 @@ _BREAKER = select(*columns(breaker_state, BreakerRow)).where(breaker_state.c.ses
 
 def get_breaker(connection: Connection, session_id: str) -> BreakerRow:
     return BreakerRow._make(connection.execute(_BREAKER, {"sid": session_id}).one())
+
+
+def count_fallback(connection: Connection, session_id: str) -> None:
+    """One more summary in a row that fell back to the rule-based one."""
+    connection.execute(
+        update(breaker_state)
+        .where(breaker_state.c.session_id == session_id)
+        .values(consecutive_fallbacks=breaker_state.c.consecutive_fallbacks + 1)
+    )
 
 
 def set_breaker(connection: Connection, session_id: str, **values: Any) -> None:
@@ -173,3 +190,62 @@ def insert_blobs(connection: Connection, session_id: str, rows: Sequence[dict[st
         connection.execute(
             insert(tool_result_blobs), [{"session_id": session_id, **row} for row in rows]
         )
+
+
+# -- what a commit checks against its snapshot (SPEC §9.1) -------------------------------------
+
+_LAST_COMPACTION_ID = select(func.max(compactions.c.id)).where(compactions.c.session_id == SID)
+
+
+def last_compaction_id(connection: Connection, session_id: str) -> int:
+    """The session's highest compaction id (0 when none)."""
+    current = connection.execute(_LAST_COMPACTION_ID, {"sid": session_id}).scalar_one()
+    return 0 if current is None else int(current)
+
+
+def summarizer_calls_since(connection: Connection, session_id: str, since: float) -> int:
+    """Recorded compactions whose summarizer was called at or after ``since`` (calls' now)."""
+    return int(
+        connection.execute(
+            select(func.count()).where(
+                compactions.c.session_id == session_id,
+                compactions.c.summarizer_latency_ms.is_not(None),
+                compactions.c.created_at >= since,
+            )
+        ).scalar_one()
+    )
+
+
+def appended_conflicts(connection: Connection, session_id: str, after_seq: int) -> set[int]:
+    """Seqs up to ``after_seq`` that a message appended after it depends on: the call a
+    result answers, or the earlier read a dedup stub points at. A cut that removes one of
+    them would leave the new message dangling."""
+    answered = connection.execute(
+        select(tool_calls.c.call_seq).where(
+            tool_calls.c.session_id == session_id,
+            tool_calls.c.result_seq > after_seq,
+            tool_calls.c.call_seq <= after_seq,
+        )
+    ).scalars()
+    pointed = connection.execute(
+        select(messages.c.dedup_of_seq).where(
+            messages.c.session_id == session_id,
+            messages.c.seq > after_seq,
+            messages.c.dedup_of_seq.is_not(None),
+        )
+    ).scalars()
+    return {int(seq) for seq in answered} | {int(seq) for seq in pointed}
+
+
+def edited_since(connection: Connection, session_id: str, after_compaction_id: int) -> set[int]:
+    """Seqs given a live edit by a compaction recorded after ``after_compaction_id``."""
+    rows = connection.execute(
+        select(message_edits.c.seq)
+        .join(compactions, compactions.c.id == message_edits.c.compaction_id)
+        .where(
+            message_edits.c.session_id == session_id,
+            compactions.c.id > after_compaction_id,
+            compactions.c.rolled_back_at.is_(None),
+        )
+    ).scalars()
+    return {int(seq) for seq in rows}

@@ -27,6 +27,7 @@ from sqlalchemy import (
 __all__ = [
     "breaker_state",
     "compact_boundaries",
+    "compaction_leases",
     "compactions",
     "memory_entries",
     "message_edits",
@@ -66,6 +67,9 @@ sessions = Table(
     Column("real_request_seq", Integer),
     # The agent's working directory: summaries show file paths relative to it.
     Column("cwd", Text),
+    # Name of the summarizer the session was opened with (store.session(summarizer=)): a
+    # process that has not configured it counts a fallback instead of changing behaviour.
+    Column("summarizer", String(255)),
     # Bumped by every write, so readers can tell whether what they hold is current.
     Column("version", Integer, nullable=False, server_default=text("0")),
     # Bumped by every write that changes the active context other than by appending
@@ -170,6 +174,17 @@ compactions = Table(
     # The newest compaction id of the session when this one was rolled back: replay uses it
     # to tell which edits were live when a later compaction ran.
     Column("rolled_back_after", Integer),
+    # How the cut's summary was written (SPEC §9.2): 'summarizer', 'rule' or 'recorded'; the
+    # summarizer's name and model, its latency and token counts, whether it fell back to
+    # the rule-based summary and why. Null when the call made no cut.
+    Column("summary_source", String(16)),
+    Column("summarizer", String(255)),
+    Column("summarizer_model", String(255)),
+    Column("summarizer_latency_ms", Float),
+    Column("summarizer_input_tokens", Integer),
+    Column("summarizer_output_tokens", Integer),
+    Column("summarizer_fallback", Boolean),
+    Column("summarizer_reason", Text),
 )
 Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
 
@@ -229,6 +244,20 @@ breaker_state = Table(
     Column("tripped", Boolean, nullable=False, server_default=text("false")),
     Column("reactive_attempts", Integer, nullable=False, server_default=text("0")),
     Column("last_microcompact_at", Float, nullable=False),
+    # Summaries in a row that fell back to the rule-based one (SPEC §9.2).
+    Column("consecutive_fallbacks", Integer, nullable=False, server_default=text("0")),
+)
+
+# One compaction that may cut at a time per session (SPEC §9.1): the owner's token and when
+# the lease lapses, on the database's clock (never a caller's now=), so a crashed owner's
+# lease expires and another process can compact.
+compaction_leases = Table(
+    "compaction_leases",
+    metadata,
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("acquired_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
 )
 
 memory_entries = Table(

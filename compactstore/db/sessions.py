@@ -51,6 +51,7 @@ class SessionRow:
     version: int
     context_version: int
     last_seq: int
+    summarizer: str | None = None  # the name recorded by store.session(summarizer=)
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -80,6 +81,7 @@ def _session_row(row: DbRow) -> SessionRow:
         version=row.version,
         context_version=row.context_version,
         last_seq=row.last_seq,
+        summarizer=row.summarizer,
     )
 
 
