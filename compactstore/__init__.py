@@ -4,7 +4,7 @@ Conversations live in SQL tables; every compaction is one transaction you can au
 roll back and replay. Start with :meth:`CompactStore.open`.
 """
 
-from compactstore.engines.base import SummaryResult
+from compactstore.engines.base import Summarizer, SummaryResult
 from compactstore.errors import (
     CompactStoreError,
     CompactStoreWarning,
@@ -28,6 +28,7 @@ from compactstore.models import (
     CompactTrigger,
     MemoryEntry,
     SessionInfo,
+    SummaryInfo,
 )
 from compactstore.store import CompactStore, Session
 from compactstore.tokens import estimate_tokens
@@ -54,7 +55,9 @@ __all__ = [
     "SchemaError",
     "Session",
     "SessionInfo",
+    "Summarizer",
     "SummarizerError",
+    "SummaryInfo",
     "SummaryResult",
     "__version__",
     "estimate_tokens",

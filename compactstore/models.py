@@ -31,6 +31,7 @@ __all__ = [
     "Plan",
     "PlanItem",
     "SessionInfo",
+    "SummaryInfo",
     "SummaryState",
 ]
 
@@ -141,6 +142,12 @@ class CompactionConfig(BaseModel):
     recall_enabled: bool = False
     recall_max_tokens: int = Field(4_000, ge=100)
 
+    # Summarizers (SPEC §9.2): a call that takes longer falls back to the rule-based summary;
+    # at most this many summarizer calls per session per hour (by the calls' ``now``), then
+    # rule-based until the hour has passed.
+    summarizer_timeout_seconds: float = Field(120.0, gt=0, le=86_400)
+    summarizer_max_calls_per_hour: int = Field(30, ge=0)
+
     # Stage 7: reactive recovery.
     reactive_blocking_ratio: float = Field(0.97, gt=0, le=1)
     reactive_target_ratio: float = Field(0.9, gt=0, le=1)
@@ -229,6 +236,28 @@ class CompactionStep(BaseModel):
     detail: str = ""
 
 
+class SummaryInfo(BaseModel):
+    """How a cut's summary was written (SPEC §9.2), as recorded in its compactions row.
+
+    ``source`` is ``"summarizer"`` (the summarizer wrote it), ``"rule"`` (the rule-based
+    summary: none configured, or a fallback) or ``"recorded"`` (a replay reused the
+    recorded text). ``fallback`` is True when a summarizer should have written it but
+    failed, timed out, raised SummarizerError or was not configured in this process;
+    ``reason`` says why (also when the hourly call limit made it rule-based).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Literal["summarizer", "rule", "recorded"]
+    summarizer: str | None = None
+    model: str | None = None
+    latency_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    fallback: bool = False
+    reason: str | None = None
+
+
 class CompactionResult(BaseModel):
     """The outcome of one call to process_request / reactive_recover / compact / replay.
 
@@ -256,6 +285,11 @@ class CompactionResult(BaseModel):
     blob_ids: list[int] = Field(default_factory=list)
     instructions: str | None = None
     error: str | None = None
+    # How the summary of the cut was written; None when the call made no cut.
+    summary: SummaryInfo | None = None
+    # Background compaction (SPEC §9.1): "running" when another caller's summary was in
+    # flight, so this call ran the cheap stages only.
+    background: Literal["started", "running", "applied"] | None = None
 
     @property
     def effective(self) -> bool:
@@ -272,6 +306,8 @@ class BreakerState(BaseModel):
     tripped: bool = False
     reactive_attempts: int = 0
     last_microcompact_at: float | None = None
+    # Summaries in a row that fell back to the rule-based one (SPEC §9.2).
+    consecutive_fallbacks: int = 0
 
 
 class SessionInfo(BaseModel):

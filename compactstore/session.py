@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection
@@ -18,13 +20,20 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext
 from compactstore.core import checks, compaction, replay
 from compactstore.core import recall as recalling
-from compactstore.core.appending import append_tool_result, insert_messages
-from compactstore.core.cache import CachedContext, read_context
+from compactstore.core.appending import (
+    dedup_candidate,
+    insert_messages,
+    store_tool_result,
+    tool_result_message,
+)
+from compactstore.core.cache import read_context
 from compactstore.core.checks import PendingMessage, now_or_clock
-from compactstore.core.recording import boundary_model, compaction_model
+from compactstore.core.recording import boundary_model, compaction_model, unrecorded_result
 from compactstore.core.sessions import require
+from compactstore.core.summarizing import SummaryCall, summarizer_name
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
+from compactstore.engines.base import Summarizer
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat, get_format
 from compactstore.frozen import freeze
@@ -46,8 +55,12 @@ __all__ = ["Session"]
 class Session:
     """One agent conversation: its log, its active context and its compactions."""
 
-    def __init__(self, store: CompactStore, row: repo.SessionRow) -> None:
+    def __init__(
+        self, store: CompactStore, row: repo.SessionRow, summarizer: Summarizer | None = None
+    ) -> None:
         self.store = store
+        # This handle's summarizer (store.session(..., summarizer=)); the store's otherwise.
+        self._summarizer = summarizer
         self.id = row.id
         self.format = row.format
         self.context_window = row.context_window
@@ -148,10 +161,50 @@ class Session:
         result = checks.check_tool_result(
             tool_use_id, content, tool_name=tool_name, file_path=file_path, is_error=is_error
         )
-        return self.store._write(
-            lambda c: append_tool_result(
-                c, self._locked(c), self.adapter, self.store.token_counter, result, timestamp
+        store = self.store
+        # The read to point at is looked up first and the message counted with no write
+        # transaction open (SPEC §9.1); the write stores it only if that read is still the
+        # one to point at, else looks again (the last try stores the content whole).
+        for attempt in range(3):
+            last = attempt == 2
+            earlier = (
+                None
+                if last
+                else store._read(lambda c: dedup_candidate(c, self.id, store.location, result))
             )
+            pending = tool_result_message(
+                self.adapter, self.config, store.token_counter, result, earlier, timestamp
+            )
+            seq = store._write(
+                functools.partial(
+                    self._store_tool_result,
+                    result=result,
+                    pending=pending,
+                    expected=earlier,
+                    final=last,
+                )
+            )
+            if seq is not None:
+                return seq
+        raise AssertionError("the last try always stores the result")
+
+    def _store_tool_result(
+        self,
+        connection: Connection,
+        *,
+        result: checks.NewToolResult,
+        pending: PendingMessage,
+        expected: tuple[str, int] | None,
+        final: bool,
+    ) -> int | None:
+        return store_tool_result(
+            connection,
+            self._locked(connection),
+            self.adapter,
+            result,
+            pending,
+            expected=expected,
+            final=final,
         )
 
     def invalidate(self, file_path: str) -> bool:
@@ -349,19 +402,30 @@ class Session:
         return result
 
     def _compaction(self, request: compaction.Request) -> CompactionResult | None:
+        """plan -> decide -> commit (SPEC §9.1): a read transaction, the engines and the
+        summarizer with none open, then one short write transaction."""
         store = self.store
-
-        def tx(connection: Connection) -> tuple[CompactionResult | None, CachedContext | None]:
-            row = self._locked(connection)
-            context = self._context(connection, row)
-            return compaction.run(connection, row, context, request, store.plugins)
-
-        result, cached = store._write(tx)
+        target = compaction.Target(self.id, self.adapter, store._cache, store.location)
+        steps = compaction.compaction_steps(
+            target, request, self._plugins(), store._summarizer_executor()
+        )
+        result, cached = compaction.drive(steps, store._read, store._write, time.sleep)
         if cached is not None:
             # Only once committed: an entry for versions that were rolled back could match
             # another writer's later, different change.
             store._cache.put(self.id, cached)
+        if result is not None and result.id is not None:
+            store._notify(result)
         return result
+
+    def _plugins(self) -> compaction.Plugins:
+        """The store's plug-ins, with this handle's own summarizer when it was given one."""
+        plugins = self.store.plugins
+        if self._summarizer is None:
+            return plugins
+        return replace(
+            plugins, summarizer=self._summarizer, summarizer_name=summarizer_name(self._summarizer)
+        )
 
     # -- rollback and replay ------------------------------------------------------------
 
@@ -413,12 +477,17 @@ class Session:
         config: CompactionConfig | None = None,
         apply: bool = False,
         now: float | None = None,
+        resummarize: bool = False,
     ) -> CompactionResult:
         """Run a recorded compaction again on the context as it stood just before it.
 
         With the recorded config (or ``config``) and the recorded time, the same inputs
-        give a byte-identical boundary and summary. ``apply=True`` records the result as a
-        new compaction: allowed on the latest live boundary (which it replaces) or on a
+        give a byte-identical boundary and summary: the recorded summary text (rule-based
+        or a summarizer's) is reused whenever the replayed cut removes exactly the recorded
+        seqs; otherwise the summary is rule-based, and with ``resummarize=True`` the
+        summarizer is asked again. ``result.summary.source`` says which (``"recorded"``,
+        ``"rule"`` or ``"summarizer"``). ``apply=True`` records the result as a new
+        compaction: allowed on the latest live boundary (which it replaces) or on a
         rolled-back one whose parent is the live boundary again. The engines and the
         summary keep the recorded time; the new rows and the rollback they imply are dated
         ``now`` (epoch seconds; default: the clock).
@@ -426,27 +495,59 @@ class Session:
         Raises:
             NotFoundError: no such boundary in this session.
             ConflictError: the boundary was imported from a transcript (nothing to run
-                again), or apply=True where the replayed result cannot take its place.
+                again), apply=True where the replayed result cannot take its place, or
+                the session was compacted or rolled back while the replay ran.
+            InvalidInputError: resummarize=True with no summarizer configured.
         """
         checks.check_id(boundary_id, "boundary", self.id)
         checks.check_config(config)
         at = now_or_clock(now)
         store = self.store
+        service = None
+        if resummarize:
+            plugins = self._plugins()
+            if plugins.summarizer is None:
+                raise InvalidInputError(
+                    "resummarize=True needs a summarizer: give one to CompactStore.open or "
+                    "store.session"
+                )
+            service = SummaryCall(
+                summarizer=plugins.summarizer,
+                name=plugins.summarizer_name,
+                recorded=None,
+                executor=store._summarizer_executor(),
+                timeout=(config or self.config).summarizer_timeout_seconds,
+                calls_left=1,
+                redactor=plugins.redactor,
+            )
 
-        def run(connection: Connection) -> CompactionResult:
-            row = require(connection, self.id, store.location, lock=apply)
-            return replay.replay(
+        def plan(connection: Connection) -> replay.ReplayPlan:
+            row = require(connection, self.id, store.location)
+            return replay.plan_replay(
                 connection,
                 row,
                 self.adapter,
-                store.plugins,
+                store.token_counter,
                 boundary_id,
                 config=config,
                 apply=apply,
-                at=at,
+                resummarize=service,
             )
 
-        return store._write(run) if apply else store._read(run)
+        # Plan in a read transaction, run the engines (and any summarizer) with none open,
+        # and record in one write transaction that checks nothing moved meanwhile.
+        planned = store._read(plan)
+        outcome = replay.decide_replay(planned)
+        if not apply:
+            return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
+
+        def commit(connection: Connection) -> CompactionResult:
+            self._locked(connection)
+            return replay.commit_replay(connection, self.id, planned, outcome, at)
+
+        result = store._write(commit)
+        store._notify(result)
+        return result
 
     # -- memory, breaker, blobs ---------------------------------------------------------
 
@@ -486,15 +587,22 @@ class Session:
             tripped=bool(row.tripped),
             reactive_attempts=row.reactive_attempts,
             last_microcompact_at=row.last_microcompact_at,
+            consecutive_fallbacks=row.consecutive_fallbacks,
         )
 
     def reset_breaker(self) -> None:
-        """Clear the breaker's failure count and the reactive-attempt counter."""
+        """Clear the breaker's failure count, the reactive-attempt counter and the count of
+        consecutive summarizer fallbacks."""
 
         def tx(connection: Connection) -> None:
             self._locked(connection)
             repo.set_breaker(
-                connection, self.id, consecutive_failures=0, tripped=False, reactive_attempts=0
+                connection,
+                self.id,
+                consecutive_failures=0,
+                tripped=False,
+                reactive_attempts=0,
+                consecutive_fallbacks=0,
             )
             repo.update_session(connection, self.id)
 

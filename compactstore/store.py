@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -25,6 +28,7 @@ from compactstore.core.sessions import (
     open_session,
     session_infos,
 )
+from compactstore.core.summarizing import Redactor, check_summarizer, summarizer_name
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     database_errors,
@@ -38,9 +42,20 @@ from compactstore.db.migrate import open_engine
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
-from compactstore.errors import DatabaseError, NotFoundError
+from compactstore.errors import (
+    CompactStoreWarning,
+    DatabaseError,
+    InvalidInputError,
+    NotFoundError,
+)
 from compactstore.formats import FORMAT_NAMES, get_format
-from compactstore.models import CompactionConfig, ImportedBoundary, ImportedMessage, SessionInfo
+from compactstore.models import (
+    CompactionConfig,
+    CompactionResult,
+    ImportedBoundary,
+    ImportedMessage,
+    SessionInfo,
+)
 from compactstore.session import Session
 from compactstore.tokens import TokenCounter
 
@@ -54,6 +69,13 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# Threads that run sync summarizers (SPEC §9.2: a bounded executor). A summarizer past its
+# timeout is abandoned, not killed: it keeps its thread until it returns, so at most this
+# many stuck calls exist per store; later ones queue, time out and fall back.
+SUMMARIZER_THREADS = 4
+
+CompactionCallback = Callable[[CompactionResult], object]
 
 
 class CompactStore:
@@ -71,15 +93,24 @@ class CompactStore:
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
         memory_provider: MemoryProvider | None = None,
+        on_compaction: CompactionCallback | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.engine = engine
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
-        self.summarizer = summarizer
+        self.summarizer = check_summarizer(summarizer)
         self.memory_provider = checked_memory_provider(memory_provider)
+        for name, value in (("on_compaction", on_compaction), ("redactor", redactor)):
+            if value is not None and not callable(value):
+                raise InvalidInputError(f"{name} must be a callable, got {value!r}")
+        self.on_compaction = on_compaction
+        self.redactor = redactor
         self._cache = ContextCache()
         self._warned: set[tuple[str, str]] = set()
         self._warned_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -91,6 +122,8 @@ class CompactStore:
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
         memory_provider: MemoryProvider | None = None,
+        on_compaction: CompactionCallback | None = None,
+        redactor: Redactor | None = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -101,10 +134,19 @@ class CompactStore:
             read_only: only read: never create, migrate or write the database (writes
                 raise DatabaseError); works on a read-only file, directory or mount.
             token_counter: replaces :func:`estimate_tokens` for new messages.
-            summarizer: writes full-compact summaries instead of the rule-based one.
+            summarizer: writes full-compact summaries instead of the rule-based one: a
+                plain callable (an async one needs AsyncCompactStore); see
+                :class:`~compactstore.engines.base.Summarizer`.
             memory_provider: supplies the memory text of session-memory compact.
+            on_compaction: called with each recorded CompactionResult, after its
+                transaction committed (never inside one); an exception it raises is a
+                warning, the compaction stays recorded.
+            redactor: a text -> text function applied to every text sent to a summarizer
+                (the stored messages are unchanged).
 
         Raises:
+            InvalidInputError: the summarizer is a coroutine function (use
+                AsyncCompactStore), or a plug-in is not callable.
             SchemaError: the schema is newer than this code, or older and auto_migrate=False
                 or read_only.
             DatabaseError: the file is not a usable database.
@@ -114,6 +156,7 @@ class CompactStore:
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
         )
         location = describe(url)
+        check_summarizer(summarizer)  # before the database is touched
         engine = open_engine(url, location=location, auto_migrate=auto_migrate, read_only=read_only)
         return cls(
             engine,
@@ -121,10 +164,16 @@ class CompactStore:
             token_counter=token_counter,
             summarizer=summarizer,
             memory_provider=memory_provider,
+            on_compaction=on_compaction,
+            redactor=redactor,
         )
 
     def close(self) -> None:
-        """Release the connection pool."""
+        """Release the connection pool (summaries still running are abandoned)."""
+        with self._executor_lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
         self.engine.dispose()
 
     def __enter__(self) -> CompactStore:
@@ -138,8 +187,40 @@ class CompactStore:
 
     @property
     def plugins(self) -> compaction.Plugins:
-        """The caller's code compactions run: token counter, summarizer, memory provider."""
-        return compaction.Plugins(self.token_counter, self.summarizer, self.memory_provider)
+        """The caller's code compactions run: token counter, summarizer, memory provider,
+        redactor."""
+        summarizer = self.summarizer
+        return compaction.Plugins(
+            self.token_counter,
+            summarizer,
+            self.memory_provider,
+            summarizer_name=None if summarizer is None else summarizer_name(summarizer),
+            redactor=self.redactor,
+        )
+
+    def _summarizer_executor(self) -> ThreadPoolExecutor:
+        """The bounded pool sync summarizers run in (made on first use)."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    SUMMARIZER_THREADS, thread_name_prefix="compactstore-summarizer"
+                )
+            return self._executor
+
+    def _notify(self, result: CompactionResult) -> None:
+        """Hand a recorded compaction to ``on_compaction`` (no transaction is open)."""
+        callback = self.on_compaction
+        if callback is None:
+            return
+        try:
+            callback(result)
+        except Exception as exc:  # the compaction is recorded; the callback cannot undo it
+            warnings.warn(
+                f"on_compaction raised {type(exc).__name__}: {exc}; compaction {result.id} "
+                f"is recorded",
+                CompactStoreWarning,
+                stacklevel=3,
+            )
 
     def _warn_once(self, session_id: str, what: str) -> bool:
         """True the first time ``what`` happens to a session in this store."""
@@ -172,6 +253,7 @@ class CompactStore:
         config: CompactionConfig | None = None,
         now: float | None = None,
         cwd: str | None = None,
+        summarizer: Summarizer | None = None,
     ) -> Session:
         """Open a session, creating it when it does not exist.
 
@@ -181,6 +263,9 @@ class CompactStore:
         config it ran with). ``now`` is the creation time (epoch seconds): the microcompact
         clock starts there. ``cwd`` is the agent's working directory: summaries name files
         relative to it (without it, the directory an environment block names is used).
+        ``summarizer`` writes this session's summaries instead of the store's; its name is
+        recorded with the session, and a later process that opens it without that
+        summarizer configured writes rule-based summaries and counts each as a fallback.
 
         Raises:
             ConflictError: the session exists with another format, context window or cwd.
@@ -195,9 +280,11 @@ class CompactStore:
             checks.check_whole(context_window, "context_window (tokens)", minimum=1_000)
         checks.check_config(config)
         created = checks.now_or_clock(now)
+        own = check_summarizer(summarizer)
+        name = None if own is None else summarizer_name(own)
 
         def tx(connection: Connection) -> repo.SessionRow:
-            return open_session(
+            row = open_session(
                 connection,
                 sid,
                 format=format,
@@ -207,8 +294,12 @@ class CompactStore:
                 cwd=cwd,
                 location=self.location,
             )
+            if name is not None and row.summarizer != name:
+                repo.update_session(connection, sid, summarizer=name)
+                row = replace(row, summarizer=name)
+            return row
 
-        return Session(self, self._write(tx))
+        return Session(self, self._write(tx), summarizer=own)
 
     def get_session(self, session_id: str) -> Session:
         """Open an existing session; NotFoundError when there is none."""

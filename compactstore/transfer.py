@@ -223,6 +223,7 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
             token_counter=target.token_counter,
             summarizer=target.summarizer,
             memory_provider=target.memory_provider,
+            redactor=target.redactor,
         )
         try:
             yield stage

@@ -68,6 +68,8 @@ COMPACTION_KEYS = {
     "instructions",
     "error",
     "effective",
+    "summary",
+    "background",
 }
 BOUNDARY_KEYS = {
     "id",
@@ -353,12 +355,18 @@ def test_renderers_need_neither_a_database_nor_a_runner() -> None:
         ["session", "format", "window", "messages"],
         ["s1", "anthropic", "8000", "18"],
     ]
-    state = BreakerState(consecutive_failures=2, reactive_attempts=1, last_microcompact_at=T0)
+    state = BreakerState(
+        consecutive_failures=2,
+        reactive_attempts=1,
+        last_microcompact_at=T0,
+        consecutive_fallbacks=4,
+    )
     assert render.breaker_lines(state) == [
         "consecutive failures: 2",
         "tripped:              no",
         "reactive attempts:    1",
         "last microcompact:    2023-11-14 22:13:20 UTC",
+        "summary fallbacks:    4 in a row",
     ]
     assert render.history_lines([]) == ["no compactions recorded"]
     assert render.ranges([8, 1, 2, 3, 5, 7]) == "1-3, 5, 7-8"
@@ -907,6 +915,7 @@ def test_breaker_shows_and_resets_the_counters(copy: str, copy_store: CompactSto
         "tripped:              yes",
         "reactive attempts:    2",
         f"last microcompact:    {_utc(sess.breaker().last_microcompact_at)} UTC",
+        "summary fallbacks:    0 in a row",
     ]
     data = as_json(invoke(copy, "breaker", "s1", "--json"))
     assert data == {
@@ -915,6 +924,7 @@ def test_breaker_shows_and_resets_the_counters(copy: str, copy_store: CompactSto
         "tripped": True,
         "reactive_attempts": 2,
         "last_microcompact_at": sess.breaker().last_microcompact_at,
+        "consecutive_fallbacks": 0,
         "reset": False,
     }
     data = as_json(invoke(copy, "breaker", "s1", "--reset", "--json"))

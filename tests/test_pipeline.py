@@ -240,26 +240,38 @@ def test_messages_that_imitate_boundaries_summaries_or_stubs_cut_nothing(
         assert chat.sess.active_context()[-(n // 3) :] == log[-(n // 3) :]
 
 
-def test_a_summarizer_error_aborts_the_whole_call(db_url: str, db_snapshot: Snapshot) -> None:
+def test_a_summarizer_error_falls_back_to_the_rule_summary_and_counts_a_fallback(
+    db_url: str,
+) -> None:
+    """SPEC §9.2: a SummarizerError no longer aborts the call (it would make every
+    process_request() raise for ever): the rule-based summary is used, the row says why,
+    and the breaker counts consecutive fallbacks until reset_breaker()."""
+
     def summarizer(messages: list[dict[str, Any]], previous: str | None, note: str | None) -> str:
         raise SummarizerError("the model is overloaded")
 
     with opened(db_url, summarizer=summarizer) as store:
         chat = new_session(store, "anthropic", context_window=18_000)
         busy_log(chat)
-        before = db_snapshot(store)
 
-        with pytest.raises(SummarizerError):
-            # The budget, microcompact and the full compact would all act in this call.
-            chat.sess.process_request(now=T0 + HOUR)
-        assert db_snapshot(store) == before
-        with pytest.raises(SummarizerError):
-            chat.sess.reactive_recover("prompt is too long", now=T0 + HOUR)
-        assert db_snapshot(store) == before
-        with pytest.raises(SummarizerError):
-            chat.sess.compact(now=T0 + HOUR)
-        assert db_snapshot(store) == before
-        assert chat.sess.breaker().reactive_attempts == 0
+        result = chat.sess.process_request(now=T0 + HOUR)
+
+        assert result.effective and result.strategy == CompactStrategy.FULL
+        assert result.summary is not None and result.summary.fallback
+        assert result.summary.source == "rule"
+        assert "SummarizerError: the model is overloaded" in (result.summary.reason or "")
+        assert "Full Compact" in result.summary_text, "the rule-based summary"
+        (recorded,) = chat.sess.compactions()
+        assert recorded.summary == result.summary
+        assert chat.sess.breaker().consecutive_fallbacks == 1
+        assert not chat.sess.breaker().tripped, "a fallback is not a breaker failure"
+
+        manual = chat.sess.compact(now=T0 + HOUR + 1)
+
+        assert manual.summary is not None and manual.summary.fallback
+        assert chat.sess.breaker().consecutive_fallbacks == 2
+        chat.sess.reset_breaker()
+        assert chat.sess.breaker().consecutive_fallbacks == 0
 
 
 def test_a_token_counter_error_during_compaction_aborts_the_whole_call(

@@ -33,7 +33,7 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
                   result: compaction}
     blob         {session, blob_id, bytes, sha256, output, content}
     breaker      {session, consecutive_failures, tripped, reactive_attempts,
-                  last_microcompact_at, reset}
+                  last_microcompact_at, consecutive_fallbacks, reset}
     import       {session, format, context_window, messages, boundaries}
     demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
                   peak_usage, context_window}, compactions: [compaction],

@@ -295,6 +295,7 @@ def breaker_lines(state: BreakerState) -> list[str]:
         f"tripped:              {'yes' if state.tripped else 'no'}",
         f"reactive attempts:    {state.reactive_attempts}",
         f"last microcompact:    {utc(last)}{' UTC' if last is not None else ''}",
+        f"summary fallbacks:    {state.consecutive_fallbacks} in a row",
     ]
 
 

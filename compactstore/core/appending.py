@@ -1,7 +1,8 @@
 """Appending messages: read what the rules need, apply them, write the rows.
 
 Runs inside the caller's write transaction with the session locked; raises before writing
-anything, so a refused batch leaves the log as it was.
+anything, so a refused batch leaves the log as it was. Messages are counted before that
+transaction (SPEC §9.1: the token counter is the caller's code).
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ from compactstore.core.checks import (
 from compactstore.core.pairing import Conversation, PinRules, StoredCall
 from compactstore.db import repository as repo
 from compactstore.engines import read_dedup
-from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
+from compactstore.models import CompactionConfig
 from compactstore.tokens import TokenCounter
 
-__all__ = ["append_tool_result", "dedup_of", "insert_messages"]
+__all__ = [
+    "dedup_candidate",
+    "dedup_of",
+    "insert_messages",
+    "store_tool_result",
+    "tool_result_message",
+]
 
 
 def insert_messages(
@@ -140,28 +148,64 @@ def dedup_of(
     return earlier.file_path, earlier.seq
 
 
-def append_tool_result(
-    connection: Connection,
-    session: repo.SessionRow,
+def dedup_candidate(
+    connection: Connection, session_id: str, location: str, result: NewToolResult
+) -> tuple[str, int] | None:
+    """(path, seq) of the earlier read a new tool result would point at (read transaction)."""
+    session = repo.get_session(connection, session_id)
+    if session is None:
+        raise NotFoundError(f"session {session_id!r} no longer exists in {location}")
+    if not _dedups(session, result) or result.file_path is None:
+        return None
+    digest = read_dedup.content_hash(result.content)
+    return dedup_of(connection, session_id, result.file_path, digest)
+
+
+def _dedups(session: repo.SessionRow, result: NewToolResult) -> bool:
+    return (
+        result.file_path is not None and not result.is_error and session.config.read_dedup_enabled
+    )
+
+
+def tool_result_message(
     adapter: MessageFormat,
+    config: CompactionConfig,
     count_tokens: TokenCounter,
     result: NewToolResult,
+    earlier: tuple[str, int] | None,
     timestamp: float | None,
-) -> int:
-    """Store a tool result built in the session's format; a read of an unchanged file
-    whose earlier content is still in the context in full becomes a stub pointing at it."""
-    sid, path = session.id, result.file_path
-    digest = read_dedup.content_hash(result.content)
-    dedup = path is not None and not result.is_error and session.config.read_dedup_enabled
-    earlier = dedup_of(connection, sid, path, digest) if dedup and path is not None else None
+) -> PendingMessage:
+    """The tool result message built in the session's format and counted: the content, or
+    a stub pointing at ``earlier`` (no transaction: the token counter is the caller's)."""
     text = result.content if earlier is None else read_dedup.dedup_stub(*earlier)
     message = adapter.tool_result_message(
         result.tool_use_id, text, tool_name=result.tool_name, is_error=result.is_error
     )
-    pending = prepare_message(adapter, session.config, count_tokens, message, timestamp)
-    if earlier is not None:
-        pending = replace(pending, dedup_of_seq=earlier[1])
+    pending = prepare_message(adapter, config, count_tokens, message, timestamp)
+    return pending if earlier is None else replace(pending, dedup_of_seq=earlier[1])
+
+
+def store_tool_result(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    result: NewToolResult,
+    pending: PendingMessage,
+    *,
+    expected: tuple[str, int] | None,
+    final: bool,
+) -> int | None:
+    """Store a tool result prepared for ``expected`` (the earlier read it points at, or
+    None for the whole content); None when that is no longer the read to point at, so the
+    caller prepares it again. With ``final`` the whole content is stored in any case."""
+    sid, path = session.id, result.file_path
+    dedup = _dedups(session, result) and path is not None
+    digest = read_dedup.content_hash(result.content)
+    if not final:
+        now = dedup_of(connection, sid, path, digest) if dedup and path is not None else None
+        if now != expected:
+            return None
     seq = insert_messages(connection, session, adapter, [pending])[0]
-    if dedup and path is not None and earlier is None:
+    if dedup and path is not None and expected is None:
         repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
     return seq

@@ -1,52 +1,87 @@
 """Every compaction path as plan -> decide -> commit (SPEC §9.1, "Shape").
 
-- :func:`plan` reads the snapshot a compaction is decided on: the active context, the
-  stored state the engines need (breaker counters, memory, the next blob id) and the
-  session's versions.
-- *decide* is a pure function of the snapshot: one of :mod:`compactstore.engines.pipeline`'s
-  pipelines, or :func:`compactstore.engines.imported.cut_as_imported`. No database.
-- :func:`commit` writes the outcome (:func:`compactstore.core.recording.record_outcome`)
-  and returns the result and the context to cache once the transaction is committed.
+- :func:`plan` (a read transaction) reads the snapshot a compaction is decided on: the
+  active context, the stored state the engines need (breaker counters, memory, the next
+  blob id), the live boundary id, the highest compaction id, the config and versions, and
+  the lease. The memory provider runs here.
+- :func:`decide` (no transaction) runs one of :mod:`compactstore.engines.pipeline`'s pure
+  pipelines on the snapshot; the caller's summarizer runs inside it, behind a
+  :class:`~compactstore.core.summarizing.SummaryCall`.
+- :func:`commit` (one short write transaction) checks the snapshot against the rows: it
+  proceeds iff the live boundary and config are unchanged (and this call still holds the
+  lease), rebases appends and cheap-stage edits made meanwhile, allocates blob ids, and
+  writes the outcome with the snapshot's figures and replay inputs.
 
-Today the three run inside one write transaction; they take and return plain values so a
-driver can run them in separate transactions.
+:func:`compaction_steps` chains them with the lease, the re-plans and ``superseded``. It
+is a generator of :data:`Op` values (read, write, compute, wait) so that one copy of those
+rules serves every driver: :func:`drive` runs it for the sync store; an async driver runs
+each ``Read``/``Write`` with ``AsyncConnection.run_sync``, each ``Compute`` in a thread and
+each ``Wait`` with ``asyncio.sleep``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import uuid
+from collections.abc import Callable, Generator
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
-from compactstore.core.cache import CachedContext
-from compactstore.core.recording import cache_entry_after, record_outcome
+from compactstore.core.cache import CachedContext, ContextCache, read_context
+from compactstore.core.recording import (
+    cache_entry_after,
+    record_outcome,
+    superseded_result,
+    unrecorded_result,
+)
 from compactstore.core.replay_inputs import EngineRun, ImportedRun
+from compactstore.core.summarizing import Redactor, SummaryCall, SummaryMemo
 from compactstore.db import repository as repo
-from compactstore.engines import pipeline
-from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.engines import auto_compact, microcompact, pipeline
+from compactstore.engines.base import EngineInputs, NewBlob, StageResult, Summarizer
 from compactstore.engines.imported import cut_as_imported
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider, select_memory
-from compactstore.errors import InvalidInputError
+from compactstore.engines.tool_budget import preview
+from compactstore.errors import InvalidInputError, NotFoundError
+from compactstore.formats import MessageFormat
 from compactstore.models import CompactionResult, ImportedBoundary, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
+    "Compute",
     "Decide",
+    "Decision",
+    "Op",
     "Plugins",
+    "Read",
     "Request",
     "Snapshot",
+    "Target",
+    "Verdict",
+    "Wait",
+    "Write",
     "commit",
+    "compaction_steps",
+    "decide",
+    "drive",
     "manual_request",
     "plan",
     "process_request",
     "reactive_request",
     "record_imported",
-    "run",
 ]
+
+T = TypeVar("T")
+
+# Re-plans a call makes before it commits the cheap stages only (SPEC §9.1).
+MAX_REPLANS = 2
+# Seconds added to summarizer_timeout_seconds for a lease's lifetime (SPEC §9.1).
+LEASE_GRACE_SECONDS = 30.0
 
 # A pure decision: the pipeline to run on the snapshot; None when there is nothing to do
 # (reactive recovery out of attempts).
@@ -55,12 +90,25 @@ Decide = Callable[[ActiveContext, EngineInputs], Outcome | None]
 
 @dataclass(frozen=True, slots=True)
 class Plugins:
-    """The caller's code a compaction may run (SPEC §9.1: never in a write transaction,
-    once decide runs outside one)."""
+    """The caller's code a compaction may run; none of it ever runs in a write
+    transaction (SPEC §9.1)."""
 
     count_tokens: TokenCounter
     summarizer: Summarizer | None = None
     memory_provider: MemoryProvider | None = None
+    summarizer_name: str | None = None
+    executor: Executor | None = None  # bounded: where sync summarizers run
+    redactor: Redactor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The session a compaction works on, as the driver knows it."""
+
+    session_id: str
+    adapter: MessageFormat
+    cache: ContextCache
+    location: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +121,22 @@ class Request:
     options: dict[str, Any] = field(default_factory=dict)  # EngineRun fields of the call
     instructions: str | None = None
     error: str | None = None
+
+    def may_cut(self, snapshot: Snapshot) -> bool:
+        """Whether deciding this call on the snapshot may cut (and so needs the lease)."""
+        if self.call != "process":
+            return True
+        return bool(self.options.get("enable_auto_compact", True)) and (
+            auto_compact.should_trigger(snapshot.context, snapshot.inputs)
+        )
+
+    def cheap(self) -> Request | None:
+        """This call with the cheap stages only (tool budget, microcompact); None for calls
+        that are a cut and nothing else."""
+        if self.call != "process":
+            return None
+        flags = {**self.options, "enable_auto_compact": False}
+        return process_request(self.now, **flags)
 
 
 def process_request(now: float, **flags: bool) -> Request:
@@ -109,55 +173,66 @@ def manual_request(now: float, instructions: str | None, up_to_seq: int | None) 
     )
 
 
-def run(
-    connection: Connection,
-    session: repo.SessionRow,
-    context: ActiveContext,
-    request: Request,
-    plugins: Plugins,
-) -> tuple[CompactionResult | None, CachedContext | None]:
-    """plan -> decide -> commit in the caller's transaction. None: nothing was decided."""
-    snapshot = plan(connection, session, context, request, plugins)
-    outcome = request.decide(snapshot.context, snapshot.inputs)
-    if outcome is None:
-        return None, None
-    return commit(connection, snapshot, outcome, request)
+# -- plan -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What one compaction is decided on, as read at one moment."""
+    """What one compaction is decided on, as read in one read transaction."""
 
-    session: repo.SessionRow  # with the versions the snapshot was read at
+    session: repo.SessionRow  # with the versions and config the snapshot was read at
     context: ActiveContext
-    inputs: EngineInputs
+    inputs: EngineInputs  # without a summary service (decide adds it)
+    max_compaction_id: int
+    summarizer_calls: int  # summarizer calls recorded in the hour before the call's now
+    lease: repo.LeaseRow | None
 
     @property
     def live_boundary_id(self) -> int | None:
         boundary = self.context.boundary
         return None if boundary is None else boundary.id
 
+    @property
+    def blocking(self) -> bool:
+        """Usage at or above ``reactive_blocking_ratio`` of the window: the agent is
+        blocked, so it waits for a running summary instead of going on."""
+        context = self.context
+        return context.usage >= context.config.reactive_blocking_ratio * context.context_window
 
-def plan(
-    connection: Connection,
-    session: repo.SessionRow,
-    context: ActiveContext,
-    request: Request,
-    plugins: Plugins,
-) -> Snapshot:
-    """Read what the engines need besides the context (the memory provider runs here)."""
-    breaker = repo.get_breaker(connection, session.id)
-    entries = repo.memories(connection, session.id)
+
+def require(connection: Connection, target: Target, *, lock: bool = False) -> repo.SessionRow:
+    """The session's row (locked with ``lock``); NotFoundError once it was deleted."""
+    row = repo.get_session(connection, target.session_id, lock=lock)
+    if row is None:
+        raise NotFoundError(f"session {target.session_id!r} no longer exists in {target.location}")
+    return row
+
+
+def plan(connection: Connection, target: Target, request: Request, plugins: Plugins) -> Snapshot:
+    """Read the snapshot (run in a read transaction; the memory provider runs here)."""
+    sid = target.session_id
+    session = require(connection, target)
+    context = read_context(
+        connection,
+        target.cache,
+        sid,
+        target.adapter,
+        plugins.count_tokens,
+        location=target.location,
+        row=session,
+    )
+    breaker = repo.get_breaker(connection, sid)
+    entries = repo.memories(connection, sid)
     budget = context.config.session_memory_max_tokens
     provider = plugins.memory_provider
     memory_text = (
-        provider(session.id, entries, budget)
+        provider(sid, entries, budget)
         if provider is not None
         else select_memory(entries, budget, plugins.count_tokens)
     )
     inputs = EngineInputs(
         now=request.now,
-        next_blob_id=repo.next_blob_id(connection, session.id),
+        next_blob_id=repo.next_blob_id(connection, sid),
         memory_text=memory_text,
         memory_count=len(entries),
         last_microcompact_at=breaker.last_microcompact_at,
@@ -167,32 +242,415 @@ def plan(
         summary_state=context.boundary.summary_state
         if context.boundary is not None
         else SummaryState(),
-        summarizer=plugins.summarizer,
         instructions=request.instructions,
     )
-    return Snapshot(session, context, inputs)
+    return Snapshot(
+        session=session,
+        context=context,
+        inputs=inputs,
+        max_compaction_id=repo.last_compaction_id(connection, sid),
+        summarizer_calls=repo.summarizer_calls_since(connection, sid, request.now - 3_600),
+        lease=repo.get_lease(connection, sid),
+    )
+
+
+# -- decide ---------------------------------------------------------------------------------
+
+
+def summary_call(
+    snapshot: Snapshot, plugins: Plugins, memo: SummaryMemo, executor: Executor
+) -> SummaryCall | None:
+    """The summary service of a call on this snapshot; None when no summarizer is set for
+    the store or the session (the rule-based summary, no fallback)."""
+    recorded = snapshot.session.summarizer
+    if plugins.summarizer is None and recorded is None:
+        return None
+    config = snapshot.context.config
+    return SummaryCall(
+        summarizer=plugins.summarizer,
+        name=plugins.summarizer_name,
+        recorded=recorded,
+        executor=executor,
+        timeout=config.summarizer_timeout_seconds,
+        calls_left=config.summarizer_max_calls_per_hour - snapshot.summarizer_calls,
+        redactor=plugins.redactor,
+        memo=memo,
+    )
+
+
+def decide(snapshot: Snapshot, request: Request, service: SummaryCall | None) -> Outcome | None:
+    """Run the call's pipeline on the snapshot (no transaction; the summarizer runs here)."""
+    return request.decide(snapshot.context, replace(snapshot.inputs, summarizer=service))
+
+
+# -- commit ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a commit did: ``committed``; ``changed`` (the live boundary or config moved:
+    re-plan if the trigger still holds); ``conflict`` (a message appended meanwhile needs
+    a seq the cut removes: re-plan); ``lost`` (the lease was taken over)."""
+
+    kind: Literal["committed", "changed", "conflict", "lost"]
+    result: CompactionResult | None = None
+    cached: CachedContext | None = None
 
 
 def commit(
-    connection: Connection, snapshot: Snapshot, outcome: Outcome, request: Request
-) -> tuple[CompactionResult, CachedContext | None]:
-    """Write the outcome with what it was decided on (for replay); returns the result and
-    the cache entry of the context it leaves (None: rebuild from the rows)."""
-    context, inputs = snapshot.context, snapshot.inputs
-    recorded = EngineRun.of(request.call, inputs, context, request.options)
-    sid = snapshot.session.id
+    connection: Connection,
+    target: Target,
+    snapshot: Snapshot,
+    outcome: Outcome,
+    request: Request,
+    owner: str | None,
+) -> Verdict:
+    """Check the snapshot against the rows and write the outcome (one write transaction).
+
+    ``owner`` is the lease token when the call holds the lease; the lease is released with
+    the commit.
+    """
+    sid = target.session_id
+    row = require(connection, target, lock=True)
+    if owner is not None and not repo.owns_lease(connection, sid, owner):
+        return Verdict("lost")
+    live = repo.live_boundary(connection, sid)
+    live_id = None if live is None else live.id
+    if live_id != snapshot.live_boundary_id or row.config != snapshot.session.config:
+        return Verdict("changed")
+    quiet = row.version == snapshot.session.version
+    if not quiet:
+        cut, last_seq = outcome.cut, snapshot.context.last_seq
+        if cut is not None and row.last_seq > last_seq:
+            needed = repo.appended_conflicts(connection, sid, last_seq)
+            if needed & set(cut.removed_seqs):
+                return Verdict("conflict")
+        outcome = rebase(connection, snapshot, outcome)
+    recorded = EngineRun.of(request.call, snapshot.inputs, snapshot.context, request.options)
     result = record_outcome(
         connection,
         sid,
         outcome,
         recorded,
-        at=inputs.now,
-        instructions=inputs.instructions,
+        at=snapshot.inputs.now,
+        instructions=snapshot.inputs.instructions,
         error=request.error,
     )
-    if not outcome.leaves_row:
-        return result, None
-    return result, cache_entry_after(connection, sid, outcome, result)
+    if owner is not None:
+        repo.release_lease(connection, sid, owner)
+    # The outcome's context saw the snapshot only: cached only when nothing else wrote
+    # meanwhile, so it is never stamped with versions it did not see.
+    cached = cache_entry_after(connection, sid, outcome, result) if quiet else None
+    return Verdict("committed", result, cached)
+
+
+def rebase(connection: Connection, snapshot: Snapshot, outcome: Outcome) -> Outcome:
+    """The outcome on top of what was written since the snapshot: edits of seqs another
+    compaction edited meanwhile are dropped (theirs stay live), and the blobs left get the
+    next free ids, their previews rewritten to name them. Token figures stay the
+    snapshot's."""
+    sid = snapshot.session.id
+    taken = repo.edited_since(connection, sid, snapshot.max_compaction_id)
+    stages = [
+        replace(
+            stage,
+            edits=tuple(edit for edit in stage.edits if edit.seq not in taken),
+            blobs=tuple(blob for blob in stage.blobs if blob.seq not in taken),
+        )
+        if stage.effective and (stage.edits or stage.blobs)
+        else stage
+        for stage in outcome.stages
+    ]
+    next_id = repo.next_blob_id(connection, sid)
+    blobs = [blob for stage in stages if stage.effective for blob in stage.blobs]
+    if blobs and blobs[0].id != next_id:
+        stages = _renumber(snapshot.context, stages, next_id)
+    return replace(outcome, stages=stages)
+
+
+def _renumber(context: ActiveContext, stages: list[StageResult], next_id: int) -> list[StageResult]:
+    """Blobs numbered from ``next_id`` in order, each preview naming its new id."""
+    new_ids: dict[tuple[int, str], NewBlob] = {}
+    for stage in stages:
+        if stage.effective:
+            for blob in stage.blobs:
+                new_ids[(blob.seq, blob.tool_use_id)] = replace(blob, id=next_id)
+                next_id += 1
+    messages = {item.seq: item.message for item in context.kept if item.seq is not None}
+    out: list[StageResult] = []
+    for stage in stages:
+        if not stage.effective or not stage.edits:
+            out.append(stage)
+            continue
+        edits = []
+        for edit in stage.edits:
+            replacements: dict[str, str] = {}
+            for tool_use_id in edit.tool_use_ids:
+                renumbered = new_ids.get((edit.seq, tool_use_id))
+                replacements[tool_use_id] = (
+                    preview(
+                        renumbered.content,
+                        tool_name=renumbered.tool_name,
+                        blob_id=renumbered.id,
+                        config=context.config,
+                    )
+                    if renumbered is not None and edit.state == "persisted"
+                    else microcompact.CLEARED_TEXT
+                )
+            message = context.fmt.replace_tool_results(messages[edit.seq], replacements)
+            messages[edit.seq] = message
+            edits.append(replace(edit, message=message))
+        blobs = tuple(new_ids[(blob.seq, blob.tool_use_id)] for blob in stage.blobs)
+        out.append(replace(stage, edits=tuple(edits), blobs=blobs))
+    return out
+
+
+# -- the steps, and the sync driver ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Run ``fn`` in a read transaction; its value is sent back."""
+
+    fn: Callable[[Connection], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Run ``fn`` in one write transaction; its value is sent back."""
+
+    fn: Callable[[Connection], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Run ``fn`` with no transaction open (the engines and the caller's summarizer; an
+    async driver runs it off the event loop)."""
+
+    fn: Callable[[], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Sleep this many seconds (waiting for another caller's lease)."""
+
+    seconds: float
+
+
+Op = Read | Write | Compute | Wait
+Decision = tuple[CompactionResult | None, CachedContext | None]
+
+
+def drive(
+    steps: Generator[Op, Any, T],
+    read: Callable[[Callable[[Connection], Any]], Any],
+    write: Callable[[Callable[[Connection], Any]], Any],
+    sleep: Callable[[float], None],
+) -> T:
+    """Run a generator of steps synchronously; an error of a step is thrown into it."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            if isinstance(op, Read):
+                value = read(op.fn)
+            elif isinstance(op, Write):
+                value = write(op.fn)
+            elif isinstance(op, Compute):
+                value = op.fn()
+            else:
+                sleep(op.seconds)
+        except BaseException as exc:  # handed to the steps, which re-raise it
+            error = exc
+
+
+def _take_lease(
+    connection: Connection,
+    target: Target,
+    snapshot: Snapshot,
+    owner: str,
+    take_over: bool,
+) -> tuple[bool, bool]:
+    """(acquired, the context is still the snapshot's) in one short write transaction."""
+    sid = target.session_id
+    row = require(connection, target, lock=True)
+    seconds = row.config.summarizer_timeout_seconds + LEASE_GRACE_SECONDS
+    acquired = repo.acquire_lease(connection, sid, owner, seconds, take_over=take_over)
+    return acquired, row.context_version == snapshot.session.context_version
+
+
+def _release(connection: Connection, session_id: str, owner: str) -> None:
+    repo.release_lease(connection, session_id, owner)
+
+
+def _lease_free(connection: Connection, session_id: str) -> bool:
+    lease = repo.get_lease(connection, session_id)
+    return lease is None or not lease.live
+
+
+def _wait_for_lease(target: Target, timeout: float) -> Generator[Op, Any, bool]:
+    """Wait up to ``timeout`` seconds for another caller's lease; True when it was freed."""
+    waited, pause = 0.0, 0.02
+    while waited < timeout:
+        pause = min(pause, timeout - waited)
+        yield Wait(pause)
+        waited += pause
+        pause = min(pause * 2, 0.25)
+        if (yield Read(partial(_lease_free, session_id=target.session_id))):
+            return True
+    return False
+
+
+def compaction_steps(
+    target: Target, request: Request, plugins: Plugins, executor: Executor
+) -> Generator[Op, Any, Decision]:
+    """One compaction call, plan -> decide -> commit, with the lease and the re-plans.
+
+    Returns the result (None: reactive recovery out of attempts) and the cache entry of
+    the context it left (None: rebuild from the rows).
+    """
+    memo = SummaryMemo()
+    owner = uuid.uuid4().hex
+    held = False  # this call holds the session's lease
+    replans = 0
+    cheap_only = False
+    current: Request | None = request
+    rule_based = request.call == "reactive"  # the agent is blocked: no summarizer
+    background: Literal["running"] | None = None
+    stale: Outcome | None = None  # the outcome a changed snapshot refused
+    sid = target.session_id
+    try:
+        while True:
+            snapshot: Snapshot = yield Read(
+                partial(plan, target=target, request=request, plugins=plugins)
+            )
+            if stale is not None and request.call == "process" and not request.may_cut(snapshot):
+                # Another compaction, rollback or config change landed and the trigger no
+                # longer holds: nothing to record.
+                if held:
+                    yield Write(partial(_release, session_id=sid, owner=owner))
+                    held = False
+                return superseded_result(stale, request.now), None
+            assert current is not None
+            if not held and not cheap_only and background is None and current.may_cut(snapshot):
+                take_over = request.call == "reactive"
+                acquired, unchanged = yield Write(
+                    partial(
+                        _take_lease,
+                        target=target,
+                        snapshot=snapshot,
+                        owner=owner,
+                        take_over=take_over,
+                    )
+                )
+                if not acquired and snapshot.blocking:
+                    timeout = snapshot.context.config.summarizer_timeout_seconds
+                    if (yield from _wait_for_lease(target, timeout)):
+                        continue  # the summary landed: decide again on what it left
+                    acquired, unchanged = yield Write(
+                        partial(
+                            _take_lease,
+                            target=target,
+                            snapshot=snapshot,
+                            owner=owner,
+                            take_over=True,
+                        )
+                    )
+                    rule_based = True
+                if acquired:
+                    held = True
+                    if not unchanged:
+                        continue  # another compaction landed before the lease: see it
+                else:
+                    # Another caller's summary is in flight: the cheap stages only.
+                    background = "running"
+                    current = current.cheap()
+                    if current is None:
+                        return _running(request), None
+            service = (
+                None
+                if rule_based or current.call == "reactive"
+                else summary_call(snapshot, plugins, memo, executor)
+            )
+            outcome = yield Compute(partial(decide, snapshot, current, service))
+            if outcome is None:
+                if held:
+                    yield Write(partial(_release, session_id=sid, owner=owner))
+                    held = False
+                return None, None
+            if not _writes(outcome):
+                if held:
+                    yield Write(partial(_release, session_id=sid, owner=owner))
+                    held = False
+                result = unrecorded_result(outcome, request.now, current.instructions)
+                return result.model_copy(update={"background": background}), None
+            verdict: Verdict = yield Write(
+                partial(
+                    commit,
+                    target=target,
+                    snapshot=snapshot,
+                    outcome=outcome,
+                    request=current,
+                    owner=owner if held else None,
+                )
+            )
+            if verdict.kind == "committed":
+                held = False
+                assert verdict.result is not None
+                return verdict.result.model_copy(update={"background": background}), (
+                    verdict.cached
+                )
+            if verdict.kind == "lost":
+                held = False
+                return superseded_result(outcome, request.now), None
+            if cheap_only:
+                return superseded_result(outcome, request.now), None
+            stale = outcome if verdict.kind == "changed" else None
+            replans += 1
+            if replans > MAX_REPLANS:
+                # Still racing after the re-plans: the cheap stages only, which cut nothing.
+                if held:
+                    yield Write(partial(_release, session_id=sid, owner=owner))
+                    held = False
+                cheap_only, stale = True, None
+                current = current.cheap()
+                if current is None:
+                    return superseded_result(outcome, request.now), None
+    except GeneratorExit:
+        raise
+    except BaseException:
+        if held:
+            yield Write(partial(_release, session_id=sid, owner=owner))
+        raise
+
+
+def _writes(outcome: Outcome) -> bool:
+    """Whether the outcome leaves anything to write (a row, or breaker counters)."""
+    return outcome.leaves_row or any(
+        value is not None
+        for value in (
+            outcome.consecutive_failures,
+            outcome.reactive_attempts,
+            outcome.last_microcompact_at,
+        )
+    )
+
+
+def _running(request: Request) -> CompactionResult:
+    """The result of a call that found another caller's summary in flight."""
+    return CompactionResult(
+        success=False,
+        strategy=None,
+        trigger=None,
+        created_at=request.now,
+        instructions=request.instructions,
+        background="running",
+    )
 
 
 def record_imported(

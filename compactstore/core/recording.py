@@ -27,6 +27,7 @@ from compactstore.models import (
     CompactionStep,
     CompactStrategy,
     CompactTrigger,
+    SummaryInfo,
 )
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "cache_entry_after",
     "compaction_model",
     "record_outcome",
+    "summary_columns",
+    "superseded_result",
     "unrecorded_result",
 ]
 
@@ -65,6 +68,12 @@ def record_outcome(
         breaker["reactive_attempts"] = outcome.reactive_attempts
     if outcome.last_microcompact_at is not None:
         breaker["last_microcompact_at"] = outcome.last_microcompact_at
+    cut = outcome.cut
+    info = cut.summary if cut is not None else None
+    if info is not None and info.fallback:
+        repo.count_fallback(connection, session_id)
+    elif info is not None and info.source == "summarizer":
+        breaker["consecutive_fallbacks"] = 0
     if breaker:
         repo.set_breaker(connection, session_id, **breaker)
     final = outcome.context
@@ -72,7 +81,7 @@ def record_outcome(
         if breaker:
             repo.update_session(connection, session_id)
         return unrecorded_result(outcome, at, instructions)
-    cut, cut_stage = outcome.cut, outcome.cut_stage
+    cut_stage = outcome.cut_stage
     start = outcome.start
     boundary: CompactBoundary | None = None
     if cut is not None and cut_stage is not None:
@@ -125,6 +134,7 @@ def record_outcome(
         error=error,
         inputs=inputs.model_dump_json(),
         replay_of=replay_of,
+        **summary_columns(info),
     )
     repo.insert_edits(
         connection,
@@ -181,6 +191,53 @@ def record_outcome(
         blob_ids=[blob.id for blob in blobs],
         instructions=instructions,
         error=error,
+        summary=info,
+    )
+
+
+def summary_columns(summary: SummaryInfo | None) -> dict[str, Any]:
+    """The compactions columns that say how a cut's summary was written."""
+    if summary is None:
+        return {}
+    return {
+        "summary_source": summary.source,
+        "summarizer": summary.summarizer,
+        "summarizer_model": summary.model,
+        "summarizer_latency_ms": summary.latency_ms,
+        "summarizer_input_tokens": summary.input_tokens,
+        "summarizer_output_tokens": summary.output_tokens,
+        "summarizer_fallback": summary.fallback,
+        "summarizer_reason": summary.reason,
+    }
+
+
+def superseded_result(outcome: Outcome | None, at: float) -> CompactionResult:
+    """The result of a call whose compaction was superseded (SPEC §9.1): another
+    compaction, rollback, reactive recovery or config change landed while it was decided,
+    or its lease was taken over. Nothing is recorded; not a breaker failure."""
+    stage = None if outcome is None else (outcome.cut_stage or outcome.main_stage)
+    steps = (
+        []
+        if stage is None
+        else [
+            CompactionStep(
+                strategy=stage.strategy,
+                trigger=stage.trigger,
+                tokens_freed=0,
+                success=False,
+                detail="superseded",
+            )
+        ]
+    )
+    before = 0 if outcome is None else outcome.tokens_before
+    return CompactionResult(
+        success=False,
+        strategy=None,
+        trigger=None,
+        tokens_before=before,
+        tokens_after=before,
+        steps=steps,
+        created_at=at,
     )
 
 
@@ -244,7 +301,9 @@ def cache_entry_after(
     versions = repo.session_versions(connection, session_id)
     assert versions is not None, "the session is locked by this transaction"
     version, context_version = versions
-    return CachedContext.of(base, version, context_version)
+    # The outcome's context already answers crash-orphaned calls (a cut never orphans one),
+    # so nothing is counted again here: the token counter never runs in a write transaction.
+    return CachedContext(context_version, version, base, final)
 
 
 def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> CompactionResult:
@@ -283,6 +342,7 @@ def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> 
         cleared_tool_use_ids=[i for edit in outcome.edits for i in edit.tool_use_ids],
         blob_ids=[blob.id for blob in outcome.blobs],
         instructions=instructions,
+        summary=cut.summary if cut is not None else None,
     )
 
 
@@ -332,4 +392,18 @@ def compaction_model(
         blob_ids=json.loads(row.blob_ids),
         instructions=row.instructions,
         error=row.error,
+        summary=None
+        if row.summary_source is None
+        else SummaryInfo.model_validate(
+            {
+                "source": row.summary_source,
+                "summarizer": row.summarizer,
+                "model": row.summarizer_model,
+                "latency_ms": row.summarizer_latency_ms,
+                "input_tokens": row.summarizer_input_tokens,
+                "output_tokens": row.summarizer_output_tokens,
+                "fallback": bool(row.summarizer_fallback),
+                "reason": row.summarizer_reason,
+            }
+        ),
     )

@@ -1,24 +1,27 @@
 """Rollback and replay of recorded compactions (SPEC §7), as plan -> decide -> commit.
 
 A rollback marks rows; nothing is deleted. A replay rebuilds the context as it stood just
-before a recorded compaction from the rows and the inputs recorded with it, and runs the
-same pipeline again; applied, it rolls back what it replaces and records the new result.
+before a recorded compaction from the rows and the inputs recorded with it (a read
+transaction), runs the same pipeline again with no transaction open (the recorded summary
+text, or the summarizer again when resummarising), and, applied, rolls back what it
+replaces and records the new result in one write transaction.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core import replay_inputs
-from compactstore.core.compaction import Plugins
-from compactstore.core.recording import record_outcome, rolled_back_model, unrecorded_result
+from compactstore.core.recording import compaction_model, record_outcome, rolled_back_model
 from compactstore.core.replay_inputs import EngineRun, ImportedRun
+from compactstore.core.summarizing import RecordedSummary
 from compactstore.db import repository as repo
 from compactstore.engines import pipeline
-from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.engines.pipeline import Outcome
 from compactstore.errors import ConflictError, DatabaseError, NotFoundError
 from compactstore.formats import MessageFormat
@@ -31,7 +34,6 @@ __all__ = [
     "decide_replay",
     "live_target",
     "plan_replay",
-    "replay",
     "roll_back",
     "rollback",
     "target",
@@ -105,35 +107,6 @@ def rollback(
     return roll_back(connection, session_id, live_target(connection, session_id, boundary_id), at)
 
 
-def replay(
-    connection: Connection,
-    session: repo.SessionRow,
-    adapter: MessageFormat,
-    plugins: Plugins,
-    boundary_id: int,
-    *,
-    config: CompactionConfig | None,
-    apply: bool,
-    at: float,
-) -> CompactionResult:
-    """plan -> decide -> (with ``apply``) commit, in the caller's transaction; an applied
-    replay's rows are dated ``at``."""
-    planned = plan_replay(
-        connection,
-        session,
-        adapter,
-        plugins.count_tokens,
-        plugins.summarizer,
-        boundary_id,
-        config=config,
-        apply=apply,
-    )
-    outcome = decide_replay(planned)
-    if not apply:
-        return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
-    return commit_replay(connection, session.id, planned, outcome, at)
-
-
 @dataclass(frozen=True, slots=True)
 class ReplayPlan:
     """A recorded compaction and everything needed to run it again."""
@@ -143,6 +116,7 @@ class ReplayPlan:
     replay_inputs: EngineRun
     context: ActiveContext
     inputs: EngineInputs
+    live_boundary_id: int | None  # when planned, for the commit's check
 
 
 def plan_replay(
@@ -150,13 +124,16 @@ def plan_replay(
     session: repo.SessionRow,
     adapter: MessageFormat,
     count_tokens: TokenCounter,
-    summarizer: Summarizer | None,
     boundary_id: int,
     *,
     config: CompactionConfig | None,
     apply: bool,
+    resummarize: SummaryService | None = None,
 ) -> ReplayPlan:
     """Rebuild the context just before the boundary's compaction, with its inputs.
+
+    The summary service is the recorded text (used when the replayed cut removes exactly
+    the recorded seqs, SPEC §9.0), or ``resummarize`` (the summarizer, asked again).
 
     Raises:
         NotFoundError: no such boundary in this session.
@@ -186,9 +163,14 @@ def plan_replay(
     )
     context = repo.load_context(connection, session, adapter, count_tokens, as_of=as_of)
     context = context.answered()
-    inputs = recorded.engine_inputs(context, summarizer, compaction.instructions)
+    service = resummarize or RecordedSummary(
+        tuple(json.loads(compaction.removed_seqs)),
+        compaction.summary_text,
+        compaction_model(compaction, {}).summary,
+    )
+    inputs = recorded.engine_inputs(context, service, compaction.instructions)
+    live = repo.live_boundary(connection, sid)
     if apply:
-        live = repo.live_boundary(connection, sid)
         if boundary.rolled_back_at is None:
             if live is None or live.id != boundary.id:
                 raise ConflictError(
@@ -202,7 +184,9 @@ def plan_replay(
             )
         # Blobs the replay persists get new ids: the recorded ones stay with the original.
         inputs = replace(inputs, next_blob_id=repo.next_blob_id(connection, sid))
-    return ReplayPlan(boundary, compaction, recorded, context, inputs)
+    return ReplayPlan(
+        boundary, compaction, recorded, context, inputs, None if live is None else live.id
+    )
 
 
 def decide_replay(plan: ReplayPlan) -> Outcome:
@@ -228,7 +212,17 @@ def commit_replay(
     connection: Connection, session_id: str, plan: ReplayPlan, outcome: Outcome, at: float
 ) -> CompactionResult:
     """Record the replayed result in place of the original (rolled back first if live),
-    dated ``at``; the engines keep the recorded time."""
+    dated ``at``; the engines keep the recorded time.
+
+    Raises:
+        ConflictError: the live boundary moved since the replay was planned.
+    """
+    live = repo.live_boundary(connection, session_id)
+    if (None if live is None else live.id) != plan.live_boundary_id:
+        raise ConflictError(
+            f"session {session_id!r} was compacted or rolled back while boundary "
+            f"{plan.boundary.id} was replayed; nothing was recorded, replay it again"
+        )
     if plan.boundary.rolled_back_at is None:
         roll_back(connection, session_id, plan.boundary, at)
     compaction = plan.compaction

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from compactstore.context import ActiveContext
-from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.models import SummaryState
 
 __all__ = ["EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
@@ -71,7 +71,7 @@ class EngineRun(_Recorded):
         )
 
     def engine_inputs(
-        self, context: ActiveContext, summarizer: Summarizer | None, instructions: str | None
+        self, context: ActiveContext, summarizer: SummaryService | None, instructions: str | None
     ) -> EngineInputs:
         """The inputs the engines were given, for ``context`` rebuilt as it stood."""
         boundary = context.boundary

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from compactstore.context import ActiveContext, ContextMessage
-from compactstore.models import CompactStrategy, CompactTrigger, SummaryState
+from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
 __all__ = [
     "Cut",
@@ -21,7 +21,10 @@ __all__ = [
     "NewBlob",
     "StageResult",
     "Summarizer",
+    "SummaryAnswer",
+    "SummaryRequest",
     "SummaryResult",
+    "SummaryService",
     "nearest_legal_cut",
 ]
 
@@ -38,13 +41,15 @@ class SummaryResult:
 
 
 class Summarizer(Protocol):
-    """Replaces the rule-based summary, e.g. with an LLM call.
+    """Replaces the rule-based summary, e.g. with an LLM call (SPEC §9.2).
 
     Receives the messages being removed, the previous boundary's summary (or None) and the
     instructions given to ``compact()``; returns the summary text or a
-    :class:`SummaryResult`. Raising any exception
-    falls back to the rule-based summary, except SummarizerError, which aborts the call.
-    Replay calls it again, so it must be deterministic for a replay to be exact.
+    :class:`SummaryResult`. It runs with no database transaction open, in a bounded
+    executor, for at most ``summarizer_timeout_seconds``. Raising anything (SummarizerError
+    included), timing out or returning no text falls back to the rule-based summary and
+    counts one fallback. Replay reuses the recorded text; it calls the summarizer again
+    only with ``resummarize=True``.
     """
 
     def __call__(
@@ -53,6 +58,36 @@ class Summarizer(Protocol):
         previous_summary: str | None,
         instructions: str | None,
     ) -> str | SummaryResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What a cut asks of the summary service: the removed messages (copies) and their seqs."""
+
+    messages: list[dict[str, Any]]
+    previous_summary: str | None
+    instructions: str | None
+    removed_seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryAnswer:
+    """The service's answer: the text to use, or None for the rule-based summary; ``info``
+    is recorded with the compaction."""
+
+    text: str | None
+    info: SummaryInfo
+
+
+class SummaryService(Protocol):
+    """How an engine gets a summary written by something other than its rules.
+
+    The driver gives the engines one (:mod:`compactstore.core.summarizing`): it calls the
+    caller's summarizer with a timeout, or reuses a recorded or earlier text. It never
+    raises; failures come back as an answer without text.
+    """
+
+    def __call__(self, request: SummaryRequest) -> SummaryAnswer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +103,7 @@ class EngineInputs:
     tripped: bool = False
     reactive_attempts: int = 0
     summary_state: SummaryState = field(default_factory=SummaryState)
-    summarizer: Summarizer | None = None
+    summarizer: SummaryService | None = None
     instructions: str | None = None
 
 
@@ -103,6 +138,7 @@ class Cut:
     summary_text: str
     summary_state: SummaryState
     removed_seqs: tuple[int, ...]
+    summary: SummaryInfo | None = None  # how the text was written (None: rule-based)
 
     @classmethod
     def of(
@@ -111,6 +147,7 @@ class Cut:
         removed: Sequence[ContextMessage],
         summary_text: str,
         summary_state: SummaryState,
+        summary: SummaryInfo | None = None,
     ) -> Cut:
         """The cut that produced ``after`` by summarising ``removed``."""
         return cls(
@@ -119,6 +156,7 @@ class Cut:
             summary_text=summary_text,
             summary_state=summary_state,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
+            summary=summary,
         )
 
 

@@ -4,8 +4,9 @@ The summary is the handoff of :mod:`compactstore.engines.summary` (request, late
 instructions, pending tasks, current work, files, errors) and is cumulative: the previous
 boundary's summary state is folded in, so it survives any number of compactions. The newest third
 of the kept messages (at most ``full_compact_max_tail_messages``) stays verbatim; the cut
-moves so no tool call is separated from its result. A ``summarizer`` may write the text
-instead; when it raises, the rule-based summary is used and the step says why.
+moves so no tool call is separated from its result. A summary service (the caller's
+summarizer behind a timeout, or a recorded text) may write the text instead; when it gives
+none, the rule-based summary is used and the step says why.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from compactstore.engines.base import (
     Cut,
     EngineInputs,
     StageResult,
-    SummaryResult,
+    SummaryRequest,
     nearest_legal_cut,
 )
-from compactstore.errors import SummarizerError
-from compactstore.models import CompactStrategy, CompactTrigger, SummaryState
+from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
 
@@ -73,33 +73,33 @@ def summarise(
     removed: Sequence[ContextMessage],
     state: SummaryState,
     label: str,
-) -> tuple[str, str, SummaryState]:
-    """Summary text for a cut, a note on how it was made (empty when rule-based), and the
-    summary state to record."""
+) -> tuple[str, str, SummaryState, SummaryInfo | None]:
+    """Summary text for a cut, a note on how it was made (empty when rule-based), the
+    summary state to record, and how the text was written (None: rule-based, no service)."""
     replaces = sum(item.tokens for item in removed) + (
         context.summary.tokens if context.summary is not None else 0
     )
     rule_text, state = rule_summary(context, state, label, inputs.now, replaces=replaces)
     if inputs.summarizer is None:
-        return rule_text, "", state
+        return rule_text, "", state, None
     previous = context.boundary.summary_text if context.boundary is not None else None
-    try:
-        # Copies: a summarizer that changes what it is given must not change the context.
-        messages = [item.copy_message() for item in removed]
-        text = inputs.summarizer(messages, previous, inputs.instructions)
-        if isinstance(text, SummaryResult):
-            text = text.text
-    except SummarizerError:
-        raise
-    except Exception as exc:  # a failing summarizer must never lose the compaction
-        return (
-            rule_text,
-            f"summarizer failed ({type(exc).__name__}: {exc}); used the rule-based summary",
-            state,
+    answer = inputs.summarizer(
+        SummaryRequest(
+            # Copies: a summarizer that changes what it is given must not change the context.
+            messages=[item.copy_message() for item in removed],
+            previous_summary=previous,
+            instructions=inputs.instructions,
+            removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
         )
-    if not isinstance(text, str) or not text.strip():
-        return rule_text, "summarizer returned no text; used the rule-based summary", state
-    return text, "summary written by the summarizer", state
+    )
+    info = answer.info
+    if answer.text is None:
+        reason = info.reason or "no summary text"
+        note = f"{reason}; used the rule-based summary" if info.reason else ""
+        return rule_text, note, state, info
+    if info.source == "recorded":
+        return answer.text, "reused the recorded summary text", state, info
+    return answer.text, "summary written by the summarizer", state, info
 
 
 def run(
@@ -155,7 +155,7 @@ def run(
         )
     state = summary.fold(inputs.summary_state, removed, context)
     label = "Full Compact" if up_to_seq is None else f"Partial Compact up to seq {up_to_seq}"
-    text, note, state = summarise(context, inputs, removed, state, label)
+    text, note, state, info = summarise(context, inputs, removed, state, label)
     after = context.cut(cut, text)
     success = after.usage < before
     return StageResult(
@@ -165,6 +165,6 @@ def run(
         context=after if success else context,
         tokens_before=before,
         tokens_after=after.usage if success else before,
-        cut=Cut.of(after, removed, text, state) if success else None,
+        cut=Cut.of(after, removed, text, state, info) if success else None,
         detail=note if success else "the summary is not smaller than what it replaces",
     )

@@ -3,16 +3,16 @@ compact and succeeds below 87.3% of the window; otherwise attempts 1, 2, 3 trunc
 newest 40%, 30%, 20% of the messages (never fewer than 3 or 15%), pairs intact, behind a
 note; attempt 4 gives up. The attempt counter persists and record_usage() resets it.
 
-The full compact's summary comes from a summarizer whose output size the tests choose: a
-one-token summary shows where the cut lands, a summary of a chosen size lands the usage on
-an exact token count, and an oversized one makes the full compact fail, so truncation runs
-on the whole context.
+The store's recovery is always rule-based (SPEC §9.2); the engine tests give the full compact
+a summary service whose output size they choose: a one-token summary shows where the cut
+lands, a summary of a chosen size lands the usage on an exact token count, and an oversized
+one makes the full compact fail, so truncation runs on the whole context.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -24,9 +24,16 @@ from compactstore import (
     CompactStrategy,
     CompactTrigger,
 )
+from compactstore.context import ActiveContext, ContextMessage
+from compactstore.engines import pipeline
+from compactstore.engines.base import EngineInputs, SummaryAnswer, SummaryRequest
+from compactstore.engines.pipeline import Outcome
+from compactstore.models import SummaryInfo, SummaryState
+from tests.engines.builder import ContextBuilder, valid
 from tests.helpers import (
     T0,
     Chat,
+    assistant,
     call_id,
     new_session,
     opened,
@@ -34,6 +41,7 @@ from tests.helpers import (
     plain,
     result_map,
     text_of,
+    user,
     words,
 )
 
@@ -43,24 +51,16 @@ BLOATED = -1  # summary size meaning "larger than anything it could replace"
 
 
 class SizedSummarizer:
-    """Writes summaries of ``tokens`` estimated tokens (ASCII, 4 characters a token)."""
+    """A summary service (the engines' side of a summarizer) writing summaries of
+    ``tokens`` estimated tokens (ASCII, 4 characters a token). The store never gives one
+    to reactive recovery (SPEC §9.2: always rule-based), so these tests run the engine."""
 
     def __init__(self) -> None:
         self.tokens = 1
 
-    def __call__(
-        self, messages: list[dict[str, Any]], previous: str | None, note: str | None
-    ) -> str:
-        if self.tokens == BLOATED:
-            return words(2_000_000, "bloated")
-        return "s" * (4 * self.tokens)
-
-
-@pytest.fixture
-def sized(db_url: str) -> Iterator[tuple[CompactStore, SizedSummarizer]]:
-    summarizer = SizedSummarizer()
-    with opened(db_url, summarizer=summarizer) as store:
-        yield store, summarizer
+    def __call__(self, request: SummaryRequest) -> SummaryAnswer:
+        text = words(2_000_000, "bloated") if self.tokens == BLOATED else "s" * (4 * self.tokens)
+        return SummaryAnswer(text, SummaryInfo(source="summarizer", summarizer="sized"))
 
 
 def long_chat(store: CompactStore, sid: str, window: int) -> Chat:
@@ -70,154 +70,206 @@ def long_chat(store: CompactStore, sid: str, window: int) -> Chat:
     return chat
 
 
-def kept_messages(chat: Chat) -> int:
-    """How many log messages follow the boundary (the verbatim part)."""
-    return sum(1 for item in chat.sess.context().kept if item.seq is not None)
+def recover(
+    context: ActiveContext, summarizer: SizedSummarizer, *, attempts: int = 0
+) -> Outcome | None:
+    """The next reactive attempt on ``context``, with the sized summary."""
+    boundary = context.boundary
+    inputs = EngineInputs(
+        now=T0 + 100,
+        summarizer=summarizer,
+        reactive_attempts=attempts,
+        summary_state=boundary.summary_state if boundary is not None else SummaryState(),
+    )
+    return pipeline.recover(context, inputs)
 
 
-def notes(chat: Chat) -> list[str]:
-    """Texts of context messages that are not in the log: the summary / truncation note."""
-    log = chat.sess.messages()
-    return [text_of(m) for m in chat.sess.active_context() if m not in log]
+def long_context(window: int) -> ActiveContext:
+    builder = ContextBuilder(context_window=window)
+    builder.request("Migrate the billing service to the new queue")
+    return builder.chatter(30, chars=1_600).build()  # 30 messages of ~400 tokens
 
 
-def recover_landing_at(
-    store: CompactStore, summarizer: SizedSummarizer, window: int, usage: int
-) -> Chat:
-    """A session whose attempt-1 full compact leaves exactly ``usage`` tokens."""
-    now = T0 + 1_000
-    summarizer.tokens = 1
-    twin = long_chat(store, f"twin-w{window}-u{usage}", window)
-    one_token = twin.sess.compact(now=now).tokens_after
-    summarizer.tokens = 1 + usage - one_token
-    chat = long_chat(store, f"w{window}-u{usage}", window)
-    result = chat.sess.reactive_recover(ERROR, now=now)
-    assert result is not None and result.trigger == CompactTrigger.REACTIVE
-    full = result.steps[0]
-    assert full.strategy == CompactStrategy.FULL
-    assert result.tokens_before - full.tokens_freed == usage, "the full compact landed there"
-    return chat
+def kept_of(context: ActiveContext) -> int:
+    """How many log messages follow the cut (the verbatim part)."""
+    return sum(1 for item in context.kept if item.seq is not None)
 
 
-def test_attempt_1_is_a_full_compact_that_succeeds_only_below_87_3_percent(
-    sized: tuple[CompactStore, SizedSummarizer],
-) -> None:
-    store, summarizer = sized
+def head_texts(context: ActiveContext) -> list[str]:
+    """Texts of the head: the pins and the summary / truncation note."""
+    return [text_of(item.message) for item in context.head]
+
+
+def more(context: ActiveContext, count: int, tag: str) -> ActiveContext:
+    """``context`` with ``count`` more chatter messages of 100 tokens appended."""
+    added = [
+        ContextMessage.build(
+            context.fmt,
+            message,
+            tokens=context.message_tokens(message),
+            seq=context.last_seq + 1 + i,
+            state="original",
+        )
+        for i, message in enumerate(
+            assistant(words(400, f"{tag}{i}")) if i % 2 == 0 else user(words(400, f"{tag}{i}"))
+            for i in range(count)
+        )
+    ]
+    return context.extended(
+        added,
+        last_seq=context.last_seq + count,
+        usage_offset=context.usage_offset,
+        token_factor=context.token_factor,
+        config=context.config,
+    )
+
+
+def landing_at(window: int, usage: int) -> Outcome:
+    """Attempt 1 on a long context, its full compact leaving exactly ``usage`` tokens."""
+    context = long_context(window)
+    sized = SizedSummarizer()
+    probe = recover(context, sized)
+    assert probe is not None
+    sized.tokens = 1 + usage - probe.stages[0].tokens_after
+    outcome = recover(context, sized)
+    assert outcome is not None
+    full = outcome.stages[0]
+    assert full.strategy == CompactStrategy.FULL and full.trigger == CompactTrigger.REACTIVE
+    assert full.tokens_after == usage, "the full compact landed there"
+    return outcome
+
+
+def test_attempt_1_is_a_full_compact_that_succeeds_only_below_87_3_percent() -> None:
     limit = math.ceil(LIMIT * 10_000)  # 8,730: the first usage that is not below 87.3%
 
-    below = recover_landing_at(store, summarizer, 10_000, limit - 1)
+    below = landing_at(10_000, limit - 1)
 
-    assert below.sess.token_usage() == limit - 1
-    assert below.sess.breaker().reactive_attempts == 0, "success resets the counter"
-    (recorded,) = below.sess.compactions()
-    assert recorded.strategy == CompactStrategy.FULL and recorded.success
-    assert recorded.trigger == CompactTrigger.REACTIVE
-    assert [s.strategy for s in recorded.steps] == [CompactStrategy.FULL]
+    assert below.context.usage == limit - 1
+    assert below.reactive_attempts == 0, "success resets the counter"
+    assert below.success and below.strategy == CompactStrategy.FULL
+    assert below.trigger == CompactTrigger.REACTIVE
+    assert [s.strategy for s in below.stages] == [CompactStrategy.FULL]
 
-    at = recover_landing_at(store, summarizer, 10_000, limit)
+    at = landing_at(10_000, limit)
 
-    assert at.sess.breaker().reactive_attempts == 1
-    (recorded,) = at.sess.compactions()
-    assert [s.strategy for s in recorded.steps] == [CompactStrategy.FULL, CompactStrategy.REACTIVE]
-    assert recorded.strategy == CompactStrategy.REACTIVE
-    assert at.sess.token_usage() < limit - 1
+    assert at.reactive_attempts == 1
+    assert [s.strategy for s in at.stages] == [CompactStrategy.FULL, CompactStrategy.REACTIVE]
+    assert at.strategy == CompactStrategy.REACTIVE
+    assert at.context.usage < limit - 1
 
     # 87.3% of 10,010 is 8,738.73: 8,738 tokens are below it.
-    odd = recover_landing_at(store, summarizer, 10_010, math.ceil(LIMIT * 10_010) - 1)
+    odd = landing_at(10_010, math.ceil(LIMIT * 10_010) - 1)
 
-    assert odd.sess.breaker().reactive_attempts == 0
-    assert odd.sess.compactions()[-1].strategy == CompactStrategy.FULL
+    assert odd.reactive_attempts == 0
+    assert odd.strategy == CompactStrategy.FULL
 
 
-def test_attempts_truncate_to_40_30_20_percent_then_attempt_4_gives_up(
-    sized: tuple[CompactStore, SizedSummarizer],
-) -> None:
-    store, summarizer = sized
-    summarizer.tokens = BLOATED  # the forced full compact cannot help
-    chat = new_session(store, "openai", context_window=2_000)
-    chat.request("Keep the agent alive")
-    chat.chatter(120, chars=400)  # 100 tokens each, far over the window
-    before = len(chat.sess.context().kept)
+def test_attempts_truncate_to_40_30_20_percent_then_attempt_4_gives_up() -> None:
+    bloated = SizedSummarizer()
+    bloated.tokens = BLOATED  # the forced full compact cannot help
+    builder = ContextBuilder(fmt="openai", context_window=2_000)
+    builder.request("Keep the agent alive")
+    context = builder.chatter(120, chars=400).build()  # 100 tokens each, far over the window
+    before = len(context.kept)
 
-    first = chat.sess.reactive_recover(ERROR, now=T0 + 100)
+    first = recover(context, bloated)
 
-    assert first is not None and first.effective
-    assert first.strategy == CompactStrategy.REACTIVE and first.trigger == CompactTrigger.REACTIVE
-    full, truncation = first.steps
-    assert full.strategy == CompactStrategy.FULL and not full.success
-    assert truncation.strategy == CompactStrategy.REACTIVE and truncation.success
-    assert kept_messages(chat) == math.floor(before * Fraction(4, 10)) == 48
-    assert chat.sess.breaker().reactive_attempts == 1
-    assert any("attempt 1" in note for note in notes(chat)), "a note stands for the cut"
-    assert pair_problems("openai", chat.sess.active_context()) == []
+    assert first is not None and first.success
+    assert first.strategy == CompactStrategy.REACTIVE
+    assert first.trigger == CompactTrigger.REACTIVE
+    full, truncation = first.stages
+    assert full.strategy == CompactStrategy.FULL and not full.effective
+    assert truncation.strategy == CompactStrategy.REACTIVE and truncation.effective
+    assert kept_of(first.context) == math.floor(before * Fraction(4, 10)) == 48
+    assert first.reactive_attempts == 1
+    assert any("attempt 1" in note for note in head_texts(first.context)), "a note for the cut"
+    assert valid(first.context)
 
+    context = first.context
     for attempt, fraction in ((2, Fraction(3, 10)), (3, Fraction(2, 10))):
-        chat.chatter(100 - kept_messages(chat), tag=f"a{attempt}", chars=400)
-        assert kept_messages(chat) == 100
-        result = chat.sess.reactive_recover(ERROR, now=T0 + 100 * attempt)
-        assert result is not None and result.effective
+        context = more(context, 100 - kept_of(context), f"a{attempt}")
+        assert kept_of(context) == 100
+        result = recover(context, bloated, attempts=attempt - 1)
+        assert result is not None and result.success
         assert result.strategy == CompactStrategy.REACTIVE
-        assert [s.strategy for s in result.steps] == [CompactStrategy.REACTIVE]
-        assert kept_messages(chat) == 100 * fraction
-        assert chat.sess.context().kept[-1].seq == len(chat.sess.messages()) - 1, "newest kept"
-        assert chat.sess.breaker().reactive_attempts == attempt
-        assert any(f"attempt {attempt}" in note for note in notes(chat))
+        assert [s.strategy for s in result.stages] == [CompactStrategy.REACTIVE]
+        context = result.context
+        assert kept_of(context) == 100 * fraction
+        assert context.kept[-1].seq == context.last_seq, "the newest message is kept"
+        assert result.reactive_attempts == attempt
+        assert any(f"attempt {attempt}" in note for note in head_texts(context))
 
-    rows = len(chat.sess.compactions())
-    assert chat.sess.reactive_recover(ERROR, now=T0 + 400) is None
-    assert len(chat.sess.compactions()) == rows
-    assert chat.sess.breaker().reactive_attempts == 3
+    assert recover(context, bloated, attempts=3) is None
 
 
-def test_truncation_keeps_at_least_3_messages_and_15_percent(
-    sized: tuple[CompactStore, SizedSummarizer],
-) -> None:
-    store, summarizer = sized
-    summarizer.tokens = BLOATED
+def test_truncation_keeps_at_least_3_messages_and_15_percent() -> None:
+    bloated = SizedSummarizer()
+    bloated.tokens = BLOATED
     config = plain(reactive_keep_fractions=(0.02, 0.3, 0.1))
-    chat = new_session(store, "minicode", context_window=2_000, config=config, sid="three")
-    chat.request("Short")
-    chat.chatter(10, chars=1_000)
+    builder = ContextBuilder(fmt="minicode", context_window=2_000, config=config)
+    builder.request("Short")
+    outcome = recover(builder.chatter(10, chars=1_000).build(), bloated)
 
-    chat.sess.reactive_recover(ERROR, now=T0 + 1)
+    assert outcome is not None
+    assert kept_of(outcome.context) == 3  # 2% (or 15%) of 11 is less than 3 messages
 
-    assert kept_messages(chat) == 3  # 2% (or 15%) of 11 is less than 3 messages
+    builder = ContextBuilder(fmt="minicode", context_window=2_000, config=config)
+    builder.request("Long")
+    context = builder.chatter(99, chars=400).build()
+    for attempts in (0, 1):
+        outcome = recover(context, bloated, attempts=attempts)
+        assert outcome is not None
+        context = outcome.context
+    context = more(context, 100 - kept_of(context), "more")
+    assert kept_of(context) == 100
 
-    chat = new_session(store, "minicode", context_window=2_000, config=config, sid="fifteen")
-    chat.request("Long")
-    chat.chatter(99, chars=400)
-    chat.sess.reactive_recover(ERROR, now=T0 + 1)
-    chat.sess.reactive_recover(ERROR, now=T0 + 2)
-    chat.chatter(100 - kept_messages(chat), tag="more", chars=400)
-    assert kept_messages(chat) == 100
+    outcome = recover(context, bloated, attempts=2)
 
-    chat.sess.reactive_recover(ERROR, now=T0 + 3)
-
-    assert kept_messages(chat) == 15  # 10% asked, 15% kept
+    assert outcome is not None
+    assert kept_of(outcome.context) == 15  # 10% asked, 15% kept
 
 
-def test_truncation_never_goes_below_3_messages(
-    sized: tuple[CompactStore, SizedSummarizer],
+def test_truncation_never_goes_below_3_messages() -> None:
+    sized = SizedSummarizer()
+    builder = ContextBuilder(fmt="minicode", context_window=20_000)
+    builder.request("Tiny")
+    context = builder.chatter(9, chars=2_000).build()  # 500 tokens each
+    compacted = pipeline.manual(
+        context, EngineInputs(now=T0 + 1, summarizer=sized), up_to_seq=None
+    ).context  # the newest third stays: 3 messages, 1,500 tokens
+    assert kept_of(compacted) == 3
+    sized.tokens = BLOATED
+
+    outcome = recover(compacted, sized)
+
+    assert outcome is not None
+    assert kept_of(outcome.context) == 3
+
+
+def test_the_store_recovers_with_the_rule_based_summary_even_with_a_summarizer(
+    db_url: str,
 ) -> None:
-    store, summarizer = sized
-    chat = new_session(store, "minicode", context_window=20_000)
-    chat.request("Tiny")
-    chat.chatter(9, chars=2_000)  # 500 tokens each
-    summarizer.tokens = 1
-    chat.sess.compact(now=T0 + 1)  # the newest third stays: 3 messages, 1,500 tokens
-    assert kept_messages(chat) == 3
-    summarizer.tokens = BLOATED
+    """SPEC §9.2: the agent is blocked, so reactive recovery never calls a summarizer."""
+    calls: list[int] = []
 
-    chat.sess.reactive_recover(ERROR, now=T0 + 2)
+    def summarizer(messages: list[dict[str, Any]], previous: str | None, note: str | None) -> str:
+        calls.append(len(messages))
+        return "an LLM summary"
 
-    assert kept_messages(chat) == 3
+    with opened(db_url, summarizer=summarizer) as store:
+        chat = long_chat(store, "s", 10_000)
+
+        result = chat.sess.reactive_recover(ERROR, now=T0 + 1)
+
+        assert result is not None and result.effective
+        assert calls == []
+        assert "Full Compact" in result.summary_text and "an LLM summary" not in result.summary_text
+        assert result.summary is None, "no summarizer was asked"
 
 
 def test_the_attempt_counter_persists_and_record_usage_resets_it(
-    sized: tuple[CompactStore, SizedSummarizer], reopen: Callable[[], CompactStore]
+    store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
-    store, summarizer = sized
-    summarizer.tokens = BLOATED
     chat = new_session(store, "anthropic", context_window=2_000)
     chat.request("Keep going")
     chat.chatter(120, chars=400)

@@ -1,0 +1,228 @@
+"""The caller's summarizer as the engines meet it (SPEC §9.2): a summary service.
+
+:class:`SummaryCall` runs a sync summarizer in a bounded executor with
+``summarizer_timeout_seconds``, with the redactor applied to what it is sent; it turns every
+failure (an exception, SummarizerError included, a timeout, no text, an awaitable) into an
+answer without text, so the engine writes the rule-based summary and the row records a
+fallback and its reason. It remembers its answers by what was asked, so a compaction that
+re-plans reuses the text instead of calling the summarizer again. :class:`RecordedSummary`
+gives replay the recorded text back (SPEC §9.0).
+
+No database here: the driver runs a summary call in *decide*, with no transaction open.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactstore.engines.base import Summarizer, SummaryAnswer, SummaryRequest, SummaryResult
+from compactstore.errors import InvalidInputError
+from compactstore.models import SummaryInfo
+
+__all__ = [
+    "RecordedSummary",
+    "Redactor",
+    "SummaryCall",
+    "SummaryMemo",
+    "check_summarizer",
+    "redact_message",
+    "summarizer_name",
+]
+
+Redactor = Callable[[str], str]
+
+# Keys whose values are structure, not text a person wrote: never redacted.
+_STRUCTURE_KEYS = frozenset(
+    {"role", "type", "id", "tool_use_id", "tool_call_id", "call_id", "name", "toolUseId"}
+)
+
+
+def summarizer_name(summarizer: Any) -> str:
+    """How a summarizer is recorded: its ``name`` attribute, else ``module:qualname`` (the
+    form ``--summarizer module:callable`` takes)."""
+    name = getattr(summarizer, "name", None)
+    if isinstance(name, str) and name:
+        return name[:255]
+    target = summarizer if inspect.isfunction(summarizer) else type(summarizer)
+    module = getattr(target, "__module__", None) or "?"
+    qualname = getattr(target, "__qualname__", None) or type(summarizer).__name__
+    return f"{module}:{qualname}"[:255]
+
+
+def check_summarizer(summarizer: Any) -> Summarizer | None:
+    """A summarizer the sync store can run: a plain callable (None passes through).
+
+    Raises:
+        InvalidInputError: not callable, or a coroutine function / async ``__call__``
+            (those need :class:`AsyncCompactStore`).
+    """
+    if summarizer is None:
+        return None
+    if not callable(summarizer):
+        raise InvalidInputError(f"summarizer must be a callable, got {summarizer!r}")
+    call = getattr(summarizer, "__call__", None)  # noqa: B004 - the method itself is inspected
+    if inspect.iscoroutinefunction(summarizer) or inspect.iscoroutinefunction(call):
+        raise InvalidInputError(
+            f"summarizer {summarizer_name(summarizer)} is a coroutine function: CompactStore "
+            f"runs plain callables only; use AsyncCompactStore for an async summarizer"
+        )
+    return summarizer  # type: ignore[no-any-return]
+
+
+def redact_message(value: Any, redactor: Redactor, key: str | None = None) -> Any:
+    """A copy of a JSON value with ``redactor`` applied to every text (not to roles, types,
+    ids or names)."""
+    if isinstance(value, str):
+        return value if key in _STRUCTURE_KEYS else redactor(value)
+    if isinstance(value, dict):
+        return {k: redact_message(v, redactor, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_message(item, redactor, key) for item in value]
+    return value
+
+
+@dataclass
+class SummaryMemo:
+    """Answers already given in one compaction call, by what was asked: a re-plan that
+    removes the same seqs reuses the text (and records the same figures)."""
+
+    answers: dict[tuple[Any, ...], SummaryAnswer] = field(default_factory=dict)
+
+    @staticmethod
+    def key(request: SummaryRequest) -> tuple[Any, ...]:
+        return (request.removed_seqs, request.previous_summary, request.instructions)
+
+
+@dataclass
+class SummaryCall:
+    """One compaction call's summary service over the caller's summarizer.
+
+    ``recorded`` is the summarizer name the session was opened with: when it is not the
+    one configured here, the summary is rule-based and counts a fallback. ``calls_left``
+    is what ``summarizer_max_calls_per_hour`` still allows.
+    """
+
+    summarizer: Summarizer | None
+    name: str | None
+    recorded: str | None
+    executor: Executor
+    timeout: float
+    calls_left: int
+    redactor: Redactor | None = None
+    memo: SummaryMemo = field(default_factory=SummaryMemo)
+
+    def __call__(self, request: SummaryRequest) -> SummaryAnswer:
+        key = SummaryMemo.key(request)
+        known = self.memo.answers.get(key)
+        if known is not None:
+            return known
+        answer = self._ask(request)
+        self.memo.answers[key] = answer
+        return answer
+
+    def _ask(self, request: SummaryRequest) -> SummaryAnswer:
+        if self.recorded is not None and (self.summarizer is None or self.name != self.recorded):
+            return _fallback(
+                self.recorded,
+                f"summarizer {self.recorded} was set for this session but is not configured "
+                f"in this process (store.session(..., summarizer=))",
+            )
+        summarizer, name = self.summarizer, self.name
+        if summarizer is None or name is None:
+            return SummaryAnswer(None, SummaryInfo(source="rule"))
+        if self.calls_left <= 0:
+            return SummaryAnswer(
+                None,
+                SummaryInfo(
+                    source="rule",
+                    summarizer=name,
+                    reason="summarizer_max_calls_per_hour reached for this session",
+                ),
+            )
+        redact = self.redactor
+        messages = request.messages
+        previous, instructions = request.previous_summary, request.instructions
+        if redact is not None:
+            messages = [redact_message(message, redact) for message in messages]
+            previous = None if previous is None else redact(previous)
+            instructions = None if instructions is None else redact(instructions)
+        started = time.perf_counter()
+        future = self.executor.submit(summarizer, messages, previous, instructions)
+        try:
+            value = future.result(timeout=self.timeout)
+        except FutureTimeout:
+            future.cancel()  # a call still queued never starts; a running one is abandoned
+            return _fallback(name, f"summarizer {name} timed out after {self.timeout:g} s")
+        except Exception as exc:  # every failure falls back (SPEC §9.2), SummarizerError too
+            return _fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
+        latency = (time.perf_counter() - started) * 1000
+        self.calls_left -= 1
+        if inspect.isawaitable(value):
+            close = getattr(value, "close", None)
+            if close is not None:
+                close()  # never awaited: closed so it does not warn
+            return _fallback(
+                name,
+                f"summarizer {name} returned an awaitable; use AsyncCompactStore for an "
+                f"async summarizer",
+                latency,
+            )
+        result = value if isinstance(value, SummaryResult) else None
+        text = result.text if result is not None else value
+        if not isinstance(text, str) or not text.strip():
+            return _fallback(name, f"summarizer {name} returned no text", latency)
+        return SummaryAnswer(
+            text,
+            SummaryInfo(
+                source="summarizer",
+                summarizer=name,
+                model=result.model if result is not None else None,
+                latency_ms=latency,
+                input_tokens=result.input_tokens if result is not None else None,
+                output_tokens=result.output_tokens if result is not None else None,
+            ),
+        )
+
+
+def _fallback(name: str, reason: str, latency: float | None = None) -> SummaryAnswer:
+    return SummaryAnswer(
+        None,
+        SummaryInfo(
+            source="rule", summarizer=name, latency_ms=latency, fallback=True, reason=reason
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class RecordedSummary:
+    """Replay's summary service: the recorded text when the replayed cut removes exactly
+    the recorded seqs; otherwise rule-based (SPEC §9.0)."""
+
+    removed_seqs: tuple[int, ...]
+    text: str
+    recorded: SummaryInfo | None
+
+    def __call__(self, request: SummaryRequest) -> SummaryAnswer:
+        if request.removed_seqs != self.removed_seqs:
+            return SummaryAnswer(
+                None,
+                SummaryInfo(
+                    source="rule",
+                    reason="the replayed cut removes other seqs than the recorded one",
+                ),
+            )
+        recorded = self.recorded
+        return SummaryAnswer(
+            self.text,
+            SummaryInfo(
+                source="recorded",
+                summarizer=recorded.summarizer if recorded is not None else None,
+                model=recorded.model if recorded is not None else None,
+            ),
+        )
