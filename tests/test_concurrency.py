@@ -400,27 +400,34 @@ def test_two_processes_calling_process_request_at_once_record_one_compaction(
 
 
 def test_a_writer_waits_for_a_lock_held_by_another_process_instead_of_failing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Event-driven, no timer: the holder lets go when the writer, having waited out the
+    busy timeout, backs off to retry; the writer then goes through."""
+    monkeypatch.setattr(engine_module, "BUSY_TIMEOUT_MS", 50)
     db = tmp_path / "locked.db"
     with CompactStore.open(db) as store:
         sess = store.session("s", now=T0)
         sess.append({"role": "user", "content": "hello"}, timestamp=T0)
-        holder = sqlite3.connect(db, isolation_level=None, timeout=5, check_same_thread=False)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=5)
         holder.execute("BEGIN IMMEDIATE")
-        timer = threading.Timer(0.8, holder.rollback)
-        timer.start()
+        backoffs: list[float] = []
+
+        def release_on_backoff(seconds: float) -> None:
+            backoffs.append(seconds)
+            if holder.in_transaction:
+                holder.rollback()  # the writer is waiting now: let it in
+
+        monkeypatch.setattr(engine_module, "time", SimpleNamespace(sleep=release_on_backoff))
         try:
             # Readers are not blocked by a writer in WAL mode.
             assert store.get_session("s").messages() == [{"role": "user", "content": "hello"}]
-            started = time.monotonic()
             seq = sess.append({"role": "assistant", "content": "hi"}, timestamp=T0 + 1)
-            waited = time.monotonic() - started
         finally:
-            timer.join()
             holder.close()
         assert seq == 1
-        assert waited >= 0.5, "the append did not wait for the lock"
+        assert len(backoffs) == 1, "the writer waited for the lock once, then got it"
+        assert [m["content"] for m in store.get_session("s").messages()] == ["hello", "hi"]
 
 
 def test_a_lock_held_past_every_retry_gives_a_clear_busy_error(

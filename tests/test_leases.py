@@ -1,0 +1,126 @@
+"""The compaction lease (SPEC §9.1) across processes: ``kill -9`` while a summary is in flight.
+
+A child process (tests/lease_child.py) starts a summary and is killed with SIGKILL: nothing
+is recorded; the lease it held makes other callers go on with the cheap stages below the
+blocking ratio, and wait for it (then take it over, with the rule-based summary) at or above
+it; and a crashed owner's lease expires, after which the next process compacts normally.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from compactstore import CompactStore, CompactStrategy
+from compactstore.db.schema import compaction_leases
+from tests.helpers import T0, new_session, opened, plain
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 20_000
+
+
+def fill(store: CompactStore, ratio: float, *, timeout: float) -> None:
+    """Session "s" at ``ratio`` of its window."""
+    chat = new_session(
+        store, context_window=WINDOW, config=plain(summarizer_timeout_seconds=timeout)
+    )
+    chat.request("Port the parser to the new grammar")
+    while chat.sess.token_usage() < ratio * WINDOW:
+        chat.chatter(2, chars=1_600)
+
+
+def kill_mid_summary(url: str) -> None:
+    """Run the child until its summarizer runs, then SIGKILL it."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.lease_child", url, "s", str(T0 + 1_000)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    with child:
+        assert child.stdout is not None and child.stderr is not None
+        line = child.stdout.readline().decode().strip()
+        if line != "summarizing":
+            child.kill()
+            pytest.fail(f"the child did not start its summary: {child.stderr.read().decode()}")
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+
+def leases(store: CompactStore) -> list[Any]:
+    with store.engine.connect() as connection:
+        return list(connection.execute(select(compaction_leases)).all())
+
+
+@pytest.fixture
+def killed(db_url: str) -> Iterator[str]:
+    """A session whose compaction's owner was killed mid-summary (usage 90%)."""
+    with opened(db_url) as store:
+        fill(store, 0.9, timeout=30)
+    kill_mid_summary(db_url)
+    yield db_url
+
+
+def test_a_killed_owner_records_nothing_and_its_lease_holds_off_a_second_summary(
+    killed: str,
+) -> None:
+    calls: list[int] = []
+
+    def summarizer(messages: Any, previous: str | None, instructions: str | None) -> str:
+        calls.append(len(messages))
+        return "an LLM summary"
+
+    with opened(killed, summarizer=summarizer) as store:
+        sess = store.session("s")
+        assert sess.compactions() == [], "nothing recorded by the killed process"
+        (lease,) = leases(store)
+        # Expires on the database clock: summarizer_timeout_seconds + 30 s after it was taken.
+        assert lease.expires_at - lease.acquired_at == pytest.approx(60.0)
+
+        result = sess.process_request(now=T0 + 2_000)
+
+        assert result.background == "running" and result.boundary is None
+        assert calls == [] and sess.compactions() == []
+
+
+def test_at_the_blocking_ratio_a_caller_waits_then_takes_the_lease_over(killed: str) -> None:
+    with opened(killed) as store:
+        # The wait is summarizer_timeout_seconds (a config change does not touch the lease).
+        chat = new_session(
+            store, context_window=WINDOW, config=plain(summarizer_timeout_seconds=0.3)
+        )
+        while chat.sess.token_usage() < 0.97 * WINDOW:
+            chat.chatter(2, tag="more", chars=1_600)
+        started = time.monotonic()
+
+        result = chat.sess.process_request(now=T0 + 2_000)
+
+        assert time.monotonic() - started >= 0.3, "it waited for the running summary"
+        assert result.effective and result.strategy == CompactStrategy.FULL
+        assert result.summary is None, "taken over: the rule-based summary"
+        assert leases(store) == [], "released with the commit"
+
+
+@pytest.mark.slow
+def test_a_crashed_owner_lease_expires_and_the_next_process_compacts(db_url: str) -> None:
+    with opened(db_url) as store:
+        fill(store, 0.9, timeout=1)
+    kill_mid_summary(db_url)
+    with opened(db_url, summarizer=lambda m, p, i: "an LLM summary") as store:
+        assert len(leases(store)) == 1
+        # The lease lapses 31 s after it was taken, on the database clock.
+        time.sleep(31.5)
+        result = store.session("s").process_request(now=T0 + 2_000)
+
+        assert result.effective and result.summary_text == "an LLM summary"
+        assert [c.id for c in store.session("s").compactions()] == [result.id]
