@@ -141,8 +141,10 @@ class CompactStore:
             on_compaction: called with each recorded CompactionResult, after its
                 transaction committed (never inside one); an exception it raises is a
                 warning, the compaction stays recorded.
-            redactor: a text -> text function applied to every text sent to a summarizer
-                (the stored messages are unchanged).
+            redactor: a text -> text function applied to every text that leaves the
+                process: what a summarizer is sent, the messages of
+                :func:`compactstore.export.export_lines` and the summaries of
+                :mod:`compactstore.report`'s pages (the stored messages are unchanged).
 
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use

@@ -763,7 +763,8 @@ def test_rollback_then_replay_apply_restores_the_active_context(
     assert sess.active_context() != before
     out = ok(invoke(copy, "replay", "s1", "--boundary", "2", "--apply")).stdout.splitlines()
     assert out[0] == "identical: the replay of boundary 2 gives the recorded summary and kept range"
-    assert out[1].startswith("applied: compaction 6: partial (manual) freed ")
+    assert out[1] == "summary: the recorded text, reused"
+    assert out[2].startswith("applied: compaction 6: partial (manual) freed ")
     assert sess.active_context() == before
     assert [b.id for b in sess.boundaries()] == [1, 3]
 
@@ -772,6 +773,7 @@ def test_replay_of_the_recording_is_identical(template: str) -> None:
     result = ok(invoke(template, "replay", "s1", "--boundary", "1"))
     assert result.stdout == (
         "identical: the replay of boundary 1 gives the recorded summary and kept range\n"
+        "summary: the recorded text, reused\n"
     )
     assert result.stderr == "Replaying boundary 1: 1 of 1\n"  # progress goes to stderr
     data = as_json(invoke(template, "replay", "s1", "--boundary", "2", "--json"))
@@ -779,6 +781,7 @@ def test_replay_of_the_recording_is_identical(template: str) -> None:
         "session",
         "boundary_id",
         "applied",
+        "summary_source",
         "identical",
         "diff",
         "recorded",
@@ -786,6 +789,7 @@ def test_replay_of_the_recording_is_identical(template: str) -> None:
         "result",
     }
     assert (data["identical"], data["diff"], data["applied"]) == (True, "", False)
+    assert data["summary_source"] == "recorded"
     assert data["recorded"] == data["replayed"]
     assert set(data["recorded"]) == {
         "kept",
@@ -824,9 +828,10 @@ def test_replay_with_another_config_shows_a_unified_diff(
     assert lines[2].startswith("@@ ")
     assert "-kept: seq 5-8" in lines
     assert "+kept: seq 3-8" in lines
+    assert lines[-1] == "summary: rule-based", "another cut: the recorded text does not fit"
     data = as_json(invoke(template, *args, "--json"))
     assert data["identical"] is False
-    assert data["diff"] == out.rstrip("\n")
+    assert data["diff"] == "\n".join(lines[:-1])
     assert (data["recorded"]["kept"], data["replayed"]["kept"]) == ([5, 8], [3, 8])
     assert db_snapshot(shared) == before  # without --apply nothing is written
 
@@ -852,6 +857,40 @@ def test_replay_errors(
     assert invoke(template, "replay", "s1", "--boundary", "1", "--config", missing).exit_code == 2
     # --apply on a boundary that is not the latest live one is refused.
     fails(invoke(template, "replay", "s1", "--boundary", "1", "--apply"), "not the latest live")
+    assert db_snapshot(shared) == before
+
+
+def test_replay_resummarize_asks_the_summarizer_it_names(
+    template: str, shared: CompactStore, db_snapshot: Snapshot
+) -> None:
+    before = db_snapshot(shared)
+    fails(
+        invoke(template, "replay", "s1", "--boundary", "1", "--resummarize"),
+        "--resummarize needs --summarizer",
+    )
+    fails(
+        invoke(template, "replay", "s1", "--boundary", "1", "--summarizer", "openai"),
+        "only apply with --resummarize",
+    )
+    fails(
+        invoke(template, "replay", "s1", "--boundary", "1", "--resummarize", "--summarizer", "x"),
+        "unknown summarizer 'x'",
+    )
+    fails(
+        invoke(
+            template, "replay", "s1", "--boundary", "1", "--resummarize", "--summarizer", "openai"
+        ),
+        "needs a model",
+    )
+    args = ["replay", "s1", "--boundary", "1", "--resummarize"]
+    out = ok(invoke(template, *args, "--summarizer", "tests.helpers:cli_summarizer")).stdout
+    assert "+resummarized by the CLI test" in out.splitlines()
+    assert out.splitlines()[-1] == "summary: written by the summarizer again"
+    data = as_json(
+        invoke(template, *args, "--summarizer", "tests.helpers:cli_summarizer", "--json")
+    )
+    assert data["summary_source"] == "summarizer"
+    assert data["replayed"]["summary_text"] == "resummarized by the CLI test"
     assert db_snapshot(shared) == before
 
 

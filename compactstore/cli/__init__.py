@@ -27,7 +27,7 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
     history      {session, compactions: [compaction]}
     compact      compaction
     rollback     {session, rolled_back: [boundary], usage}
-    replay       {session, boundary_id, applied, identical, diff,
+    replay       {session, boundary_id, applied, summary_source, identical, diff,
                   recorded: {kept, messages_removed, tokens_before, tokens_after, summary_text},
                   replayed: {... the same keys, or null when the replay cut nothing},
                   result: compaction}

@@ -15,7 +15,8 @@ from compactstore.cli.options import (
     json_option,
     session_argument,
 )
-from compactstore.errors import NotFoundError
+from compactstore.core.summarizing import load_summarizer
+from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.store import CompactStore
 
 __all__ = ["compact", "replay", "rollback"]
@@ -108,6 +109,19 @@ def rollback(session_id: str, boundary_id: int | None, yes: bool, db: str, as_js
     help="Record the replayed result as a new compaction (latest live or rolled-back "
     "boundary only).",
 )
+@click.option(
+    "--resummarize",
+    is_flag=True,
+    help="Ask a summarizer again instead of reusing the recorded summary text "
+    "(needs --summarizer).",
+)
+@click.option(
+    "--summarizer",
+    "summarizer_spec",
+    metavar="NAME",
+    help="With --resummarize: anthropic, openai (needs --model) or module:callable.",
+)
+@click.option("--model", metavar="M", help="The model of the anthropic or openai summarizer.")
 @db_option
 @json_option
 @library_errors
@@ -116,18 +130,30 @@ def replay(
     boundary_id: int,
     config_file: Path | None,
     apply: bool,
+    resummarize: bool,
+    summarizer_spec: str | None,
+    model: str | None,
     db: str,
     as_json: bool,
 ) -> None:
     """Run a recorded compaction again and diff it against the recording.
 
     Prints a unified diff of the recorded and the replayed summary and kept range, or
-    says they are identical.
+    says they are identical, and how the summary was written: the recorded text reused
+    (whenever the replayed cut removes exactly the recorded messages), rule-based, or
+    by the summarizer again (--resummarize --summarizer ...).
 
-    Example: compactstore replay s1 --boundary 3 --config strict.json
+    Example: compactstore replay s1 --boundary 3 --resummarize --summarizer openai --model gpt-5
     """
+    if resummarize and summarizer_spec is None:
+        raise InvalidInputError(
+            "--resummarize needs --summarizer anthropic|openai (with --model) or module:callable"
+        )
+    if not resummarize and (summarizer_spec is not None or model is not None):
+        raise InvalidInputError("--summarizer and --model only apply with --resummarize")
+    summarizer = load_summarizer(summarizer_spec, model) if summarizer_spec is not None else None
     config = read_config(config_file) if config_file is not None else None
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, summarizer=summarizer) as store:
         sess = store.get_session(session_id)
         known = sess.boundaries(include_rolled_back=True)
         recorded = next((b for b in known if b.id == boundary_id), None)
@@ -135,14 +161,16 @@ def replay(
             raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
         with progress(f"Replaying boundary {boundary_id}") as report:
             report(0, 1)
-            result = sess.replay(boundary_id, config=config, apply=apply)
+            result = sess.replay(boundary_id, config=config, apply=apply, resummarize=resummarize)
             report(1, 1)
     diff = render.replay_diff(recorded, result.boundary)
+    source = result.summary.source if result.summary is not None else "rule"
     if as_json:
         found = {
             "session": sess.id,
             "boundary_id": boundary_id,
             "applied": apply,
+            "summary_source": source,
             "identical": not diff,
             "diff": diff,
             "recorded": render.boundary_json(recorded),
@@ -158,5 +186,6 @@ def replay(
             f"identical: the replay of boundary {boundary_id} gives the recorded summary "
             f"and kept range"
         )
+    click.echo(f"summary: {render.SUMMARY_SOURCES[source]}")
     if apply:
         click.echo(f"applied: {render.describe(result)}")

@@ -284,6 +284,14 @@ def boundary_json(boundary: CompactBoundary | None) -> dict[str, Any] | None:
     }
 
 
+# How a replay's summary was written (SummaryInfo.source), as `replay` says it.
+SUMMARY_SOURCES = {
+    "recorded": "the recorded text, reused",
+    "rule": "rule-based",
+    "summarizer": "written by the summarizer again",
+}
+
+
 # -- breaker, stats, demo -------------------------------------------------------------------
 
 

@@ -204,13 +204,13 @@ def last_compaction_id(connection: Connection, session_id: str) -> int:
 
 
 def summarizer_calls_since(connection: Connection, session_id: str, since: float) -> int:
-    """Recorded compactions whose summarizer was called at or after ``since`` (calls' now)."""
+    """Recorded compactions whose summarizer was called after ``since`` (calls' now)."""
     return int(
         connection.execute(
             select(func.count()).where(
                 compactions.c.session_id == session_id,
                 compactions.c.summarizer_latency_ms.is_not(None),
-                compactions.c.created_at >= since,
+                compactions.c.created_at > since,
             )
         ).scalar_one()
     )

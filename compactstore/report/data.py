@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -112,7 +112,25 @@ def collect(store: CompactStore, session_id: str) -> ReportData:
         NotFoundError: there is no such session.
     """
     session = store.get_session(session_id)
-    return store._read(lambda connection: _collect(connection, session))
+    data = store._read(lambda connection: _collect(connection, session))
+    redactor = store.redactor
+    if redactor is None:
+        return data
+    # Every text that leaves the process goes through the redactor (SPEC §9.2).
+    views = [
+        replace(
+            view,
+            result=view.result.model_copy(
+                update={"summary_text": redactor(view.result.summary_text)}
+            ),
+            previous_summary=None
+            if view.previous_summary is None
+            else redactor(view.previous_summary),
+            summary_diff=[(mark, redactor(line)) for mark, line in view.summary_diff],
+        )
+        for view in data.compactions
+    ]
+    return replace(data, compactions=views)
 
 
 def _collect(connection: Connection, session: Session) -> ReportData:
@@ -130,6 +148,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         tripped=bool(breaker_row.tripped),
         reactive_attempts=breaker_row.reactive_attempts,
         last_microcompact_at=breaker_row.last_microcompact_at,
+        consecutive_fallbacks=breaker_row.consecutive_fallbacks,
     )
     # Whether the breaker was tripped when each compaction ran, then now: the failure just
     # before a change from untripped to tripped is the one that tripped it.
