@@ -73,7 +73,7 @@ T = TypeVar("T")
 # Threads that run sync summarizers (SPEC §9.2: a bounded executor). A summarizer past its
 # timeout is abandoned, not killed: it keeps its thread until it returns, so at most this
 # many stuck calls exist per store; later ones queue, time out and fall back.
-SUMMARIZER_THREADS = 4
+SUMMARIZER_THREADS = 32
 
 CompactionCallback = Callable[[CompactionResult], object]
 
@@ -124,6 +124,9 @@ class CompactStore:
         memory_provider: MemoryProvider | None = None,
         on_compaction: CompactionCallback | None = None,
         redactor: Redactor | None = None,
+        pool_size: int | None = None,
+        max_overflow: int | None = None,
+        pool_timeout: float | None = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -141,6 +144,11 @@ class CompactStore:
             on_compaction: called with each recorded CompactionResult, after its
                 transaction committed (never inside one); an exception it raises is a
                 warning, the compaction stays recorded.
+            pool_size, max_overflow, pool_timeout: the connection pool (SQLAlchemy's
+                defaults: 5 kept open, 10 more on demand, 30 s waiting for a free one);
+                a caller that waits longer gets a DatabaseError saying the database is
+                busy. A compaction holds a connection only while it reads its snapshot
+                and while it commits, never while its summarizer runs.
             redactor: a text -> text function applied to every text that leaves the
                 process: what a summarizer is sent, the messages of
                 :func:`compactstore.export.export_lines` and the summaries of
@@ -159,7 +167,10 @@ class CompactStore:
         )
         location = describe(url)
         check_summarizer(summarizer)  # before the database is touched
-        engine = open_engine(url, location=location, auto_migrate=auto_migrate, read_only=read_only)
+        pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
+        engine = open_engine(
+            url, location=location, auto_migrate=auto_migrate, read_only=read_only, pool=pool
+        )
         return cls(
             engine,
             location,

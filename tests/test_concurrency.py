@@ -521,3 +521,15 @@ def test_the_active_context_is_consistent_when_another_process_compacts(
 
 if __name__ == "__main__":
     raise SystemExit(_worker(sys.argv[1:]))
+
+
+def test_a_pool_with_no_free_connection_is_a_busy_database_error(db_url: str) -> None:
+    with CompactStore.open(db_url, pool_size=1, max_overflow=0, pool_timeout=0.1) as store:
+        sess = store.session("s", now=T0)
+        busy = pytest.raises(DatabaseError, match="is busy: no connection of the pool")
+        with store.engine.connect(), busy:  # the pool's only connection, held
+            sess.token_usage()
+        assert sess.token_usage() == 0, "usable again once a connection is free"
+    for bad in ({"pool_size": 0}, {"max_overflow": -1}, {"pool_timeout": 0}):
+        with pytest.raises(CompactStoreError, match=next(iter(bad))):
+            CompactStore.open(db_url, **bad)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
-"""Summarizers as the store calls them (SPEC §9.2): what a summarizer receives and returns, its timeout and failures
-(fallback to the rule-based summary, counted), the hourly limit, per-session summarizers
-recorded by name, ``on_compaction``, ``redactor``, and replay reusing the recorded text."""
+"""Summarizers as the store calls them (SPEC §9.2): what a summarizer receives and
+returns, its timeout and failures (fallback to the rule-based summary, counted), the hourly
+limit, per-session summarizers recorded by name, ``on_compaction``, ``redactor``, and replay
+reusing the recorded text."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_summary_result_is_public_and_its_figures_are_recorded(db_url: str) -> N
         assert info is not None and info.source == "summarizer" and not info.fallback
         assert (info.model, info.input_tokens, info.output_tokens) == ("m-1", 1_234, 56)
         assert info.latency_ms is not None and info.latency_ms >= 0
-        assert info.summarizer == "tests.test_summarizers:Recording"
+        assert info.summarizer == "tests.test_summarizer_calls:Recording"
         (recorded,) = chat.sess.compactions()
         assert recorded.summary == info
 

@@ -15,7 +15,6 @@ from compactstore.cli.options import (
     json_option,
     session_argument,
 )
-from compactstore.core.summarizing import load_summarizer
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.store import CompactStore
 
@@ -151,7 +150,11 @@ def replay(
         )
     if not resummarize and (summarizer_spec is not None or model is not None):
         raise InvalidInputError("--summarizer and --model only apply with --resummarize")
-    summarizer = load_summarizer(summarizer_spec, model) if summarizer_spec is not None else None
+    summarizer = None
+    if summarizer_spec is not None:
+        from compactstore.summarizers import resolve  # the SDKs load only when one is named
+
+        summarizer = resolve(summarizer_spec, model)
     config = read_config(config_file) if config_file is not None else None
     with CompactStore.open(db, summarizer=summarizer) as store:
         sess = store.get_session(session_id)

@@ -30,6 +30,7 @@ __all__ = [
     "check_file_path",
     "check_id",
     "check_memory",
+    "check_pool",
     "check_session_id",
     "check_size",
     "check_timestamp",
@@ -268,3 +269,23 @@ def check_window(session_id: str, context_window: int, config: CompactionConfig)
             f"tool definitions alone fill the window; give a larger window or a smaller "
             f"overhead"
         )
+
+
+def check_pool(pool_size: Any, max_overflow: Any, pool_timeout: Any) -> dict[str, int | float]:
+    """The connection pool options given to ``open()`` (only those that were given)."""
+    pool: dict[str, int | float] = {}
+    if pool_size is not None:
+        pool["pool_size"] = check_whole(pool_size, "pool_size", minimum=1)
+    if max_overflow is not None:
+        pool["max_overflow"] = check_whole(max_overflow, "max_overflow")
+    if pool_timeout is not None:
+        if (
+            isinstance(pool_timeout, bool)
+            or not isinstance(pool_timeout, int | float)
+            or not 0 < pool_timeout < math.inf
+        ):
+            raise InvalidInputError(
+                f"pool_timeout must be a number of seconds > 0, got {pool_timeout!r}"
+            )
+        pool["pool_timeout"] = float(pool_timeout)
+    return pool

@@ -13,7 +13,6 @@ No database here: the driver runs a summary call in *decide*, with no transactio
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.engines.base import Summarizer, SummaryAnswer, SummaryRequest, SummaryResult
-from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.errors import InvalidInputError
 from compactstore.models import SummaryInfo
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
     "SummaryCall",
     "SummaryMemo",
     "check_summarizer",
-    "load_summarizer",
     "redact_message",
     "summarizer_name",
 ]
@@ -75,64 +73,6 @@ def check_summarizer(summarizer: Any) -> Summarizer | None:
             f"runs plain callables only; use AsyncCompactStore for an async summarizer"
         )
     return summarizer  # type: ignore[no-any-return]
-
-
-# The built-in summarizers: (class in compactstore.summarizers, SDK module, client class).
-_BUILT_IN = {
-    "anthropic": ("AnthropicSummarizer", "anthropic", "Anthropic"),
-    "openai": ("OpenAISummarizer", "openai", "OpenAI"),
-}
-
-
-def load_summarizer(spec: str, model: str | None = None) -> Summarizer:
-    """The summarizer a command line names: ``anthropic`` or ``openai`` (the built-in
-    summarizers over the official SDK client, which reads its API key from the environment;
-    ``model`` required), or ``module:callable`` (a plain callable, no ``model``).
-
-    Raises:
-        InvalidInputError: an unknown name, a missing or extra ``model``, or a
-            ``module:callable`` that cannot be imported or is not a plain callable.
-        MissingExtraError: the SDK of a built-in summarizer is not installed.
-    """
-    if spec in _BUILT_IN:
-        if not model:
-            raise InvalidInputError(f"the {spec} summarizer needs a model (--model)")
-        class_name, sdk, client_name = _BUILT_IN[spec]
-        try:
-            client_class = getattr(importlib.import_module(sdk), client_name)
-        except ImportError:
-            raise MissingExtraError(
-                f"the {spec} summarizer needs the {sdk} SDK: pip install 'compactstore[{sdk}]'"
-            ) from None
-        try:
-            summarizer_class = getattr(
-                importlib.import_module("compactstore.summarizers"), class_name
-            )
-        except (ImportError, AttributeError):
-            raise MissingExtraError(
-                f"this compactstore has no built-in {spec} summarizer "
-                f"(compactstore.summarizers.{class_name}); give module:callable instead"
-            ) from None
-        built = summarizer_class(client_class(), model=model)
-        checked = check_summarizer(built)
-        assert checked is not None
-        return checked
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        raise InvalidInputError(
-            f"unknown summarizer {spec!r}: give anthropic, openai or module:callable"
-        )
-    if model is not None:
-        raise InvalidInputError("--model is for the anthropic and openai summarizers")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidInputError(f"cannot load summarizer {spec!r}: {exc}") from None
-    checked = check_summarizer(found)
-    assert checked is not None
-    return checked
 
 
 def redact_message(value: Any, redactor: Redactor, key: str | None = None) -> Any:

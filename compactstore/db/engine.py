@@ -82,8 +82,13 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def create_engine_for(url: str, *, read_only: bool = False) -> Engine:
+def create_engine_for(
+    url: str, *, read_only: bool = False, pool: dict[str, Any] | None = None
+) -> Engine:
     """An Engine with compactstore's connection setup for the URL's backend.
+
+    ``pool`` holds the connection pool's ``pool_size``, ``max_overflow`` and
+    ``pool_timeout`` a caller set (SQLAlchemy's defaults otherwise: 5, 10 and 30 s).
 
     A new SQLite file (and its directory) is created, unless ``read_only``: then a missing
     file is a NotFoundError and every connection is read-only (SQLite ``mode=ro``,
@@ -110,18 +115,21 @@ def create_engine_for(url: str, *, read_only: bool = False) -> Engine:
                 f"cannot create the database file {path}: {exc.strerror}; {fix}"
             ) from None
     try:
+        sizing = pool or {}
         if make_url(url).get_backend_name() == "sqlite":
             timeout = BUSY_TIMEOUT_MS / 1000
+            if path is None:
+                sizing = {}  # in-memory SQLite has a single-connection pool of its own
             if read_only and path is not None:
-                engine = create_engine(url, creator=_read_only_sqlite(path, timeout))
+                engine = create_engine(url, creator=_read_only_sqlite(path, timeout), **sizing)
             else:
-                engine = create_engine(url, connect_args={"timeout": timeout})
+                engine = create_engine(url, connect_args={"timeout": timeout}, **sizing)
             _setup_sqlite(engine, read_only=read_only)
             return engine
         if read_only:
             options = {"options": "-c default_transaction_read_only=on"}
-            return create_engine(url, pool_pre_ping=True, connect_args=options)
-        return create_engine(url, pool_pre_ping=True)
+            return create_engine(url, pool_pre_ping=True, connect_args=options, **sizing)
+        return create_engine(url, pool_pre_ping=True, **sizing)
     except ImportError as exc:
         hint = " (pip install 'compactstore[postgres]')" if exc.name == "psycopg" else ""
         raise InvalidInputError(
@@ -226,6 +234,14 @@ def database_errors(location: str, fn: Callable[[], T]) -> T:
     the database and saying what to do."""
     try:
         return fn()
+    except sa_exc.TimeoutError:
+        # The pool had no free connection in time: too many threads for pool_size +
+        # max_overflow, or connections held elsewhere. Not a broken database.
+        raise DatabaseError(
+            f"the database {location} is busy: no connection of the pool was free in time "
+            f"(every one of pool_size + max_overflow was in use for pool_timeout); open the "
+            f"store with a larger pool_size/max_overflow or pool_timeout, or use fewer threads"
+        ) from None
     except (sa_exc.DataError, sa_exc.IntegrityError) as exc:
         # Validation should have caught it; say what the database refused, not that it broke.
         raise DatabaseError(f"the database {location} refused the data: {exc.orig}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib.resources import files
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, func, inspect, select
 
@@ -113,14 +113,21 @@ def revision_of(db: str) -> str | None:
         engine.dispose()
 
 
-def open_engine(url: str, *, location: str, auto_migrate: bool, read_only: bool) -> Engine:
+def open_engine(
+    url: str,
+    *,
+    location: str,
+    auto_migrate: bool,
+    read_only: bool,
+    pool: dict[str, Any] | None = None,
+) -> Engine:
     """An Engine on a database whose schema is at head (see :func:`ensure_schema`).
 
     Raises:
         NotFoundError: read_only and there is no SQLite file at the path.
         SchemaError, DatabaseError: as :func:`ensure_schema` and :func:`database_errors`.
     """
-    engine = create_engine_for(url, read_only=read_only)
+    engine = create_engine_for(url, read_only=read_only, pool=pool)
     try:
         database_errors(
             location,
