@@ -52,7 +52,7 @@ def fill(store: CompactStore, session_id: str, ratio: float) -> None:
     sess = store.session(
         session_id,
         context_window=WINDOW,
-        config=CompactionConfig(token_factor=1.0, summarizer_timeout_seconds=300),
+        config=CompactionConfig(token_factor=1.0),
         now=START,
     )
     sess.append({"role": "user", "content": f"Task of {session_id}: port the parser"})
