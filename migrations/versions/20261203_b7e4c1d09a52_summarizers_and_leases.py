@@ -6,7 +6,7 @@ summary was written (source, summarizer, model, latency, tokens, fallback and it
 and the breaker's count of consecutive fallbacks. Older versions ignore all of it.
 
 Revision ID: b7e4c1d09a52
-Revises: 5006b8f23c00
+Revises: c3a9e5f17d20
 Create Date: 2026-12-03 12:30:00.000000
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "b7e4c1d09a52"
-down_revision: str | None = "5006b8f23c00"
+down_revision: str | None = "c3a9e5f17d20"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
