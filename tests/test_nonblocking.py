@@ -41,7 +41,7 @@ class Interfering:
     """A summarizer that runs ``act`` (another handle's write) while it writes the summary:
     on every call, or on the first only."""
 
-    def __init__(self, act: Callable[[int], None], *, every_call: bool = False) -> None:
+    def __init__(self, act: Callable[[int], object], *, every_call: bool = False) -> None:
         self.act = act
         self.every_call = every_call
         self.calls: list[list[dict[str, Any]]] = []

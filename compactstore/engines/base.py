@@ -57,6 +57,7 @@ class Summarizer(Protocol):
         messages: list[dict[str, Any]],
         previous_summary: str | None,
         instructions: str | None,
+        /,
     ) -> str | SummaryResult: ...
 
 
