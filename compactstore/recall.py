@@ -35,6 +35,7 @@ from compactstore.tokens import TokenCounter
 
 __all__ = [
     "MAX_HITS",
+    "RECALL_LINE",
     "RECALL_TOOL_NAME",
     "SNIPPET_CHARS",
     "BlobRequest",
@@ -57,6 +58,14 @@ SNIPPET_CHARS = 200
 # Whole numbers go into INTEGER columns and bind parameters: they must fit them.
 _MAX_INT = 2**31 - 1
 _MAX_QUERY = 1_000
+
+# The summary's recall section (SPEC §9.7), written when recall is enabled.
+RECALL_LINE = (
+    f"Anything summarised here, cleared or persisted can be fetched verbatim with the "
+    f"`{RECALL_TOOL_NAME}` tool: by seq range "
+    '({"from_seq": a, "to_seq": b}), by text search ({"query": "..."}) or by blob id '
+    '({"blob_id": n}).'
+)
 
 DESCRIPTION = (
     "Fetch, verbatim, earlier parts of this conversation that are no longer in your context "

@@ -23,7 +23,7 @@ from compactstore import (
     MissingExtraError,
     SummaryResult,
 )
-from compactstore.engines.summary import RECALL_LINE
+from compactstore.recall import RECALL_LINE
 from compactstore.summarizers import AnthropicSummarizer, OpenAISummarizer, resolve
 from compactstore.summarizers.prompt import build_prompt, transcript
 from compactstore.tokens import estimate_tokens

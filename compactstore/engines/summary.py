@@ -39,7 +39,7 @@ from compactstore.models import (
     PlanItem,
     SummaryState,
 )
-from compactstore.recall import RECALL_TOOL_NAME
+from compactstore.recall import RECALL_LINE
 
 __all__ = [
     "PATH_PATTERN",
@@ -444,13 +444,6 @@ def _merge_spellings(entries: Iterable[FileEntry], cwd: str | None) -> tuple[Fil
 
 
 # -- the text -------------------------------------------------------------------------------
-
-RECALL_LINE = (
-    f"Anything summarised here, cleared or persisted can be fetched verbatim with the "
-    f"`{RECALL_TOOL_NAME}` tool: by seq range "
-    '({"from_seq": a, "to_seq": b}), by text search ({"query": "..."}) or by blob id '
-    '({"blob_id": n}).'
-)
 
 
 def _instruction_line(entry: Instruction) -> str:

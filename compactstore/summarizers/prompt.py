@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactstore.engines.summary import RECALL_LINE
 from compactstore.formats.base import json_text
+from compactstore.recall import RECALL_LINE
 from compactstore.tokens import estimate_tokens
 
 __all__ = [
