@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_without_corpus_or_server_corpus_tests_skip_and_postgres_tests_are_deselected(
     tmp_path: Path,
 ) -> None:

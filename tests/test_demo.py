@@ -185,6 +185,7 @@ def test_the_demo_fires_every_stage_records_each_and_can_be_audited(
     check_audit_queries(store, report)
 
 
+@pytest.mark.slow
 def test_the_demo_is_deterministic_and_runs_again_under_a_fresh_id(
     store: CompactStore, tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ def export_to(path: Path, session: Session, *, active: bool = False) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_real_transcripts_round_trip(store: CompactStore, tmp_path: Path) -> None:
     for source in (SPOTTER, CODEX):

@@ -999,6 +999,7 @@ def test_fuzz_random_bytes_only_raise_invalid_input(tmp_path: Path, data: bytes)
     _read(tmp_path / "fuzz.jsonl", data)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     lines=st.lists(
@@ -1018,6 +1019,7 @@ def test_fuzz_json_lines_only_raise_invalid_input(
     _read(tmp_path / f"fuzz{suffix}", "\n".join(lines).encode("utf-8", "surrogatepass"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=max(10, FUZZ.max_examples // 3))
 @given(records=st.lists(record, min_size=1, max_size=6))
 def test_fuzz_imports_store_all_or_nothing(tmp_path: Path, records: list[dict[str, Any]]) -> None:

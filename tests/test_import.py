@@ -142,6 +142,7 @@ def test_dev_transcript_reads_and_detects(path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_dev_corpus_imports_on_both_backends(
     store: CompactStore, reopen: Callable[[], CompactStore]

@@ -314,6 +314,7 @@ def test_recall_tool_is_registered_when_recall_is_on(tmp_path: Path) -> None:
         assert summary is not None and "## Recall" in summary.message["content"]
 
 
+@pytest.mark.slow
 def test_the_example_runs_offline(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "examples" / "langchain_agent.py"), str(tmp_path / "ex.db")],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +141,7 @@ def step(world: World, event: tuple[Any, Any]) -> None:
     check_context(world)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=30,
     deadline=None,

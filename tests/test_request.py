@@ -225,6 +225,7 @@ def test_the_independent_request_check_skips_client_noise() -> None:
     assert real_request_index([CAVEAT, COMMAND, "Do it"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_simulate_keeps_the_real_request_of_a_codex_rollout() -> None:
     rollout = CORPUS_DEV / "codex" / "agentcmd-rollout-2025-09-24T19-22-20.jsonl"

@@ -389,6 +389,7 @@ TURN = st.tuples(
 ACTION = st.sampled_from(["none", "process", "compact", "partial", "reactive"])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

@@ -113,6 +113,7 @@ def test_opening_a_database_at_head_does_not_load_alembic(db_url: str) -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.slow
 def test_alembic_upgrade_downgrade_upgrade_from_the_repository_root(db_url: str) -> None:
     _alembic_ok("upgrade", "head", db_url=db_url)
     assert _table_names(db_url) >= TABLES

@@ -131,6 +131,7 @@ def test_a_malformed_transcript_is_one_error_line(tmp_path: Path) -> None:
     assert "line 2" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     file = CORPUS_DEV / "claude-code" / "spotter-258c7280.jsonl"

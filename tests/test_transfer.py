@@ -569,6 +569,7 @@ def resident_rows(db: str) -> dict[str, list[tuple[Any, ...]]]:
         return snapshot(target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["demo", "simulate"])
 def test_a_run_killed_half_way_leaves_no_half_session(tmp_path: Path, what: str) -> None:
     source = write_jsonl(tmp_path / "t.jsonl", transcript("anthropic", turns=24))
