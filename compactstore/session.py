@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -114,7 +113,9 @@ class Session:
             InvalidMessageError: the message does not fit the session's format, its tool
                 result has no call, a call id repeats, or it is over max_message_bytes.
         """
-        pending = self._prepare(message, timestamp, pinned=pinned)
+        pending = self.store._compute(
+            functools.partial(self._prepare, message, timestamp, pinned=pinned)
+        )
         return self.store._write(
             lambda c: insert_messages(c, self._locked(c), self.adapter, [pending])[0]
         )
@@ -132,10 +133,12 @@ class Session:
         ):
             raise InvalidInputError("timestamps must be a list as long as messages")
         stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
-        pending = [
-            self._prepare(m, stamp, index=i)
-            for i, (m, stamp) in enumerate(zip(messages, stamps, strict=True))
-        ]
+        pending = self.store._compute(
+            lambda: [
+                self._prepare(m, stamp, index=i)
+                for i, (m, stamp) in enumerate(zip(messages, stamps, strict=True))
+            ]
+        )
         if not pending:
             return []
         return self.store._write(
@@ -172,8 +175,16 @@ class Session:
                 if last
                 else store._read(lambda c: dedup_candidate(c, self.id, store.location, result))
             )
-            pending = tool_result_message(
-                self.adapter, self.config, store.token_counter, result, earlier, timestamp
+            pending = store._compute(
+                functools.partial(
+                    tool_result_message,
+                    self.adapter,
+                    self.config,
+                    store.token_counter,
+                    result,
+                    earlier,
+                    timestamp,
+                )
             )
             seq = store._write(
                 functools.partial(
@@ -409,7 +420,9 @@ class Session:
         steps = compaction.compaction_steps(
             target, request, self._plugins(), store._summarizer_executor()
         )
-        result, cached = compaction.drive(steps, store._read, store._write, time.sleep)
+        result, cached = compaction.drive(
+            steps, store._read, store._write, store._sleep, store._compute
+        )
         if cached is not None:
             # Only once committed: an entry for versions that were rolled back could match
             # another writer's later, different change.
@@ -519,6 +532,7 @@ class Session:
                 timeout=(config or self.config).summarizer_timeout_seconds,
                 calls_left=1,
                 redactor=plugins.redactor,
+                loop=plugins.loop,
             )
 
         def plan(connection: Connection) -> replay.ReplayPlan:
@@ -537,7 +551,7 @@ class Session:
         # Plan in a read transaction, run the engines (and any summarizer) with none open,
         # and record in one write transaction that checks nothing moved meanwhile.
         planned = store._read(plan)
-        outcome = replay.decide_replay(planned)
+        outcome = store._compute(functools.partial(replay.decide_replay, planned))
         if not apply:
             return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
 

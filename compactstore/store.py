@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
@@ -77,6 +78,14 @@ SUMMARIZER_THREADS = 32
 
 CompactionCallback = Callable[[CompactionResult], object]
 
+# Sessions whose active context a store keeps in memory (open(cache_sessions=)).
+DEFAULT_CACHE_SESSIONS = 64
+
+
+def check_cache_sessions(cache_sessions: Any) -> int:
+    """The number of sessions whose active context a store keeps in memory."""
+    return checks.check_whole(cache_sessions, "cache_sessions", minimum=1)
+
 
 class CompactStore:
     """A database of agent sessions and their compactions.
@@ -84,6 +93,9 @@ class CompactStore:
     Open one with :meth:`open`; it is safe to share between threads of one process and to
     open from many processes at once.
     """
+
+    # Whether summarizers may be coroutine functions (the async store awaits them).
+    _async_summarizers = False
 
     def __init__(
         self,
@@ -95,18 +107,19 @@ class CompactStore:
         memory_provider: MemoryProvider | None = None,
         on_compaction: CompactionCallback | None = None,
         redactor: Redactor | None = None,
+        cache_sessions: int = DEFAULT_CACHE_SESSIONS,
     ) -> None:
         self.engine = engine
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
-        self.summarizer = check_summarizer(summarizer)
+        self.summarizer = check_summarizer(summarizer, allow_async=self._async_summarizers)
         self.memory_provider = checked_memory_provider(memory_provider)
         for name, value in (("on_compaction", on_compaction), ("redactor", redactor)):
             if value is not None and not callable(value):
                 raise InvalidInputError(f"{name} must be a callable, got {value!r}")
         self.on_compaction = on_compaction
         self.redactor = redactor
-        self._cache = ContextCache()
+        self._cache = ContextCache(check_cache_sessions(cache_sessions))
         self._warned: set[tuple[str, str]] = set()
         self._warned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -127,6 +140,7 @@ class CompactStore:
         pool_size: int | None = None,
         max_overflow: int | None = None,
         pool_timeout: float | None = None,
+        cache_sessions: int = DEFAULT_CACHE_SESSIONS,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -149,6 +163,8 @@ class CompactStore:
                 a caller that waits longer gets a DatabaseError saying the database is
                 busy. A compaction holds a connection only while it reads its snapshot
                 and while it commits, never while its summarizer runs.
+            cache_sessions: how many sessions' active contexts are kept in memory
+                (default 64; least recently used first out).
             redactor: a text -> text function applied to every text that leaves the
                 process: what a summarizer is sent, the messages of
                 :func:`compactstore.export.export_lines` and the summaries of
@@ -166,7 +182,9 @@ class CompactStore:
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
         )
         location = describe(url)
-        check_summarizer(summarizer)  # before the database is touched
+        # Checked before the database is touched.
+        check_summarizer(summarizer)
+        check_cache_sessions(cache_sessions)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url, location=location, auto_migrate=auto_migrate, read_only=read_only, pool=pool
@@ -179,15 +197,20 @@ class CompactStore:
             memory_provider=memory_provider,
             on_compaction=on_compaction,
             redactor=redactor,
+            cache_sessions=cache_sessions,
         )
 
     def close(self) -> None:
         """Release the connection pool (summaries still running are abandoned)."""
+        self.shutdown_summarizers()
+        self.engine.dispose()
+
+    def shutdown_summarizers(self) -> None:
+        """Stop the summarizer pool (summaries still running are abandoned)."""
         with self._executor_lock:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
-        self.engine.dispose()
 
     def __enter__(self) -> CompactStore:
         return self
@@ -226,7 +249,7 @@ class CompactStore:
         if callback is None:
             return
         try:
-            callback(result)
+            self._call_back(callback, result)
         except Exception as exc:  # the compaction is recorded; the callback cannot undo it
             warnings.warn(
                 f"on_compaction raised {type(exc).__name__}: {exc}; compaction {result.id} "
@@ -234,6 +257,9 @@ class CompactStore:
                 CompactStoreWarning,
                 stacklevel=3,
             )
+
+    def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
+        callback(result)
 
     def _warn_once(self, session_id: str, what: str) -> bool:
         """True the first time ``what`` happens to a session in this store."""
@@ -248,14 +274,24 @@ class CompactStore:
             with write_tx(self.engine) as connection:
                 return fn(connection)
 
-        return database_errors(self.location, lambda: with_retry(attempt))
+        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._sleep))
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:
             with read_tx(self.engine) as connection:
                 return fn(connection)
 
-        return database_errors(self.location, lambda: with_retry(attempt))
+        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._sleep))
+
+    # The driver's hooks: how CPU work and waits run. The sync store runs them here; the
+    # async store (compactstore.aio) runs the work off its event loop and sleeps on it.
+
+    def _compute(self, fn: Callable[[], T]) -> T:
+        """Run CPU work or the caller's code with no transaction open."""
+        return fn()
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def session(
         self,
@@ -293,7 +329,7 @@ class CompactStore:
             checks.check_whole(context_window, "context_window (tokens)", minimum=1_000)
         checks.check_config(config)
         created = checks.now_or_clock(now)
-        own = check_summarizer(summarizer)
+        own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
 
         def tx(connection: Connection) -> repo.SessionRow:

@@ -21,6 +21,7 @@ each ``Wait`` with ``asyncio.sleep``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Generator
 from concurrent.futures import Executor
@@ -99,6 +100,7 @@ class Plugins:
     summarizer_name: str | None = None
     executor: Executor | None = None  # bounded: where sync summarizers run
     redactor: Redactor | None = None
+    loop: asyncio.AbstractEventLoop | None = None  # where async summarizers are awaited
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +277,7 @@ def summary_call(
         calls_left=config.summarizer_max_calls_per_hour - snapshot.summarizer_calls,
         redactor=plugins.redactor,
         memo=memo,
+        loop=plugins.loop,
     )
 
 
@@ -445,9 +448,11 @@ def drive(
     steps: Generator[Op, Any, T],
     read: Callable[[Callable[[Connection], Any]], Any],
     write: Callable[[Callable[[Connection], Any]], Any],
-    sleep: Callable[[float], None],
+    sleep: Callable[[float], object],
+    compute: Callable[[Callable[[], Any]], Any] | None = None,
 ) -> T:
-    """Run a generator of steps synchronously; an error of a step is thrown into it."""
+    """Run a generator of steps; an error of a step is thrown into it. ``compute`` runs a
+    Compute step (default: here; the async store's runs it off its event loop)."""
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -462,7 +467,7 @@ def drive(
             elif isinstance(op, Write):
                 value = write(op.fn)
             elif isinstance(op, Compute):
-                value = op.fn()
+                value = op.fn() if compute is None else compute(op.fn)
             else:
                 sleep(op.seconds)
         except BaseException as exc:  # handed to the steps, which re-raise it

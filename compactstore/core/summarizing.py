@@ -13,10 +13,11 @@ No database here: the driver runs a summary call in *decide*, with no transactio
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "SummaryCall",
     "SummaryMemo",
     "check_summarizer",
+    "is_async",
     "redact_message",
     "summarizer_name",
 ]
@@ -55,19 +57,26 @@ def summarizer_name(summarizer: Any) -> str:
     return f"{module}:{qualname}"[:255]
 
 
-def check_summarizer(summarizer: Any) -> Summarizer | None:
-    """A summarizer the sync store can run: a plain callable (None passes through).
+def is_async(function: Any) -> bool:
+    """Whether calling ``function`` gives a coroutine: a coroutine function or an object
+    with an async ``__call__``."""
+    call = getattr(function, "__call__", None)  # noqa: B004 - the method itself is inspected
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def check_summarizer(summarizer: Any, *, allow_async: bool = False) -> Summarizer | None:
+    """A summarizer the store can run: a plain callable, or with ``allow_async`` (the
+    async store) an async one too (None passes through).
 
     Raises:
         InvalidInputError: not callable, or a coroutine function / async ``__call__``
-            (those need :class:`AsyncCompactStore`).
+            without ``allow_async`` (those need :class:`AsyncCompactStore`).
     """
     if summarizer is None:
         return None
     if not callable(summarizer):
         raise InvalidInputError(f"summarizer must be a callable, got {summarizer!r}")
-    call = getattr(summarizer, "__call__", None)  # noqa: B004 - the method itself is inspected
-    if inspect.iscoroutinefunction(summarizer) or inspect.iscoroutinefunction(call):
+    if not allow_async and is_async(summarizer):
         raise InvalidInputError(
             f"summarizer {summarizer_name(summarizer)} is a coroutine function: CompactStore "
             f"runs plain callables only; use AsyncCompactStore for an async summarizer"
@@ -116,6 +125,9 @@ class SummaryCall:
     calls_left: int
     redactor: Redactor | None = None
     memo: SummaryMemo = field(default_factory=SummaryMemo)
+    # The async store's event loop: an async summarizer is awaited there (this call runs
+    # in a worker thread then, never on the loop itself).
+    loop: asyncio.AbstractEventLoop | None = None
 
     def __call__(self, request: SummaryRequest) -> SummaryAnswer:
         key = SummaryMemo.key(request)
@@ -153,11 +165,20 @@ class SummaryCall:
             previous = None if previous is None else redact(previous)
             instructions = None if instructions is None else redact(instructions)
         started = time.perf_counter()
-        future = self.executor.submit(summarizer, messages, previous, instructions)
+        loop = self.loop
+        future: Future[Any]
+        if loop is not None and is_async(summarizer):
+            future = asyncio.run_coroutine_threadsafe(
+                _awaited(summarizer, messages, previous, instructions), loop
+            )
+        else:
+            future = self.executor.submit(summarizer, messages, previous, instructions)
         try:
             value = future.result(timeout=self.timeout)
         except FutureTimeout:
-            future.cancel()  # a call still queued never starts; a running one is abandoned
+            # A call still queued never starts, a coroutine is cancelled; a running sync
+            # call is abandoned.
+            future.cancel()
             return _fallback(name, f"summarizer {name} timed out after {self.timeout:g} s")
         except Exception as exc:  # every failure falls back (SPEC §9.2), SummarizerError too
             return _fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
@@ -188,6 +209,10 @@ class SummaryCall:
                 output_tokens=result.output_tokens if result is not None else None,
             ),
         )
+
+
+async def _awaited(summarizer: Any, *args: Any) -> Any:
+    return await summarizer(*args)
 
 
 def _fallback(name: str, reason: str, latency: float | None = None) -> SummaryAnswer:

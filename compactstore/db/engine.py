@@ -9,6 +9,7 @@ session queue up instead of failing half-way. PostgreSQL writers lock the sessio
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import random
@@ -18,7 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -26,9 +27,13 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
+from compactstore.errors import DatabaseError, InvalidInputError, MissingExtraError, NotFoundError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
+    "create_async_engine_for",
     "create_engine_for",
     "database_errors",
     "describe",
@@ -138,6 +143,57 @@ def create_engine_for(
         ) from None
 
 
+def create_async_engine_for(
+    url: str, *, read_only: bool = False, pool: dict[str, Any] | None = None
+) -> AsyncEngine:
+    """An AsyncEngine on a database :func:`create_engine_for` already opened (created, its
+    schema at head): SQLite through aiosqlite, PostgreSQL through psycopg's async mode, with
+    the same connection setup (the pragmas and BEGIN IMMEDIATE act on its ``sync_engine``).
+
+    Raises:
+        MissingExtraError: the ``async`` extra (sqlalchemy[asyncio], aiosqlite) is missing.
+    """
+    try:
+        if importlib.util.find_spec("greenlet") is None:  # SQLAlchemy's asyncio bridge
+            raise ImportError(name="greenlet")
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        if make_url(url).get_backend_name() == "sqlite":
+            import aiosqlite
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"AsyncCompactStore needs the async extra ({exc.name} is missing): "
+            f"pip install 'compactstore[async]'"
+        ) from None
+    path = sqlite_path(url)
+    sizing = pool or {}
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        timeout = BUSY_TIMEOUT_MS / 1000
+        async_url = parsed.set(drivername="sqlite+aiosqlite")
+        if path is None:
+            sizing = {}  # in-memory SQLite has a single-connection pool of its own
+        if read_only and path is not None:
+            uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+
+            async def connect() -> Any:
+                return await aiosqlite.connect(uri, uri=True, timeout=timeout)
+
+            engine = create_async_engine(async_url, async_creator=connect, **sizing)
+        else:
+            engine = create_async_engine(async_url, connect_args={"timeout": timeout}, **sizing)
+        _setup_sqlite(engine.sync_engine, read_only=read_only)
+        return engine
+    connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+    try:
+        return create_async_engine(url, pool_pre_ping=True, connect_args=connect_args, **sizing)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"cannot open {parsed.render_as_string(hide_password=True)!r}: its database "
+            f"driver is not installed: {exc} (pip install 'compactstore[postgres,async]')"
+        ) from None
+
+
 # How SQLite says it cannot create the -shm file a WAL database is read through.
 _NO_SIDE_FILES = ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY")
 
@@ -217,15 +273,18 @@ def is_busy(exc: OperationalError) -> bool:
     return "database is locked" in text or "database is busy" in text or "deadlock" in text
 
 
-def with_retry(fn: Callable[[], T], *, attempts: int = 8) -> T:
-    """Run a whole transaction again, with bounded jittered backoff, when the DB is busy."""
+def with_retry(
+    fn: Callable[[], T], *, attempts: int = 8, sleep: Callable[[float], object] = time.sleep
+) -> T:
+    """Run a whole transaction again, with bounded jittered backoff, when the DB is busy
+    (``sleep`` waits between tries: the async driver's never blocks its event loop)."""
     for attempt in range(attempts):
         try:
             return fn()
         except OperationalError as exc:
             if not is_busy(exc) or attempt == attempts - 1:
                 raise
-            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
 
 
