@@ -4,6 +4,7 @@ Conversations live in SQL tables; every compaction is one transaction you can au
 roll back and replay. Start with :meth:`CompactStore.open`.
 """
 
+from compactstore.aio import AsyncCompactStore, AsyncSession
 from compactstore.engines.base import Summarizer, SummaryResult
 from compactstore.errors import (
     CompactStoreError,
@@ -34,6 +35,8 @@ from compactstore.store import CompactStore, Session
 from compactstore.tokens import estimate_tokens
 
 __all__ = [
+    "AsyncCompactStore",
+    "AsyncSession",
     "BreakerState",
     "CompactBoundary",
     "CompactStore",

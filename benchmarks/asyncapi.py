@@ -1,0 +1,187 @@
+"""The async API under load (SPEC §9.3, issue 14): N agent sessions on one event loop.
+
+Each session runs ``--steps`` steps of an agent loop: append an assistant message with a tool
+call and its result, ``process_request()`` (which compacts, with a summarizer that takes
+``--summary-ms``, once the context passes the window's threshold), then
+``active_context()``. A ticker task wakes every 5 ms and records how late it woke: that is
+the event loop's lag, i.e. the longest time compactstore kept the loop busy. The same work
+is then run through the sync API with one thread per session (``--threads`` at a time), and
+the throughput (steps per second) of both is printed.
+
+    python -m benchmarks.asyncapi --sessions 100 --steps 20
+    python -m benchmarks.asyncapi --sessions 100 --steps 20 --db postgresql+psycopg://...
+
+Target: the loop never lags more than 20 ms because of compactstore; async throughput >= sync
+with threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from compactstore import AsyncCompactStore, CompactionConfig, CompactStore
+
+WINDOW = 12_000
+CONFIG = CompactionConfig(summarizer_timeout_seconds=30)
+
+
+def step_messages(k: int, i: int) -> list[dict[str, Any]]:
+    call = f"toolu_{k}_{i}"
+    return [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": f"Step {i}: reading the next file."},
+                {"type": "tool_use", "id": call, "name": "Read", "input": {"path": f"f{i}.py"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call,
+                    "content": f"# file {i}\n" + "def f(x):\n    return x * 2\n" * 60,
+                }
+            ],
+        },
+    ]
+
+
+async def async_summary(messages: list[Any], previous: str | None, instructions: Any) -> str:
+    await asyncio.sleep(SUMMARY_SECONDS)
+    return f"An LLM-style summary of {len(messages)} messages."
+
+
+def sync_summary(messages: list[Any], previous: str | None, instructions: Any) -> str:
+    time.sleep(SUMMARY_SECONDS)
+    return f"An LLM-style summary of {len(messages)} messages."
+
+
+SUMMARY_SECONDS = 0.2
+
+
+async def run_async(url: str, sessions: int, steps: int, pool: int) -> dict[str, Any]:
+    lags: list[float] = []
+    done = False
+
+    async def ticker() -> None:
+        interval = 0.005
+        while not done:
+            before = time.perf_counter()
+            await asyncio.sleep(interval)
+            lags.append(time.perf_counter() - before - interval)
+
+    async def agent(store: AsyncCompactStore, k: int) -> int:
+        sess = await store.session(f"async-{k}", context_window=WINDOW, config=CONFIG)
+        await sess.append({"role": "user", "content": f"Task {k}: refactor the module."})
+        compactions = 0
+        for i in range(steps):
+            await sess.extend(step_messages(k, i))
+            result = await sess.process_request()
+            compactions += result.strategy is not None and result.success
+            await sess.active_context()
+        return compactions
+
+    store = await AsyncCompactStore.open(
+        url, summarizer=async_summary, pool_size=pool, max_overflow=pool
+    )
+    tick = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(agent(store, k) for k in range(sessions)))
+    elapsed = time.perf_counter() - started
+    done = True
+    await tick
+    await store.close()
+    ordered = sorted(lags)
+    return {
+        "seconds": elapsed,
+        "steps_per_s": sessions * steps / elapsed,
+        "compactions": sum(counts),
+        "lag_ms_p50": statistics.median(ordered) * 1000,
+        "lag_ms_p99": ordered[int(len(ordered) * 0.99)] * 1000,
+        "lag_ms_max": ordered[-1] * 1000,
+        "lag_samples": len(ordered),
+    }
+
+
+def run_sync(url: str, sessions: int, steps: int, threads: int, pool: int) -> dict[str, Any]:
+    store = CompactStore.open(url, summarizer=sync_summary, pool_size=pool, max_overflow=pool)
+    lock = threading.Lock()
+    total = 0
+
+    def agent(k: int) -> None:
+        nonlocal total
+        sess = store.session(f"sync-{k}", context_window=WINDOW, config=CONFIG)
+        sess.append({"role": "user", "content": f"Task {k}: refactor the module."})
+        made = 0
+        for i in range(steps):
+            sess.extend(step_messages(k, i))
+            result = sess.process_request()
+            made += result.strategy is not None and result.success
+            sess.active_context()
+        with lock:
+            total += made
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool_:
+        list(pool_.map(agent, range(sessions)))
+    elapsed = time.perf_counter() - started
+    store.close()
+    return {"seconds": elapsed, "steps_per_s": sessions * steps / elapsed, "compactions": total}
+
+
+def fresh_url(db: str | None, directory: Path, label: str) -> str:
+    if db is None:
+        return str(directory / f"{label}.db")
+    # A new PostgreSQL database per run.
+    name = f"bench_async_{label}_{int(time.time())}"
+    admin = create_engine(db, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(db).set(database=name).render_as_string(hide_password=False)
+
+
+def main() -> None:
+    global SUMMARY_SECONDS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=100, help="sync: threads at a time")
+    parser.add_argument("--pool", type=int, default=10, help="pool_size (and max_overflow)")
+    parser.add_argument("--summary-ms", type=float, default=200)
+    parser.add_argument("--db", default=None, help="a PostgreSQL admin URL (default: SQLite)")
+    args = parser.parse_args()
+    SUMMARY_SECONDS = args.summary_ms / 1000
+    with tempfile.TemporaryDirectory() as directory:
+        where = Path(directory)
+        results = {
+            "async": asyncio.run(
+                run_async(fresh_url(args.db, where, "a"), args.sessions, args.steps, args.pool)
+            ),
+            "sync_threads": run_sync(
+                fresh_url(args.db, where, "s"), args.sessions, args.steps, args.threads, args.pool
+            ),
+        }
+    results["args"] = vars(args)
+    results["async_vs_sync"] = (
+        results["async"]["steps_per_s"] / results["sync_threads"]["steps_per_s"]
+    )
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

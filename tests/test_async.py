@@ -1,0 +1,298 @@
+"""The async API (SPEC §9.3): AsyncCompactStore / AsyncSession run the sync core through
+the async drivers (aiosqlite, psycopg's async mode), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactstore import (
+    AsyncCompactStore,
+    AsyncSession,
+    CompactionConfig,
+    CompactStore,
+    DatabaseError,
+    InvalidInputError,
+    MissingExtraError,
+    Session,
+    SummaryResult,
+)
+
+pytest.importorskip("aiosqlite", reason="the async extra (aiosqlite) is not installed")
+pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
+
+SMALL = CompactionConfig(summarizer_timeout_seconds=5)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def public_methods(cls: type) -> dict[str, Any]:
+    return {
+        name: member
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+def test_every_public_session_method_is_a_coroutine_with_the_same_signature() -> None:
+    sync, aio = public_methods(Session), public_methods(AsyncSession)
+    assert set(sync) <= set(aio), f"missing on AsyncSession: {sorted(set(sync) - set(aio))}"
+    for name, method in sync.items():
+        twin = aio[name]
+        if inspect.isgeneratorfunction(method):
+            assert inspect.isasyncgenfunction(twin), name
+        else:
+            assert inspect.iscoroutinefunction(twin), name
+        ours = inspect.signature(twin).replace(return_annotation=inspect.Signature.empty)
+        theirs = inspect.signature(method).replace(return_annotation=inspect.Signature.empty)
+        assert ours == theirs, name
+    for name in ("session", "get_session", "import_session", "delete_session", "sessions"):
+        method = getattr(CompactStore, name)
+        twin = getattr(AsyncCompactStore, name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert list(inspect.signature(twin).parameters) == list(
+            inspect.signature(method).parameters
+        ), name
+    ours = inspect.signature(AsyncCompactStore.open).parameters
+    assert list(ours) == list(inspect.signature(CompactStore.open).parameters)
+
+
+def fill(n: int, size: int = 2_000) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        out += [user(f"step {i}: " + "words " * (size // 6)), assistant(f"done {i}")]
+    return out
+
+
+def test_an_async_app_with_100_sessions_on_one_loop(db_url: str) -> None:
+    async def agent(store: AsyncCompactStore, k: int) -> tuple[int, int, int]:
+        sess = await store.session(f"a{k}", context_window=1_800, config=SMALL)
+        compactions = 0
+        for i, message in enumerate(fill(2)):
+            await sess.append(message)
+            if i % 2:
+                result = await sess.process_request(now=1_000.0 + i)
+                compactions += result.success and result.strategy == "full"
+        context = await sess.active_context()
+        assert context and await sess.token_usage() < 1_800
+        full = [c for c in await sess.compactions() if c.strategy == "full"]
+        return await sess.message_count(), compactions, len(full)
+
+    async def main() -> list[tuple[int, int, int]]:
+        async with await AsyncCompactStore.open(db_url, pool_size=5, max_overflow=5) as store:
+            return await asyncio.gather(*(agent(store, k) for k in range(100)))
+
+    results = asyncio.run(main())
+    assert [count for count, _, _ in results] == [4] * 100
+    assert all(made >= 1 and made == recorded for _, made, recorded in results)
+    with CompactStore.open(db_url) as store:
+        assert len(store.sessions()) == 100
+        assert store.get_session("a57").message_count() == 4
+
+
+def test_an_async_summarizer_is_awaited_on_the_loop(db_url: str) -> None:
+    seen: list[tuple[int, bool]] = []
+
+    async def summarize(
+        messages: list[dict[str, Any]], previous: str | None, instructions: str | None
+    ) -> SummaryResult:
+        loop = asyncio.get_running_loop()
+        seen.append((len(messages), loop is main_loop))
+        await asyncio.sleep(0.05)
+        return SummaryResult("the async summary", input_tokens=7, model="fake-async")
+
+    main_loop: asyncio.AbstractEventLoop | None = None
+
+    async def main() -> Any:
+        nonlocal main_loop
+        main_loop = asyncio.get_running_loop()
+        async with await AsyncCompactStore.open(db_url, summarizer=summarize) as store:
+            sess = await store.session("s", context_window=20_000, config=SMALL)
+            await sess.extend(fill(10))
+            result = await sess.compact(now=5.0)
+            return result, await sess.active_context()
+
+    result, context = asyncio.run(main())
+    assert seen and seen[0][1], "awaited on the store's loop"
+    assert result.summary.source == "summarizer" and result.summary.model == "fake-async"
+    assert any("the async summary" in str(message) for message in context)
+
+
+def test_a_slow_async_summarizer_times_out_and_falls_back(tmp_path: Path) -> None:
+    async def slow(*_: Any) -> str:
+        await asyncio.sleep(1.0)
+        return "too late"
+
+    async def main() -> Any:
+        store = await AsyncCompactStore.open(tmp_path / "a.db", summarizer=slow)
+        try:
+            sess = await store.session(
+                "s", context_window=20_000, config=CompactionConfig(summarizer_timeout_seconds=0.2)
+            )
+            await sess.extend(fill(10))
+            return await sess.compact(now=5.0), await sess.breaker()
+        finally:
+            await store.close()
+
+    result, breaker = asyncio.run(main())
+    assert result.success and result.summary.fallback
+    assert "timed out" in (result.summary.reason or "")
+    assert breaker.consecutive_fallbacks == 1
+
+
+def test_a_sync_summarizer_runs_in_the_async_store_too(tmp_path: Path) -> None:
+    async def main() -> Any:
+        async with await AsyncCompactStore.open(
+            tmp_path / "a.db", summarizer=lambda m, p, i: "sync text"
+        ) as store:
+            sess = await store.session("s", context_window=20_000)
+            await sess.extend(fill(10))
+            return await sess.compact(now=5.0)
+
+    result = asyncio.run(main())
+    assert result.summary.source == "summarizer" and not result.summary.fallback
+
+
+def test_the_sync_store_refuses_an_async_summarizer(tmp_path: Path) -> None:
+    async def summarize(*_: Any) -> str:
+        return "x"
+
+    with pytest.raises(InvalidInputError, match="AsyncCompactStore"):
+        CompactStore.open(tmp_path / "a.db", summarizer=summarize)
+
+
+def test_sync_and_async_stores_on_one_database_see_each_others_commits(db_url: str) -> None:
+    async def main() -> None:
+        with CompactStore.open(db_url) as sync_store:
+            async with await AsyncCompactStore.open(db_url) as async_store:
+                sync_sess = sync_store.session("shared", context_window=20_000)
+                sync_sess.append(user("from sync"))
+                async_sess = await async_store.get_session("shared")
+                assert await async_sess.messages() == [user("from sync")]
+                await async_sess.append(assistant("from async"))
+                assert sync_sess.messages() == [user("from sync"), assistant("from async")]
+                sync_sess.extend(fill(10))
+                compacted = sync_sess.compact(now=9.0)
+                # The async handle's cache sees the other store's compaction.
+                assert await async_sess.active_context() == sync_sess.active_context()
+                assert [b.id for b in await async_sess.boundaries()] == [compacted.boundary.id]
+                await async_sess.rollback()
+                assert sync_sess.boundaries() == []
+                assert len(sync_sess.active_context()) == 22
+
+    asyncio.run(main())
+
+
+def test_errors_come_from_the_error_tree_and_leave_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await AsyncCompactStore.open(tmp_path / "a.db") as store:
+            sess = await store.session("s")
+            with pytest.raises(InvalidInputError):
+                await sess.append({"role": "nobody", "content": "x"})
+            assert await sess.message_count() == 0
+            with pytest.raises(InvalidInputError):
+                await store.session("bad id\n")
+
+    asyncio.run(main())
+
+
+def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Path) -> None:
+    # A token counter is the caller's code: it runs off the loop, so a ticker keeps ticking.
+    def slow_counter(text: str) -> int:
+        time.sleep(0.3)
+        return len(text) // 4
+
+    async def main() -> float:
+        async with await AsyncCompactStore.open(
+            tmp_path / "a.db", token_counter=slow_counter
+        ) as store:
+            sess = await store.session("s")
+            longest, last = 0.0, time.perf_counter()
+            done = False
+
+            async def tick() -> None:
+                nonlocal longest, last
+                while not done:
+                    await asyncio.sleep(0.01)
+                    now = time.perf_counter()
+                    longest, last = max(longest, now - last), now
+
+            ticker = asyncio.create_task(tick())
+            await sess.append(user("hello"))
+            done = True
+            await ticker
+            return longest
+
+    assert asyncio.run(main()) < 0.2
+
+
+def test_a_pool_timeout_is_a_database_error_saying_busy(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "s.db", pool_size=1, max_overflow=0, pool_timeout=0.1) as s:
+        sess = s.session("s")
+        with s.engine.connect(), pytest.raises(DatabaseError, match="busy"):
+            sess.append(user("waits for the only connection"))
+        assert sess.message_count() == 0
+
+    async def main() -> None:
+        async with await AsyncCompactStore.open(
+            tmp_path / "a.db", pool_size=1, max_overflow=0, pool_timeout=0.1
+        ) as store:
+            sess = await store.session("s")
+            hold = await store._core.async_engine.connect()
+            try:
+                with pytest.raises(DatabaseError, match="busy"):
+                    await sess.append(user("waits"))
+            finally:
+                await hold.close()
+            assert await sess.message_count() == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"pool_size": 0}, {"max_overflow": -1}, {"pool_timeout": 0}, {"cache_sessions": 0}],
+)
+def test_pool_and_cache_options_are_checked(tmp_path: Path, options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        CompactStore.open(tmp_path / "s.db", **options)
+    with pytest.raises(InvalidInputError):
+        asyncio.run(AsyncCompactStore.open(tmp_path / "s.db", **options))
+
+
+def test_cache_sessions_bounds_the_context_cache(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "s.db", cache_sessions=2) as store:
+        for k in range(4):
+            store.session(f"s{k}").append(user("hi"))
+            store.get_session(f"s{k}").active_context()
+        assert len(store._cache._entries) == 2
+
+
+def test_without_the_async_extra_open_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "aiosqlite", None)  # import aiosqlite -> ImportError
+    with pytest.raises(MissingExtraError, match=r"compactstore\[async\]"):
+        asyncio.run(AsyncCompactStore.open(tmp_path / "a.db"))
+
+
+def test_import_compactstore_needs_no_async_driver() -> None:
+    code = (
+        "import sys, compactstore; from compactstore import AsyncCompactStore; "
+        "bad = {'aiosqlite', 'greenlet', 'sqlalchemy.ext.asyncio'} & set(sys.modules); "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
