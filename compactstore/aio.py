@@ -44,6 +44,7 @@ from compactstore.models import (
     CompactionResult,
     ImportedBoundary,
     ImportedMessage,
+    JobInfo,
     MemoryEntry,
     SessionInfo,
 )
@@ -91,6 +92,13 @@ class _BridgedStore(CompactStore):
         self._compute_pool = ThreadPoolExecutor(
             COMPUTE_THREADS, thread_name_prefix="compactstore-compute"
         )
+        # Background compactions this store started: tasks on its loop (close() awaits them).
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
+        task = self.loop.create_task(_run(self._run_job_quietly, job_id, plugins))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     @property
     def plugins(self) -> compaction.Plugins:
@@ -187,12 +195,15 @@ class AsyncCompactStore:
         return cls(core)
 
     async def close(self) -> None:
-        """Wait for calls in flight to finish their CPU work, then release the pool."""
+        """Wait for the background compactions this store started and for calls in flight
+        to finish their CPU work, then release the pool."""
         core = self._core
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        while core.tasks:
+            await asyncio.gather(*list(core.tasks), return_exceptions=True)
         await asyncio.to_thread(core._compute_pool.shutdown, wait=True)
         core.shutdown_summarizers()
         await core.async_engine.dispose()
@@ -268,6 +279,14 @@ class AsyncCompactStore:
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
         return await _run(self._core.sessions)
+
+    async def pending_jobs(self) -> list[JobInfo]:
+        """See :meth:`CompactStore.pending_jobs`."""
+        return await _run(self._core.pending_jobs)
+
+    async def run_job(self, job_id: int) -> JobInfo | None:
+        """See :meth:`CompactStore.run_job`."""
+        return await _run(self._core.run_job, job_id)
 
 
 class AsyncSession:
@@ -381,8 +400,10 @@ class AsyncSession:
         enable_read_dedup: bool = True,
         enable_microcompact: bool = True,
         enable_auto_compact: bool = True,
+        background: bool = False,
     ) -> CompactionResult:
-        """See :meth:`Session.process_request`."""
+        """See :meth:`Session.process_request` (with ``background=True`` the summary is
+        written by a task on this loop)."""
         return await _run(
             self._session.process_request,
             now=now,
@@ -390,6 +411,7 @@ class AsyncSession:
             enable_read_dedup=enable_read_dedup,
             enable_microcompact=enable_microcompact,
             enable_auto_compact=enable_auto_compact,
+            background=background,
         )
 
     async def reactive_recover(

@@ -27,6 +27,7 @@ __all__ = [
     "FileEntry",
     "ImportedBoundary",
     "Instruction",
+    "JobInfo",
     "MemoryEntry",
     "Plan",
     "PlanItem",
@@ -147,6 +148,10 @@ class CompactionConfig(BaseModel):
     # rule-based until the hour has passed.
     summarizer_timeout_seconds: float = Field(120.0, gt=0, le=86_400)
     summarizer_max_calls_per_hour: int = Field(30, ge=0)
+    # Background compaction (SPEC §9.1): process_request(background=True) starts a
+    # compaction in a worker once usage passes this fraction of the window (a summarizer
+    # must be configured); one that leaves usage at or above it counts as a breaker failure.
+    background_threshold: float = Field(0.70, gt=0, le=1)
 
     # Stage 7: reactive recovery.
     reactive_blocking_ratio: float = Field(0.97, gt=0, le=1)
@@ -287,14 +292,37 @@ class CompactionResult(BaseModel):
     error: str | None = None
     # How the summary of the cut was written; None when the call made no cut.
     summary: SummaryInfo | None = None
-    # Background compaction (SPEC §9.1): "running" when another caller's summary was in
-    # flight, so this call ran the cheap stages only.
+    # Background compaction (SPEC §9.1): "started" when this call started one (the
+    # compaction it records is committed later by a worker), "running" when one (or another
+    # caller's summary) was in flight so this call ran the cheap stages only, "applied" when
+    # one committed since this handle's last call; None otherwise.
     background: Literal["started", "running", "applied"] | None = None
 
     @property
     def effective(self) -> bool:
         """True when the call succeeded and actually freed tokens."""
         return self.success and self.tokens_freed > 0
+
+
+class JobInfo(BaseModel):
+    """A background compaction job (SPEC §9.1), as ``compaction_jobs`` records it.
+
+    ``state``: ``pending``, ``running``, ``applied`` (its compaction cut), ``failed``
+    (recorded but freed nothing, or an error) or ``superseded`` (another compaction made it
+    moot). ``started_by`` is the starting call's compaction id, ``compaction_id`` the
+    background compaction's own.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    session_id: str
+    state: Literal["pending", "running", "applied", "failed", "superseded"]
+    started_by: int | None = None
+    compaction_id: int | None = None
+    created_at: float
+    finished_at: float | None = None
+    error: str | None = None
 
 
 class BreakerState(BaseModel):

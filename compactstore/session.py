@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
-from compactstore.core import checks, compaction, replay
+from compactstore.core import background, checks, compaction, replay
 from compactstore.core import recall as recalling
 from compactstore.core.appending import (
     dedup_candidate,
@@ -41,6 +41,7 @@ from compactstore.models import (
     CompactBoundary,
     CompactionConfig,
     CompactionResult,
+    CompactTrigger,
     MemoryEntry,
 )
 from compactstore.recall import parse_arguments, tool_definition
@@ -67,6 +68,11 @@ class Session:
         self.created_at = row.created_at
         # The format's adapter: how this session's messages spell calls and results.
         self.adapter: MessageFormat = get_format(row.format)
+        # The context version this handle last handed out (context(), active_context()): a
+        # real count measured on an older one is not used for calibration (SPEC §9.1).
+        self._handed_version: int | None = None
+        # The newest finished background job this handle has reported (None: not looked).
+        self._seen_job: int | None = None
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
@@ -239,7 +245,21 @@ class Session:
         This is the store's own cached object, shared by later calls; its messages are
         read-only. ``active_context()`` returns copies that are the caller's to change.
         """
-        return self.store._read(self._context)
+        return self._current(hand_out=True)
+
+    def _current(self, *, hand_out: bool) -> ActiveContext:
+        """The active context; ``hand_out``: the agent will send it, so a real count
+        reported next is measured on its version."""
+        store = self.store
+
+        def read(connection: Connection) -> ActiveContext:
+            context = self._context(connection)
+            entry = store._cache.get(self.id)
+            if hand_out and entry is not None and entry.answered is context:
+                self._handed_version = entry.context_version
+            return context
+
+        return store._read(read)
 
     def active_context(self) -> list[dict[str, Any]]:
         """What to send to the model, in the session's format: the wire view (fresh plain
@@ -275,7 +295,7 @@ class Session:
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""
-        return self.context().usage
+        return self._current(hand_out=False).usage
 
     def message_count(self) -> int:
         """How many messages the log holds (one count; :meth:`messages` reads them all)."""
@@ -325,10 +345,14 @@ class Session:
         checks.check_whole(input_tokens, "input_tokens")
         called = now_or_clock(now)
 
+        measured_on = self._handed_version
+
         def tx(connection: Connection) -> Calibration:
             row = self._locked(connection)
             context = self._context(connection, row)
-            return calibrate(connection, row, context, input_tokens, called)
+            return calibrate(
+                connection, row, context, input_tokens, called, measured_on=measured_on
+            )
 
         calibration = self.store._write(tx)
         if calibration.overhead_reason is not None:
@@ -337,7 +361,11 @@ class Session:
                 CompactStoreWarning,
                 stacklevel=2,
             )
-        if not calibration.used and self.store._warn_once(self.id, "low count"):
+        if (
+            not calibration.used
+            and not calibration.superseded
+            and self.store._warn_once(self.id, "low count")
+        ):
             warnings.warn(
                 f"session {self.id!r}: record_usage({input_tokens}) is below half the store's "
                 f"estimate of the context, so it was not used for calibration; with prompt "
@@ -358,6 +386,7 @@ class Session:
         enable_read_dedup: bool = True,
         enable_microcompact: bool = True,
         enable_auto_compact: bool = True,
+        background: bool = False,
     ) -> CompactionResult:
         """Run the pipeline before a model call, in one transaction.
 
@@ -366,6 +395,13 @@ class Session:
         ``enable_read_dedup`` only exists for symmetry (turn dedup off with
         ``CompactionConfig(read_dedup_enabled=False)``). Always returns a result; when
         nothing happened, success is False and strategy None.
+
+        With ``background=True`` and a summarizer configured, the call never waits for a
+        summary below ``reactive_blocking_ratio``: it runs the cheap stages, and once usage
+        passes ``background_threshold`` it starts a compaction that a worker summarises and
+        commits when ready (``result.background``: ``"started"``, ``"running"``,
+        ``"applied"`` or None; the starting call always records its own row, which the
+        background row's ``started_by`` names).
         """
         del enable_read_dedup  # dedup runs in append_tool_result
         request = compaction.process_request(
@@ -374,9 +410,70 @@ class Session:
             enable_microcompact=bool(enable_microcompact),
             enable_auto_compact=bool(enable_auto_compact),
         )
+        if background and enable_auto_compact:
+            return self._background(request)
         result = self._compaction(request)
         assert result is not None, "the pipeline always decides"
         return result
+
+    def _target(self) -> compaction.Target:
+        store = self.store
+        return compaction.Target(self.id, self.adapter, store._cache, store.location)
+
+    def _background(self, request: compaction.Request) -> CompactionResult:
+        """process_request(background=True): see :mod:`compactstore.core.background`."""
+        store = self.store
+        plugins = self._plugins()
+        if plugins.summarizer is None:
+            result = self._compaction(request)  # nothing to write in the background
+            assert result is not None
+            return result
+        target = self._target()
+        seen = store._read(
+            functools.partial(background.probe, target=target, count_tokens=store.token_counter)
+        )
+        status: str | None = None
+        finished = seen.finished
+        if finished is not None:
+            if self._seen_job is not None and finished.id > self._seen_job:
+                status = "applied" if finished.state == "applied" else None
+            self._seen_job = finished.id
+        elif self._seen_job is None:
+            self._seen_job = 0
+        if seen.blocking and seen.active is None:
+            # The agent is blocked anyway: compact now, as without background.
+            result = self._compaction(request)
+            assert result is not None
+            return result if status is None else result.model_copy(update={"background": status})
+        cheap = request.cheap()
+        assert cheap is not None
+        result = self._compaction(cheap)
+        assert result is not None
+        if seen.active is not None or result.background == "running":
+            status = "running"
+        else:
+            usage = result.tokens_after if result.success else seen.context.usage
+            if seen.passes(usage):
+                started = store._write(
+                    functools.partial(
+                        background.start,
+                        target=target,
+                        started_by=result.id,
+                        usage=usage,
+                        at=request.now,
+                    )
+                )
+                if started is None:
+                    status = "running"
+                else:
+                    started_by, job_id = started
+                    if result.id is None:
+                        result = result.model_copy(
+                            update={"id": started_by, "trigger": CompactTrigger.AUTO}
+                        )
+                    store._submit_job(job_id, plugins)
+                    status = "started"
+        return result.model_copy(update={"background": status})
 
     def reactive_recover(
         self, error_message: str, *, now: float | None = None
@@ -412,13 +509,17 @@ class Session:
         assert result is not None, "a manual compaction always decides"
         return result
 
-    def _compaction(self, request: compaction.Request) -> CompactionResult | None:
+    def _compaction(
+        self, request: compaction.Request, plugins: compaction.Plugins | None = None
+    ) -> CompactionResult | None:
         """plan -> decide -> commit (SPEC §9.1): a read transaction, the engines and the
         summarizer with none open, then one short write transaction."""
         store = self.store
-        target = compaction.Target(self.id, self.adapter, store._cache, store.location)
         steps = compaction.compaction_steps(
-            target, request, self._plugins(), store._summarizer_executor()
+            self._target(),
+            request,
+            plugins if plugins is not None else self._plugins(),
+            store._summarizer_executor(),
         )
         result, cached = compaction.drive(
             steps, store._read, store._write, store._sleep, store._compute

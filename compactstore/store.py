@@ -8,9 +8,12 @@ exactly as it was when anything raises. :class:`Session` (one conversation) is i
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +22,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from compactstore.core import checks, compaction
+from compactstore.core import background, checks, compaction
 from compactstore.core.cache import ContextCache
 from compactstore.core.plugins import checked_counter, checked_memory_provider
 from compactstore.core.sessions import (
@@ -30,6 +33,7 @@ from compactstore.core.sessions import (
     session_infos,
 )
 from compactstore.core.summarizing import Redactor, check_summarizer, summarizer_name
+from compactstore.db import jobs
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
     database_errors,
@@ -55,6 +59,7 @@ from compactstore.models import (
     CompactionResult,
     ImportedBoundary,
     ImportedMessage,
+    JobInfo,
     SessionInfo,
 )
 from compactstore.session import Session
@@ -75,6 +80,9 @@ T = TypeVar("T")
 # timeout is abandoned, not killed: it keeps its thread until it returns, so at most this
 # many stuck calls exist per store; later ones queue, time out and fall back.
 SUMMARIZER_THREADS = 32
+# Threads that run background compactions this process started (SPEC §9.1); more jobs
+# queue (their rows wait in compaction_jobs, so a `compactstore worker` may take them too).
+BACKGROUND_THREADS = 2
 
 CompactionCallback = Callable[[CompactionResult], object]
 
@@ -124,6 +132,7 @@ class CompactStore:
         self._warned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._jobs: ThreadPoolExecutor | None = None
 
     @classmethod
     def open(
@@ -201,7 +210,12 @@ class CompactStore:
         )
 
     def close(self) -> None:
-        """Release the connection pool (summaries still running are abandoned)."""
+        """Wait for the background compactions this store started, then release the
+        connection pool (other summaries still running are abandoned)."""
+        with self._executor_lock:
+            jobs, self._jobs = self._jobs, None
+        if jobs is not None:
+            jobs.shutdown(wait=True)
         self.shutdown_summarizers()
         self.engine.dispose()
 
@@ -242,6 +256,71 @@ class CompactStore:
                     SUMMARIZER_THREADS, thread_name_prefix="compactstore-summarizer"
                 )
             return self._executor
+
+    # -- background compaction (SPEC §9.1) ----------------------------------------------
+
+    def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
+        """Run a job this process started in a background thread."""
+        with self._executor_lock:
+            if self._jobs is None:
+                self._jobs = ThreadPoolExecutor(
+                    BACKGROUND_THREADS, thread_name_prefix="compactstore-background"
+                )
+            self._jobs.submit(self._run_job_quietly, job_id, plugins)
+
+    def _run_job_quietly(self, job_id: int, plugins: compaction.Plugins) -> None:
+        # An error is recorded on the job row (state failed); a thread has no caller.
+        with contextlib.suppress(Exception):
+            self.run_job(job_id, plugins=plugins)
+
+    def pending_jobs(self) -> list[JobInfo]:
+        """The background compactions waiting for a worker (pending, or running with a
+        lapsed lease: its worker died), oldest first."""
+        return [jobs.info(job) for job in self._read(repo.pending_jobs)]
+
+    def run_job(self, job_id: int, *, plugins: compaction.Plugins | None = None) -> JobInfo | None:
+        """Run one background compaction: claim the job, plan -> decide -> commit with the
+        summarizer, record how it ended, and return the job as it ended. None when another
+        worker holds the job or it is finished. ``compactstore worker`` calls this.
+
+        The job's state becomes ``applied`` (a compaction that cut was recorded),
+        ``failed`` (recorded, but it freed nothing or an error was raised: the error is
+        stored) or ``superseded`` (another compaction made it moot; nothing recorded).
+        """
+        owner = uuid.uuid4().hex
+        job = self._write(functools.partial(background.claim, job_id=job_id, owner=owner))
+        if job is None:
+            return None
+        state, result, error = "failed", None, None
+        try:
+            row = self._read(lambda c: repo.get_session(c, job.session_id))
+            if row is None:
+                raise NotFoundError(f"session {job.session_id!r} no longer exists")
+            request = compaction.background_request(job.created_at, job.started_by)
+            result = Session(self, row)._compaction(request, plugins=plugins or self.plugins)
+            if result is None or result.id is None:
+                state = "superseded"
+            elif result.success:
+                state = "applied"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self._write(
+                functools.partial(
+                    background.finish,
+                    job=job,
+                    owner=owner,
+                    state=state,
+                    at=time.time(),
+                    compaction_id=None if result is None else result.id,
+                    error=error,
+                )
+            )
+        if result is not None and result.id is not None:
+            self._notify(result)
+        ended = self._read(lambda c: repo.get_job(c, job_id))
+        return None if ended is None else jobs.info(ended)
 
     def _notify(self, result: CompactionResult) -> None:
         """Hand a recorded compaction to ``on_compaction`` (no transaction is open)."""

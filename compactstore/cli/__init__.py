@@ -34,6 +34,8 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
     blob         {session, blob_id, bytes, sha256, output, content}
     breaker      {session, consecutive_failures, tripped, reactive_attempts,
                   last_microcompact_at, consecutive_fallbacks, reset}
+    worker       one {id, session_id, state, started_by, compaction_id, created_at,
+                  finished_at, error} per line, per job run
     import       {session, format, context_window, messages, boundaries}
     demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
                   peak_usage, context_window}, compactions: [compaction],
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import click
 
-from compactstore.cli.compaction import compact, replay, rollback
+from compactstore.cli.compaction import compact, replay, rollback, worker
 from compactstore.cli.errors import CompactstoreGroup
 from compactstore.cli.options import root_db_option
 from compactstore.cli.reading import blob, breaker, export, history, sessions, show, stats
@@ -98,6 +100,7 @@ for _command in (
     show,
     simulate,
     stats,
+    worker,
 ):
     cli.add_command(_command)
 

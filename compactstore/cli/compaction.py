@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import click
@@ -18,7 +20,7 @@ from compactstore.cli.options import (
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.store import CompactStore
 
-__all__ = ["compact", "replay", "rollback"]
+__all__ = ["compact", "replay", "rollback", "worker"]
 
 
 @click.command(short_help="Compact a session now.")
@@ -192,3 +194,59 @@ def replay(
     click.echo(f"summary: {render.SUMMARY_SOURCES[source]}")
     if apply:
         click.echo(f"applied: {render.describe(result)}")
+
+
+@click.command(short_help="Run pending background compactions.")
+@click.option(
+    "--summarizer",
+    "summarizer_spec",
+    required=True,
+    metavar="NAME",
+    help="The summarizer: anthropic, openai (needs --model) or module:callable.",
+)
+@click.option("--model", metavar="M", help="The model of the anthropic or openai summarizer.")
+@click.option("--once", is_flag=True, help="Run the jobs pending now, then exit.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often to look for new jobs (without --once).",
+)
+@db_option
+@json_option
+@library_errors
+def worker(
+    summarizer_spec: str, model: str | None, once: bool, poll: float, db: str, as_json: bool
+) -> None:
+    """Run the background compactions agents started with process_request(background=True).
+
+    For short-lived agents that exit before their summary is written: each pending job
+    (or one whose worker died, once its lease lapsed) is claimed, summarised and committed
+    as the agent's own process would have. One line per job: its id, session, state
+    (applied, failed or superseded) and compaction id (under --json, one JSON object per
+    line). Runs until interrupted, or with --once until no job is pending.
+
+    Example: compactstore worker --db agents.db --summarizer anthropic --model claude-haiku-4-5
+    """
+    from compactstore.summarizers import resolve  # the SDKs load only when one is named
+
+    summarizer = resolve(summarizer_spec, model)
+    with CompactStore.open(db, summarizer=summarizer) as store:
+        while True:
+            for pending in store.pending_jobs():
+                job = store.run_job(pending.id)
+                if job is None:
+                    continue  # another worker took it
+                if as_json:
+                    click.echo(json.dumps(job.model_dump(mode="json"), sort_keys=True))
+                else:
+                    click.echo(
+                        f"job {job.id} session {job.session_id}: {job.state}"
+                        + (f" (compaction {job.compaction_id})" if job.compaction_id else "")
+                        + (f": {job.error}" if job.error else "")
+                    )
+            if once:
+                return
+            time.sleep(poll)

@@ -66,6 +66,7 @@ __all__ = [
     "Verdict",
     "Wait",
     "Write",
+    "background_request",
     "commit",
     "compaction_steps",
     "decide",
@@ -117,12 +118,13 @@ class Target:
 class Request:
     """One compaction call: what to decide, and what to record with it for replay."""
 
-    call: Literal["process", "reactive", "manual"]  # recorded with the replay inputs
+    call: Literal["process", "reactive", "manual", "background"]  # recorded for replay
     now: float
     decide: Decide
     options: dict[str, Any] = field(default_factory=dict)  # EngineRun fields of the call
     instructions: str | None = None
     error: str | None = None
+    started_by: int | None = None  # a background compaction: the starting call's row
 
     def may_cut(self, snapshot: Snapshot) -> bool:
         """Whether deciding this call on the snapshot may cut (and so needs the lease)."""
@@ -148,6 +150,11 @@ def process_request(now: float, **flags: bool) -> Request:
         return pipeline.process(context, inputs, **flags)
 
     return Request("process", now, decide, options=dict(flags))
+
+
+def background_request(now: float, started_by: int | None) -> Request:
+    """A background compaction a process_request(background=True) started (SPEC §9.1)."""
+    return Request("background", now, pipeline.background, started_by=started_by)
 
 
 def reactive_request(now: float, error: str) -> Request:
@@ -338,6 +345,7 @@ def commit(
         at=snapshot.inputs.now,
         instructions=snapshot.inputs.instructions,
         error=request.error,
+        started_by=request.started_by,
     )
     if owner is not None:
         repo.release_lease(connection, sid, owner)

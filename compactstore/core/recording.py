@@ -51,6 +51,7 @@ def record_outcome(
     instructions: str | None = None,
     error: str | None = None,
     replay_of: int | None = None,
+    started_by: int | None = None,
 ) -> CompactionResult:
     """Write what the engines decided: boundary, compaction row, edits, blobs, counters.
 
@@ -134,6 +135,7 @@ def record_outcome(
         error=error,
         inputs=inputs.model_dump_json(),
         replay_of=replay_of,
+        started_by=started_by,
         **summary_columns(info),
     )
     repo.insert_edits(

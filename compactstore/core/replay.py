@@ -202,6 +202,8 @@ def decide_replay(plan: ReplayPlan) -> Outcome:
         )
     if recorded.call == "manual":
         return pipeline.manual(context, inputs, up_to_seq=recorded.up_to_seq)
+    if recorded.call == "background":
+        return pipeline.background(context, inputs)
     outcome = pipeline.recover(context, inputs)
     if outcome is None:
         raise ConflictError("the recorded reactive attempt would now give up; nothing to replay")

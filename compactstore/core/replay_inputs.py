@@ -32,7 +32,9 @@ class _Recorded(BaseModel):
 class EngineRun(_Recorded):
     """A call that ran the engines: process_request, reactive_recover or compact."""
 
-    call: Literal["process", "reactive", "manual"] = Field(validation_alias=_CALL_ALIASES)
+    call: Literal["process", "reactive", "manual", "background"] = Field(
+        validation_alias=_CALL_ALIASES
+    )
     next_blob_id: int
     memory_text: str
     memory_count: int

@@ -37,6 +37,9 @@ class Calibration:
 
     used: bool
     overhead_reason: str | None = None
+    # Measured on a context version this session has left (a compaction, rollback or
+    # config change since the handle handed its context out).
+    superseded: bool = False
 
 
 def calibrate(
@@ -45,6 +48,8 @@ def calibrate(
     context: ActiveContext,
     input_tokens: int,
     called_at: float,
+    *,
+    measured_on: int | None = None,
 ) -> Calibration:
     """Store the real count of ``context`` and learn the factor from it; record the call
     in ``model_calls``. A model call that went through resets the reactive-recovery counter
@@ -53,14 +58,15 @@ def calibrate(
     sid = session.id
     raw = context.raw_tokens
     repo.set_breaker(connection, sid, reactive_attempts=0)
-    if input_tokens < raw / 2:
+    superseded = measured_on is not None and measured_on != session.context_version
+    if superseded or input_tokens < raw / 2:
         model_calls.insert_calls(
             connection,
             sid,
             [model_calls.ModelCall(session.last_seq, context.usage, None, called_at)],
         )
         repo.update_session(connection, sid)
-        return Calibration(used=False)
+        return Calibration(used=False, superseded=superseded)
     factor, weight = session.config.token_factor, PRIOR_WEIGHT
     if session.token_factor is not None and session.token_factor_weight is not None:
         factor, weight = session.token_factor, session.token_factor_weight

@@ -27,6 +27,7 @@ from sqlalchemy import (
 __all__ = [
     "breaker_state",
     "compact_boundaries",
+    "compaction_jobs",
     "compaction_leases",
     "compactions",
     "memory_entries",
@@ -185,6 +186,9 @@ compactions = Table(
     Column("summarizer_output_tokens", Integer),
     Column("summarizer_fallback", Boolean),
     Column("summarizer_reason", Text),
+    # A background compaction (SPEC §9.1): the compaction row of the process_request call
+    # that started it (no foreign key: added to an existing table; see db/transfer.py).
+    Column("started_by", Integer),
 )
 Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
 
@@ -259,6 +263,30 @@ compaction_leases = Table(
     Column("acquired_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
 )
+
+# Pending background compactions (SPEC §9.1): one row per compaction a process_request(
+# background=True) started, so any process (or `compactstore worker`) can run it. state:
+# pending -> running -> applied | superseded | failed. owner/expires_at are the job's lease
+# on the database clock: a crashed worker's job is picked up again once it lapses.
+compaction_jobs = Table(
+    "compaction_jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
+    Column("state", String(16), nullable=False),
+    # The session as the starting call saw it (context_version, version, last_seq, usage).
+    Column("snapshot", Text, nullable=False),
+    Column("started_by", Integer, ForeignKey("compactions.id")),
+    Column("owner", String(64)),
+    Column("expires_at", Float),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float),
+    # The background compaction's own row, once recorded.
+    Column("compaction_id", Integer, ForeignKey("compactions.id")),
+    Column("error", Text),
+)
+Index("ix_compaction_jobs_state", compaction_jobs.c.state, compaction_jobs.c.id)
+Index("ix_compaction_jobs_session", compaction_jobs.c.session_id, compaction_jobs.c.id)
 
 memory_entries = Table(
     "memory_entries",

@@ -59,6 +59,7 @@ __all__ = [
 # a compaction was rolled back (replay compares it with compaction ids).
 HIDDEN_REFERENCES: dict[tuple[str, str], str] = {
     ("compactions", "rolled_back_after"): "compactions",
+    ("compactions", "started_by"): "compactions",
 }
 
 # JSON text columns holding ids: (table, column) -> {key of the top-level object: table}.

@@ -17,7 +17,7 @@ from compactstore.engines import full_compact, session_memory
 from compactstore.engines.base import EngineInputs, StageResult
 from compactstore.models import CompactTrigger
 
-__all__ = ["Dispatch", "dispatch", "should_trigger", "threshold"]
+__all__ = ["Dispatch", "background_threshold", "dispatch", "should_trigger", "threshold"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,17 @@ def should_trigger(context: ActiveContext, inputs: EngineInputs) -> bool:
     return not inputs.tripped and context.usage >= threshold(context)
 
 
-def dispatch(context: ActiveContext, inputs: EngineInputs) -> Dispatch:
-    """Session memory, then full compact if still needed; the breaker counts the outcome."""
+def background_threshold(context: ActiveContext) -> int:
+    """Usage at which a background compaction starts (SPEC §9.1)."""
+    return math.ceil(round(context.context_window * context.config.background_threshold, 6))
+
+
+def dispatch(context: ActiveContext, inputs: EngineInputs, *, limit: int | None = None) -> Dispatch:
+    """Session memory, then full compact if still needed; the breaker counts the outcome.
+
+    ``limit`` is the usage the compaction must get below (default :func:`threshold`; a
+    background compaction's is :func:`background_threshold`)."""
+    limit = threshold(context) if limit is None else limit
     stages: list[StageResult] = []
     current = context
     memory = session_memory.run(context, inputs, trigger=CompactTrigger.AUTO)
@@ -51,11 +60,11 @@ def dispatch(context: ActiveContext, inputs: EngineInputs) -> Dispatch:
             inputs = replace(
                 inputs, summary_state=full_compact.continuing(memory.cut.summary_state)
             )
-    if current.usage >= threshold(context):
+    if current.usage >= limit:
         full = full_compact.run(current, inputs, trigger=CompactTrigger.AUTO)
         stages.append(full)
         current = full.context
-    succeeded = any(stage.effective for stage in stages) and current.usage < threshold(context)
+    succeeded = any(stage.effective for stage in stages) and current.usage < limit
     failures = 0 if succeeded else inputs.consecutive_failures + 1
     return Dispatch(
         stages=stages,

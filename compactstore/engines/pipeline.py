@@ -148,6 +148,24 @@ def process(
     )
 
 
+def background(context: ActiveContext, inputs: EngineInputs) -> Outcome:
+    """A background compaction (SPEC §9.1): auto-compact (session memory, then full) aimed
+    below ``background_threshold``; leaving usage at or above it is a breaker failure.
+    Nothing when the breaker is tripped or usage is already below the threshold."""
+    if inputs.tripped or context.usage < auto_compact.background_threshold(context):
+        return Outcome(start=context, context=context, stages=[])
+    result = auto_compact.dispatch(
+        context, inputs, limit=auto_compact.background_threshold(context)
+    )
+    return Outcome(
+        start=context,
+        context=result.context,
+        stages=result.stages,
+        consecutive_failures=result.consecutive_failures,
+        tripped=result.tripped,
+    )
+
+
 def recover(context: ActiveContext, inputs: EngineInputs) -> Outcome | None:
     """reactive_recover(): the next recovery attempt, or None when they are used up."""
     result = reactive.recover(context, inputs)

@@ -1,0 +1,158 @@
+"""Background compaction (SPEC §9.1 "Background"): the reads and writes around a job.
+
+``process_request(background=True)`` below ``reactive_blocking_ratio`` never waits for a
+summary: it runs the cheap stages (its own row), and once usage passes
+``background_threshold`` it starts a job in one write transaction (:func:`start`): a
+``compaction_jobs`` row with the snapshot it saw, linked to the call's own compactions row
+(recorded here when the cheap stages left none). A worker (the starting process's, or
+``compactstore worker``) claims the job and runs :func:`compaction.background_request` through
+the ordinary plan -> decide -> commit, so the lease, the rebase and the re-plans are the same
+as for any compaction; its row's ``started_by`` names the starting call's row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from compactstore.context import ActiveContext
+from compactstore.core.cache import read_context
+from compactstore.core.compaction import LEASE_GRACE_SECONDS, Target, require
+from compactstore.db import repository as repo
+from compactstore.engines import auto_compact
+from compactstore.models import CompactTrigger
+from compactstore.tokens import TokenCounter
+
+__all__ = ["Probe", "claim", "finish", "probe", "start"]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What a background call decides on, read in one read transaction."""
+
+    context: ActiveContext
+    context_version: int
+    active: repo.JobRow | None  # the session's pending or running job
+    finished: repo.JobRow | None  # its latest finished job
+    tripped: bool
+
+    @property
+    def blocking(self) -> bool:
+        context = self.context
+        return context.usage >= context.config.reactive_blocking_ratio * context.context_window
+
+    def passes(self, usage: int) -> bool:
+        """Whether ``usage`` passes the background threshold (and the breaker allows)."""
+        return not self.tripped and usage >= auto_compact.background_threshold(self.context)
+
+
+def probe(connection: Connection, target: Target, count_tokens: TokenCounter) -> Probe:
+    row = require(connection, target)
+    context = read_context(
+        connection,
+        target.cache,
+        target.session_id,
+        target.adapter,
+        count_tokens,
+        location=target.location,
+        row=row,
+    )
+    return Probe(
+        context=context,
+        context_version=row.context_version,
+        active=repo.active_job(connection, target.session_id),
+        finished=repo.latest_finished_job(connection, target.session_id),
+        tripped=bool(repo.get_breaker(connection, target.session_id).tripped),
+    )
+
+
+def start(
+    connection: Connection,
+    target: Target,
+    *,
+    started_by: int | None,
+    usage: int,
+    at: float,
+) -> tuple[int, int] | None:
+    """Start a job (one write transaction): the starting call's row (recorded here when its
+    cheap stages left none) and the job. None when the session has one pending or running.
+
+    Returns:
+        (the starting call's compaction id, the job id).
+    """
+    sid = target.session_id
+    row = require(connection, target, lock=True)
+    if repo.active_job(connection, sid) is not None:
+        return None
+    if started_by is None:
+        started_by = repo.insert_compaction(
+            connection,
+            sid,
+            trigger=CompactTrigger.AUTO.value,
+            strategy=None,
+            success=False,
+            tokens_before=usage,
+            tokens_after=usage,
+            tokens_freed=0,
+            summary_text="",
+            boundary_id=None,
+            created_at=at,
+            steps="[]",
+            config=row.config.model_dump_json(),
+            removed_seqs="[]",
+            cleared_tool_use_ids="[]",
+            blob_ids="[]",
+            instructions=None,
+            error=None,
+            inputs=json.dumps({"call": "background_start", "now": at, "last_seq": row.last_seq}),
+            replay_of=None,
+        )
+    snapshot = {
+        "context_version": row.context_version,
+        "version": row.version,
+        "last_seq": row.last_seq,
+        "usage": usage,
+    }
+    job_id = repo.insert_job(
+        connection, sid, snapshot=snapshot, started_by=started_by, created_at=at
+    )
+    repo.update_session(connection, sid)
+    return started_by, job_id
+
+
+def claim(connection: Connection, job_id: int, owner: str) -> repo.JobRow | None:
+    """Claim a job for this worker (one write transaction); None when another holds it or
+    it is finished or its session is gone."""
+    job = repo.get_job(connection, job_id)
+    if job is None:
+        return None
+    session = repo.get_session(connection, job.session_id, lock=True)
+    if session is None:
+        return None
+    seconds = session.config.summarizer_timeout_seconds + LEASE_GRACE_SECONDS
+    if not repo.claim_job(connection, job_id, owner, seconds):
+        return None
+    return repo.get_job(connection, job_id)
+
+
+def finish(
+    connection: Connection,
+    job: repo.JobRow,
+    owner: str,
+    *,
+    state: str,
+    at: float,
+    compaction_id: int | None = None,
+    error: str | None = None,
+) -> None:
+    repo.finish_job(
+        connection,
+        job.id,
+        owner,
+        state=state,
+        finished_at=at,
+        compaction_id=compaction_id,
+        error=error,
+    )

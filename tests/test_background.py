@@ -1,0 +1,242 @@
+"""Background compaction (SPEC §9.1 "Background"): process_request(background=True) never
+waits for a summary below reactive_blocking_ratio; a worker writes it and commits it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from sqlalchemy import select, update
+
+from compactstore import AsyncCompactStore, CompactionConfig, CompactStore, Session
+from compactstore.cli import cli
+from compactstore.db.schema import compaction_jobs, compactions
+
+WINDOW = 10_000
+CONFIG = CompactionConfig(summarizer_timeout_seconds=5)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+class Gate:
+    """A summarizer that waits until the test opens the gate (at most 5 s)."""
+
+    name = "tests.test_background:Gate"
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.calls = 0
+
+    def __call__(self, messages: list[Any], previous: str | None, instructions: Any) -> str:
+        self.calls += 1
+        self.open.wait(5)
+        return f"background summary of {len(messages)} messages"
+
+
+def step(sess: Session, i: int) -> None:
+    # ~6% of the 10k window per step.
+    sess.append(user(f"question {i}: " + "word " * 300))
+    sess.append(assistant(f"answer {i}"))
+
+
+def wait_for_jobs(store: CompactStore) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not store._read(
+            lambda c: c.execute(
+                select(compaction_jobs.c.id).where(
+                    compaction_jobs.c.state.in_(["pending", "running"])
+                )
+            ).all()
+        ):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the background job did not finish")
+
+
+def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
+    gate = Gate()
+    with CompactStore.open(db_url, summarizer=gate) as store:
+        sess = store.session("bg", context_window=WINDOW, config=CONFIG)
+        statuses = []
+        i = 0
+        while True:
+            step(sess, i)
+            result = sess.process_request(background=True, now=100.0 + i)
+            i += 1
+            statuses.append(result.background)
+            if result.background == "started":
+                break
+            assert sess.token_usage() < 0.7 * WINDOW + 700
+        starter = result
+        assert starter.id is not None, "the starting call records its own row"
+        # The summary is in flight: the agent goes on, past auto_compact_threshold too, and
+        # never waits for it.
+        for _ in range(4):
+            step(sess, i)
+            began = time.perf_counter()
+            result = sess.process_request(background=True, now=100.0 + i)
+            i += 1
+            assert result.background == "running"
+            assert time.perf_counter() - began < 1.0
+        assert sess.token_usage() > CONFIG.auto_compact_threshold * WINDOW
+        assert gate.calls == 1
+        gate.open.set()
+        wait_for_jobs(store)
+        step(sess, i)
+        result = sess.process_request(background=True, now=100.0 + i)
+        assert result.background == "applied"
+        assert sess.token_usage() < CONFIG.background_threshold * WINDOW
+        rows = store._read(
+            lambda c: c.execute(
+                select(compactions.c.id, compactions.c.trigger, compactions.c.started_by)
+                .where(compactions.c.session_id == "bg")
+                .order_by(compactions.c.id)
+            ).all()
+        )
+        background = [row for row in rows if row.started_by is not None]
+        assert len(background) == 1
+        assert background[0].started_by == starter.id and background[0].trigger == "auto"
+        recorded = {c.id: c for c in sess.compactions()}
+        assert recorded[background[0].id].summary.source == "summarizer"
+        assert "background summary" in recorded[background[0].id].summary_text
+        assert statuses[:-1] == [None] * (len(statuses) - 1)
+
+
+def test_without_a_summarizer_background_is_the_ordinary_call(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "s.db") as store:
+        sess = store.session("s", context_window=WINDOW)
+        results = []
+        for i in range(20):
+            step(sess, i)
+            results.append(sess.process_request(background=True, now=float(i)))
+        assert all(r.background is None for r in results)
+        assert any(r.strategy == "full" for r in results)
+        assert store.pending_jobs() == []
+
+
+def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
+    def slow(messages: list[Any], previous: str | None, instructions: Any) -> str:
+        time.sleep(0.3)
+        return "written while close() waited"
+
+    store = CompactStore.open(tmp_path / "s.db", summarizer=slow)
+    sess = store.session("s", context_window=WINDOW, config=CONFIG)
+    i = 0
+    while sess.process_request(background=True, now=float(i)).background != "started":
+        step(sess, i)
+        i += 1
+    store.close()
+    with CompactStore.open(tmp_path / "s.db") as reopened:
+        texts = [c.summary_text for c in reopened.get_session("s").compactions()]
+        assert any("written while close() waited" in text for text in texts)
+        assert reopened.pending_jobs() == []
+
+
+def test_a_background_compaction_that_leaves_usage_high_is_a_breaker_failure(
+    tmp_path: Path,
+) -> None:
+    # The pinned first request alone is ~75% of the window: no cut gets below 70%.
+    with CompactStore.open(tmp_path / "s.db", summarizer=lambda m, p, i: "short") as store:
+        sess = store.session("s", context_window=WINDOW, config=CONFIG)
+        sess.append(user("the request: " + "word " * 3_700))
+        for i in range(3):
+            sess.append(assistant(f"answer {i} " + "word " * 60))
+            sess.append(user(f"more {i}"))
+        result = sess.process_request(background=True, now=1.0)
+        assert result.background == "started"
+        wait_for_jobs(store)
+        assert sess.breaker().consecutive_failures == 1
+        assert sess.token_usage() >= CONFIG.background_threshold * WINDOW
+
+
+def test_a_real_count_measured_on_a_superseded_version_is_not_used(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "s.db") as store:
+        sess = store.session("s", context_window=WINDOW)
+        for i in range(6):
+            step(sess, i)
+        sess.active_context()  # the version the agent sends
+        other = store.get_session("s")
+        other.compact(now=5.0)  # lands while the model call runs
+        before = sess.token_usage()
+        # Measured on the context before the compaction: recorded, not calibrated on.
+        assert sess.record_usage(9_000, now=7.0) is False
+        assert sess.token_usage() == before
+        sess.active_context()
+        assert sess.record_usage(sess.token_usage(), now=8.0) is True
+
+
+def test_the_worker_command_runs_a_job_whose_process_died(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    child = textwrap.dedent(
+        f"""
+        import os, time
+        from compactstore import CompactStore, CompactionConfig
+        def stuck(messages, previous, instructions):
+            time.sleep(30)
+            return "never"
+        store = CompactStore.open({str(db)!r}, summarizer=stuck)
+        sess = store.session("s", context_window={WINDOW},
+                             config=CompactionConfig(summarizer_timeout_seconds=60))
+        for i in range(40):
+            sess.append({{"role": "user", "content": f"q{{i}} " + "word " * 300}})
+            sess.append({{"role": "assistant", "content": "a"}})
+            if sess.process_request(background=True, now=float(i)).background == "started":
+                os._exit(0)  # the agent exits before its summary is written
+        os._exit(3)
+        """
+    )
+    subprocess.run([sys.executable, "-c", child], check=True, timeout=60)
+    with CompactStore.open(db) as store:
+        (job,) = store._read(lambda c: c.execute(select(compaction_jobs)).all())
+        assert job.state in ("pending", "running")
+        # A dead worker's lease lapses (here: moved into the past instead of waiting 90 s).
+        store._write(lambda c: c.execute(update(compaction_jobs).values(expires_at=0.0)))
+    result = CliRunner().invoke(
+        cli,
+        ["worker", "--once", "--summarizer", "tests.helpers:cli_summarizer", "--db", str(db)],
+        env={"COMPACTSTORE_DB": None},
+    )
+    assert result.exit_code == 0, result.output
+    assert f"job {job.id} session s: applied (compaction" in result.stdout
+    with CompactStore.open(db) as store:
+        texts = [c.summary_text for c in store.get_session("s").compactions()]
+        assert any("resummarized by the CLI test" in text for text in texts)
+        assert store.pending_jobs() == []
+
+
+def test_the_async_store_runs_background_work_on_its_loop(tmp_path: Path) -> None:
+    async def summarize(messages: list[Any], previous: str | None, instructions: Any) -> str:
+        await asyncio.sleep(0.1)
+        return "an async background summary"
+
+    async def main() -> list[str | None]:
+        store = await AsyncCompactStore.open(tmp_path / "a.db", summarizer=summarize)
+        sess = await store.session("s", context_window=WINDOW, config=CONFIG)
+        statuses = []
+        for i in range(20):
+            await sess.append(user(f"question {i}: " + "word " * 300))
+            await sess.append(assistant("ok"))
+            statuses.append((await sess.process_request(background=True, now=float(i))).background)
+            await asyncio.sleep(0.05)
+        await store.close()
+        return statuses
+
+    statuses = asyncio.run(main())
+    assert "started" in statuses and "applied" in statuses
+    with CompactStore.open(tmp_path / "a.db") as store:
+        texts = [c.summary_text for c in store.get_session("s").compactions()]
+        assert any("an async background summary" in text for text in texts)
