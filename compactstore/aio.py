@@ -22,7 +22,14 @@ import asyncio
 import inspect
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
@@ -363,6 +370,10 @@ class AsyncSession:
     async def active_context(self) -> list[dict[str, Any]]:
         """See :meth:`Session.active_context`."""
         return await _run(self._session.active_context)
+
+    async def context_view(self) -> tuple[Mapping[str, Any], ...]:
+        """See :meth:`Session.context_view` (read-only and shared: never change it)."""
+        return await _run(self._session.context_view)
 
     async def token_usage(self) -> int:
         """See :meth:`Session.token_usage`."""
