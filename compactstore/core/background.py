@@ -21,6 +21,7 @@ from compactstore.context import ActiveContext
 from compactstore.core.cache import read_context
 from compactstore.core.compaction import LEASE_GRACE_SECONDS, Target, require
 from compactstore.db import repository as repo
+from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.engines import auto_compact
 from compactstore.models import CompactTrigger
 from compactstore.tokens import TokenCounter
@@ -59,11 +60,14 @@ def probe(connection: Connection, target: Target, count_tokens: TokenCounter) ->
         location=target.location,
         row=row,
     )
+    newest = repo.newest_job(connection, target.session_id)
+    active = newest is not None and newest.state in ACTIVE_STATES
     return Probe(
         context=context,
         context_version=row.context_version,
-        active=repo.active_job(connection, target.session_id),
-        finished=repo.latest_finished_job(connection, target.session_id),
+        active=newest if active else None,
+        # A finished job older than an active one was reported before that one started.
+        finished=None if newest is None or active else newest,
         tripped=bool(repo.get_breaker(connection, target.session_id).tripped),
     )
 

@@ -28,6 +28,7 @@ __all__ = [
     "info",
     "insert_job",
     "latest_finished_job",
+    "newest_job",
     "pending_jobs",
 ]
 
@@ -95,6 +96,21 @@ def insert_job(
 
 def get_job(connection: Connection, job_id: int) -> JobRow | None:
     raw = connection.execute(select(*_COLUMNS).where(compaction_jobs.c.id == job_id)).one_or_none()
+    return None if raw is None else _row(raw)
+
+
+# Run on every process_request(background=True): built once (see db/common.py).
+_NEWEST = (
+    select(*_COLUMNS)
+    .where(compaction_jobs.c.session_id == SID)
+    .order_by(compaction_jobs.c.id.desc())
+    .limit(1)
+)
+
+
+def newest_job(connection: Connection, session_id: str) -> JobRow | None:
+    """The session's newest job: its active one if it has one (jobs start one at a time)."""
+    raw = connection.execute(_NEWEST, {"sid": session_id}).one_or_none()
     return None if raw is None else _row(raw)
 
 

@@ -58,6 +58,7 @@ from compactstore.db.jobs import (
     get_job,
     insert_job,
     latest_finished_job,
+    newest_job,
     pending_jobs,
 )
 from compactstore.db.leases import (
@@ -157,6 +158,7 @@ __all__ = [
     "mark_results",
     "memories",
     "message_count",
+    "newest_job",
     "next_blob_id",
     "owns_lease",
     "pending_jobs",
