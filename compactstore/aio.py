@@ -111,6 +111,9 @@ class _BridgedStore(CompactStore):
     def plugins(self) -> compaction.Plugins:
         return replace(super().plugins, loop=self.loop)
 
+    def _backoff(self, seconds: float) -> None:
+        self._sleep(seconds)
+
     def _compute(self, fn: Callable[[], T]) -> T:
         return _await(self.loop.run_in_executor(self._compute_pool, fn))
 

@@ -353,17 +353,20 @@ class CompactStore:
             with write_tx(self.engine) as connection:
                 return fn(connection)
 
-        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._sleep))
+        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._backoff))
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:
             with read_tx(self.engine) as connection:
                 return fn(connection)
 
-        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._sleep))
+        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._backoff))
 
     # The driver's hooks: how CPU work and waits run. The sync store runs them here; the
     # async store (compactstore.aio) runs the work off its event loop and sleeps on it.
+
+    # How a busy retry waits (None: with_retry's own time.sleep).
+    _backoff: Callable[[float], object] | None = None
 
     def _compute(self, fn: Callable[[], T]) -> T:
         """Run CPU work or the caller's code with no transaction open."""

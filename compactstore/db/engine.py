@@ -274,7 +274,7 @@ def is_busy(exc: OperationalError) -> bool:
 
 
 def with_retry(
-    fn: Callable[[], T], *, attempts: int = 8, sleep: Callable[[float], object] = time.sleep
+    fn: Callable[[], T], *, attempts: int = 8, sleep: Callable[[float], object] | None = None
 ) -> T:
     """Run a whole transaction again, with bounded jittered backoff, when the DB is busy
     (``sleep`` waits between tries: the async driver's never blocks its event loop)."""
@@ -284,7 +284,8 @@ def with_retry(
         except OperationalError as exc:
             if not is_busy(exc) or attempt == attempts - 1:
                 raise
-            sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            pause = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
+            (time.sleep if sleep is None else sleep)(pause)
     raise AssertionError("unreachable")
 
 
