@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from compactstore.context import ActiveContext
 from compactstore.core import compaction
@@ -42,7 +42,7 @@ from compactstore.core.checks import check_pool
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import create_async_engine_for, describe, normalize_url
 from compactstore.db.migrate import open_engine
-from compactstore.engines.base import Summarizer
+from compactstore.engines.base import AsyncSummarizer, Summarizer
 from compactstore.engines.session_memory import MemoryProvider
 from compactstore.models import (
     BreakerState,
@@ -155,7 +155,7 @@ class AsyncCompactStore:
         auto_migrate: bool = True,
         read_only: bool = False,
         token_counter: TokenCounter | None = None,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer | AsyncSummarizer | None = None,
         memory_provider: MemoryProvider | None = None,
         on_compaction: CompactionCallback | None = None,
         redactor: Redactor | None = None,
@@ -241,7 +241,7 @@ class AsyncCompactStore:
         config: CompactionConfig | None = None,
         now: float | None = None,
         cwd: str | None = None,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer | AsyncSummarizer | None = None,
     ) -> AsyncSession:
         """Open a session, creating it when it does not exist (see
         :meth:`CompactStore.session`); ``summarizer`` may be ``async def``."""
@@ -253,7 +253,8 @@ class AsyncCompactStore:
             config=config,
             now=now,
             cwd=cwd,
-            summarizer=summarizer,
+            # The bridged store takes async summarizers too (its _async_summarizers).
+            summarizer=cast(Summarizer | None, summarizer),
         )
         return AsyncSession(self, sess)
 

@@ -66,8 +66,8 @@ def test_every_public_session_method_is_a_coroutine_with_the_same_signature() ->
         assert list(inspect.signature(twin).parameters) == list(
             inspect.signature(method).parameters
         ), name
-    ours = inspect.signature(AsyncCompactStore.open).parameters
-    assert list(ours) == list(inspect.signature(CompactStore.open).parameters)
+    opened = inspect.signature(AsyncCompactStore.open).parameters
+    assert list(opened) == list(inspect.signature(CompactStore.open).parameters)
 
 
 def fill(n: int, size: int = 2_000) -> list[dict[str, Any]]:
@@ -171,7 +171,7 @@ def test_the_sync_store_refuses_an_async_summarizer(tmp_path: Path) -> None:
         return "x"
 
     with pytest.raises(InvalidInputError, match="AsyncCompactStore"):
-        CompactStore.open(tmp_path / "a.db", summarizer=summarize)
+        CompactStore.open(tmp_path / "a.db", summarizer=summarize)  # type: ignore[arg-type]
 
 
 def test_sync_and_async_stores_on_one_database_see_each_others_commits(db_url: str) -> None:
@@ -188,6 +188,7 @@ def test_sync_and_async_stores_on_one_database_see_each_others_commits(db_url: s
                 compacted = sync_sess.compact(now=9.0)
                 # The async handle's cache sees the other store's compaction.
                 assert await async_sess.active_context() == sync_sess.active_context()
+                assert compacted.boundary is not None
                 assert [b.id for b in await async_sess.boundaries()] == [compacted.boundary.id]
                 await async_sess.rollback()
                 assert sync_sess.boundaries() == []

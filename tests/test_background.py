@@ -110,7 +110,8 @@ def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
         assert len(background) == 1
         assert background[0].started_by == starter.id and background[0].trigger == "auto"
         recorded = {c.id: c for c in sess.compactions()}
-        assert recorded[background[0].id].summary.source == "summarizer"
+        summary = recorded[background[0].id].summary
+        assert summary is not None and summary.source == "summarizer"
         assert "background summary" in recorded[background[0].id].summary_text
         assert statuses[:-1] == [None] * (len(statuses) - 1)
 
@@ -225,7 +226,7 @@ def test_the_async_store_runs_background_work_on_its_loop(tmp_path: Path) -> Non
     async def main() -> list[str | None]:
         store = await AsyncCompactStore.open(tmp_path / "a.db", summarizer=summarize)
         sess = await store.session("s", context_window=WINDOW, config=CONFIG)
-        statuses = []
+        statuses: list[str | None] = []
         for i in range(20):
             await sess.append(user(f"question {i}: " + "word " * 300))
             await sess.append(assistant("ok"))

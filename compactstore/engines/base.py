@@ -7,7 +7,7 @@ result's edits, blobs and cut, which is what makes replay exact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -15,6 +15,7 @@ from compactstore.context import ActiveContext, ContextMessage
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
 __all__ = [
+    "AsyncSummarizer",
     "Cut",
     "Edit",
     "EngineInputs",
@@ -59,6 +60,19 @@ class Summarizer(Protocol):
         instructions: str | None,
         /,
     ) -> str | SummaryResult: ...
+
+
+class AsyncSummarizer(Protocol):
+    """A summarizer as ``async def`` (or an object with an async ``__call__``): only
+    :class:`~compactstore.AsyncCompactStore` takes one; it is awaited on the store's loop."""
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+        /,
+    ) -> Awaitable[str | SummaryResult]: ...
 
 
 @dataclass(frozen=True, slots=True)
