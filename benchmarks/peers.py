@@ -26,7 +26,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 if TYPE_CHECKING:  # the bench extra; imported for real only where a peer runs
     from langchain_core.runnables import RunnableConfig
@@ -351,9 +351,10 @@ class OpenAIAgentsAdapter(Adapter):
     def step(self, native: Step) -> list[Any]:
         run = self.loop.run_until_complete
         began = time.perf_counter_ns()
-        run(self.session.add_items(list(native.messages)))
+        given: list[Any] = list(native.messages)
+        run(self.session.add_items(given))
         persisted = time.perf_counter_ns()
-        items = run(self.session.get_items())
+        items = cast("list[dict[str, Any]]", run(self.session.get_items()))
         while len(self.tokens) < len(items):
             self.tokens.append(estimate(items[len(self.tokens)]))
         context = reference_context(items, self.tokens.__getitem__)
@@ -362,7 +363,7 @@ class OpenAIAgentsAdapter(Adapter):
 
     def resume(self, path: str) -> list[Any]:
         self.open(path)
-        items = self.loop.run_until_complete(self.session.get_items())
+        items = cast("list[dict[str, Any]]", self.loop.run_until_complete(self.session.get_items()))
         return reference_context(items, lambda i: estimate(items[i]))
 
     def close(self) -> None:

@@ -1,0 +1,221 @@
+"""The OpenAI Agents SDK: ``CompactSession`` (SPEC §9.5; extra ``openai-agents``).
+
+::
+
+    from compactstore.integrations.openai_agents import CompactSession
+    session = CompactSession("task-42", store, context_window=200_000)
+    result = await Runner.run(agent, "...", session=session,
+                              run_config=session.run_config(), hooks=session.hooks())
+
+``CompactSession`` implements the SDK's ``Session`` protocol over a session of format
+``responses``. The store is the sync :class:`~compactstore.CompactStore`; its calls run off the
+event loop (``asyncio.to_thread``).
+
+- **Verbatim**: the SDK's items are stored as the SDK gives them, its own keys included
+  (``provider_data``; ``call_id`` on ``local_shell_call_output``). What goes to the model is
+  the wire view without those keys, so it passes the strict SDK check
+  (:func:`compactstore.formats.sdk_types.check_sdk_types`).
+- **Compaction inside a run**: the SDK reads a session once per ``Runner.run``; the model-input
+  filter of :meth:`CompactSession.run_config` runs before *every* model call: it stores the tail
+  of the input not stored yet, runs ``process_request()`` and hands the model the wire view
+  with the SDK's instructions.
+- **Nothing twice**: an item stored by the filter is skipped once by ``add_items`` and the other
+  way round (items are compared by their JSON), so the SDK saving a turn after the filter
+  stored it appends nothing.
+- :meth:`hooks` records the usage the model reports (``input_tokens``) after every call.
+- :meth:`recall_tool` is the ``recall`` tool as a ``FunctionTool`` answering from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.models import CompactionConfig
+from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
+from compactstore.recall import RECALL_TOOL_NAME
+from compactstore.recall import SCHEMA as RECALL_SCHEMA
+from compactstore.session import Session
+from compactstore.store import CompactStore
+
+try:
+    from agents import FunctionTool, RunConfig, RunContextWrapper, RunHooks
+    from agents.items import ModelResponse, TResponseInputItem
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingExtraError(
+        "compactstore.integrations.openai_agents needs the OpenAI Agents SDK, the "
+        f"'openai-agents' extra: pip install 'compactstore[openai-agents]' ({exc})"
+    ) from None
+
+__all__ = ["SDK_ONLY_KEYS", "CompactSession", "wire_item"]
+
+# Keys the SDK adds to its items that the Responses API does not declare: stored, never sent.
+SDK_ONLY_KEYS = ("provider_data",)
+
+
+def wire_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A stored SDK item as the Responses API takes it: without the SDK's own keys."""
+    sent = {k: v for k, v in item.items() if k not in SDK_ONLY_KEYS}
+    if sent.get("type") == "local_shell_call_output" and "call_id" in sent:
+        # The API's LocalShellCallOutput names its call by ``id``; the SDK adds call_id.
+        sent["id"] = sent.pop("call_id")
+    return sent
+
+
+def _key(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _plain(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json", by_alias=True, exclude_unset=True)
+        if isinstance(value, dict):
+            return value
+    raise InvalidInputError(f"an Agents SDK item must be a dict, got {type(item).__name__}")
+
+
+class _Hooks(RunHooks[Any]):
+    def __init__(self, owner: CompactSession) -> None:
+        self._owner = owner
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse
+    ) -> None:
+        tokens = response.usage.input_tokens
+        if tokens > 0:
+            await asyncio.to_thread(self._owner.session.record_usage, tokens)
+
+
+class CompactSession:
+    """An Agents SDK ``Session`` kept in a compactstore session of format ``responses``.
+
+    Args:
+        session_id: the compactstore session id (created when new).
+        store: an open :class:`~compactstore.CompactStore`.
+        context_window, config: as :meth:`CompactStore.session` takes them.
+    """
+
+    session_settings: Any = None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: CompactStore,
+        *,
+        context_window: int | None = None,
+        config: CompactionConfig | None = None,
+    ) -> None:
+        if not isinstance(store, CompactStore):
+            raise InvalidInputError(
+                f"CompactSession takes a CompactStore, got {type(store).__name__}"
+            )
+        self.session_id = session_id
+        self.store = store
+        self.session: Session = store.session(
+            session_id, context_window=context_window, format="responses", config=config
+        )
+        # Items one path (the filter or add_items) stored that the other has not seen yet.
+        self._unclaimed: Counter[str] = Counter()
+        # The input items the filter knows are stored (keys), in input order: the history
+        # get_items handed out plus every tail stored since.
+        self._known: list[str] = []
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"CompactSession({self.session_id!r})"
+
+    # -- the Session protocol -----------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The active context (compacted), newest ``limit`` items when given."""
+        async with self._lock:
+            items = await asyncio.to_thread(self.session.active_context)
+            if limit is not None:
+                items = items[-limit:] if limit > 0 else []
+            self._known = [_key(item) for item in items]
+            return items  # type: ignore[return-value]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Store the items the filter has not stored already."""
+        async with self._lock:
+            await self._store_new([_plain(item) for item in items])
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (not supported yet: see the README)."""
+        raise NotImplementedError("CompactSession.pop_item is not implemented yet")
+
+    async def clear_session(self) -> None:
+        """Clear the session (not supported yet: see the README)."""
+        raise NotImplementedError("CompactSession.clear_session is not implemented yet")
+
+    # -- run configuration --------------------------------------------------------------
+
+    def run_config(self, **kwargs: Any) -> RunConfig:
+        """A ``RunConfig`` (``kwargs`` passed on) whose model-input filter stores the
+        unstored tail of the input, compacts and hands the model the wire view."""
+        return RunConfig(call_model_input_filter=self._filter, **kwargs)
+
+    def hooks(self) -> RunHooks[Any]:
+        """``RunHooks`` that record the input tokens of every model call (``record_usage``)."""
+        return _Hooks(self)
+
+    def recall_tool(self) -> FunctionTool:
+        """The ``recall`` tool; turns on the summary's recall line."""
+        self.session.recall_tool()
+        session = self.session
+
+        async def invoke(context: RunContextWrapper[Any], arguments: str) -> str:
+            return await asyncio.to_thread(session.recall, arguments)
+
+        return FunctionTool(
+            name=RECALL_TOOL_NAME,
+            description=RECALL_DESCRIPTION,
+            params_json_schema=RECALL_SCHEMA,
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+        )
+
+    async def _filter(self, data: CallModelData[Any]) -> ModelInputData:
+        given = [_plain(item) for item in data.model_data.input]
+        keys = [_key(item) for item in given]
+        async with self._lock:
+            known = self._known
+            if keys[: len(known)] == known:
+                tail = given[len(known) :]
+            else:
+                # Not the history get_items handed out (a caller's own input): the items after
+                # the last one this session stored or handed out are new.
+                stored = set(known) | set(self._unclaimed)
+                start = len(given)
+                while start > 0 and keys[start - 1] not in stored:
+                    start -= 1
+                tail = given[start:]
+            await self._store_new(tail)
+            self._known = keys
+            await asyncio.to_thread(self.session.process_request)
+            view = await asyncio.to_thread(self.session.active_context)
+        sent = [wire_item(item) for item in view]
+        return ModelInputData(
+            input=sent,  # type: ignore[arg-type]
+            instructions=data.model_data.instructions,
+        )
+
+    async def _store_new(self, items: Sequence[dict[str, Any]]) -> None:
+        new: list[dict[str, Any]] = []
+        for item in items:
+            key = _key(item)
+            if self._unclaimed[key] > 0:
+                self._unclaimed[key] -= 1
+                continue
+            new.append(item)
+        if new:
+            await asyncio.to_thread(self.session.extend, new)
+            self._unclaimed.update(_key(item) for item in new)
