@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 MessageState = Literal[
-    "original", "persisted", "cleared", "deduplicated", "summary", "pinned", "synthetic"
+    "original", "persisted", "cleared", "deduplicated", "summary", "pinned", "synthetic", "removed"
 ]
 
 SYNTHETIC_RESULT_TEXT = (
@@ -507,10 +507,13 @@ def assemble(
     head: list[ContextMessage] = []
     kept: list[ContextMessage] = []
     for row in rows:
+        edit = edits.get(row.seq)
+        if edit is not None and edit.state == "removed":
+            continue  # pop_item took it out of the context (the log keeps it)
         if row.seq < first_kept:  # only pinned messages are read before the kept part
             head.append(logged_message(fmt, row, None))
         else:
-            kept.append(logged_message(fmt, row, edits.get(row.seq)))
+            kept.append(logged_message(fmt, row, edit))
     if summary is not None:
         head.append(
             ContextMessage.build(

@@ -57,6 +57,8 @@ class CompactStrategy(StrEnum):
     FULL = "full"
     REACTIVE = "reactive"
     PARTIAL = "partial"
+    CLEAR = "clear"  # clear_session: a boundary that keeps nothing (SPEC §9.5)
+    POP = "pop"  # pop_item: the newest item removed, a recorded edit (SPEC §9.5)
 
 
 # When several stages act in one call, the result's strategy is the heaviest of them.
@@ -68,6 +70,8 @@ STRATEGY_WEIGHT: dict[CompactStrategy, int] = {
     CompactStrategy.PARTIAL: 4,
     CompactStrategy.FULL: 5,
     CompactStrategy.REACTIVE: 6,
+    CompactStrategy.POP: 7,
+    CompactStrategy.CLEAR: 8,
 }
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
-from compactstore.core import background, checks, compaction, replay
+from compactstore.core import background, checks, compaction, edits, replay
 from compactstore.core import recall as recalling
 from compactstore.core.appending import (
     dedup_candidate,
@@ -544,25 +544,64 @@ class Session:
     # -- rollback and replay ------------------------------------------------------------
 
     def rollback(
-        self, boundary_id: int | None = None, *, now: float | None = None
+        self,
+        boundary_id: int | None = None,
+        *,
+        compaction_id: int | None = None,
+        now: float | None = None,
     ) -> list[CompactBoundary]:
-        """Undo the latest live boundary, or the given one and every compaction after it.
+        """Undo the latest live boundary, or the given one and every compaction after it;
+        with ``compaction_id``, compaction N (any strategy: ``clear`` and ``pop`` included)
+        and every compaction recorded after it, boundaries included.
 
         Rows are marked rolled back, never deleted. Afterwards active_context() is exactly
         what it was before that compaction plus whatever was appended since. Returns the
         boundaries rolled back.
 
         Raises:
-            NotFoundError: no such boundary in this session, or nothing to roll back.
-            ConflictError: the boundary is already rolled back.
+            InvalidInputError: both boundary_id and compaction_id given.
+            NotFoundError: no such boundary or compaction in this session, or nothing to
+                roll back.
+            ConflictError: the boundary or compaction is already rolled back.
         """
         if boundary_id is not None:
             checks.check_id(boundary_id, "boundary", self.id)
+        if compaction_id is not None:
+            if boundary_id is not None:
+                raise InvalidInputError("give boundary_id or compaction_id, not both")
+            checks.check_id(compaction_id, "compaction", self.id)
         at = now_or_clock(now)
 
         def tx(connection: Connection) -> list[CompactBoundary]:
             self._locked(connection)
+            if compaction_id is not None:
+                return replay.rollback_compaction(connection, self.id, compaction_id, at)
             return replay.rollback(connection, self.id, boundary_id, at)
+
+        return self.store._write(tx)
+
+    def clear(self, *, now: float | None = None) -> int:
+        """Empty the active context (the log keeps everything): a boundary with strategy
+        ``clear`` (trigger manual) after the newest message that keeps nothing — no pinned
+        messages, no summary. Returns the compaction id (``rollback(compaction_id=...)``
+        undoes it)."""
+        at = now_or_clock(now)
+
+        def tx(connection: Connection) -> int:
+            row = self._locked(connection)
+            return edits.clear(connection, self._context(connection, row), at)
+
+        return self.store._write(tx)
+
+    def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
+        """Take the newest message of the context's kept part out of the context and return
+        it as logged (verbatim); None when there is none. A recorded edit (strategy ``pop``,
+        trigger manual) that ``rollback(compaction_id=...)`` undoes; the log keeps it."""
+        at = now_or_clock(now)
+
+        def tx(connection: Connection) -> dict[str, Any] | None:
+            row = self._locked(connection)
+            return edits.pop(connection, self._context(connection, row), at)
 
         return self.store._write(tx)
 

@@ -214,6 +214,55 @@ def test_restart_continues(tmp_path: Path) -> None:
     second.close()
 
 
+def test_clear_pop_and_rollback(store: CompactStore) -> None:
+    session = CompactSession("agents-edit", store, context_window=WINDOW)
+    asyncio.run(run_turns(session, FakeModel(calls=1), 2))
+    items = asyncio.run(session.get_items())
+    assert len(items) == 8
+    log_before = session.session.messages()
+    # pop: exactly the newest item, as stored (verbatim, not the preview the context held).
+    popped = asyncio.run(session.pop_item())
+    assert popped == items[-1] == log_before[-1]
+    assert asyncio.run(session.get_items()) == items[:-1]
+    again = asyncio.run(session.pop_item())
+    assert again == log_before[-2]
+    pops = [c for c in session.session.compactions() if c.strategy == "pop"]
+    assert [c.trigger for c in pops] == ["manual", "manual"]
+    # clear keeps nothing: no pinned first message, no summary.
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    clear = session.session.compactions()[-1]
+    assert (clear.strategy, clear.trigger) == ("clear", "manual")
+    assert session.session.messages() == log_before  # the log keeps everything
+    # The next run starts from nothing but its own input.
+    model = FakeModel(calls=0)
+    model.counter = 50
+    asyncio.run(run_turns(session, model, 1, start=7))
+    assert model.inputs[0] == [{"role": "user", "content": "task step 7: change file 7"}]
+    # Rolling back the second pop undoes it and the clear after it.
+    session.rollback(pops[1].id)
+    restored = asyncio.run(session.get_items())
+    assert restored[:7] == items[:-1]
+    assert restored[7]["content"] == "task step 7: change file 7"
+    session.rollback(pops[0].id)
+    assert asyncio.run(session.get_items())[:8] == items
+    assert (
+        asyncio.run(CompactSession("agents-empty", store, context_window=WINDOW).pop_item()) is None
+    )
+
+
+def test_clear_survives_a_later_compaction(store: CompactStore) -> None:
+    session = CompactSession("agents-clear", store, context_window=WINDOW)
+    asyncio.run(run_turns(session, FakeModel(calls=1), 1))
+    asyncio.run(session.clear_session())
+    model = FakeModel(calls=CALLS_PER_TURN)
+    model.counter = 100  # call ids of its own
+    asyncio.run(run_turns(session, model, TURNS, start=10))
+    assert any(c.strategy == "full" for c in session.session.compactions())
+    first = json.dumps(asyncio.run(session.get_items()))
+    assert "task step 0" not in first  # the pinned first message before the clear stays gone
+
+
 def test_recall_tool_is_a_function_tool(store: CompactStore) -> None:
     session = CompactSession("agents-recall", store, context_window=WINDOW)
     tool = session.recall_tool()

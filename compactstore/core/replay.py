@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext
 from compactstore.core import replay_inputs
 from compactstore.core.recording import compaction_model, record_outcome, rolled_back_model
-from compactstore.core.replay_inputs import EngineRun, ImportedRun
+from compactstore.core.replay_inputs import EditRun, EngineRun, ImportedRun
 from compactstore.core.summarizing import RecordedSummary
 from compactstore.db import repository as repo
 from compactstore.engines import pipeline
@@ -36,6 +36,7 @@ __all__ = [
     "plan_replay",
     "roll_back",
     "rollback",
+    "rollback_compaction",
     "target",
     "undone_by",
 ]
@@ -107,6 +108,30 @@ def rollback(
     return roll_back(connection, session_id, live_target(connection, session_id, boundary_id), at)
 
 
+def rollback_compaction(
+    connection: Connection, session_id: str, compaction_id: int, at: float
+) -> list[CompactBoundary]:
+    """Roll back compaction ``compaction_id`` and every compaction recorded after it,
+    boundaries included; returns the boundaries rolled back.
+
+    Raises:
+        NotFoundError: no such compaction in this session.
+        ConflictError: it is already rolled back.
+    """
+    row = repo.get_compaction(connection, session_id, compaction_id)
+    if row is None:
+        raise NotFoundError(f"no compaction {compaction_id} in session {session_id!r}")
+    if row.rolled_back_at is not None:
+        raise ConflictError(
+            f"compaction {compaction_id} of session {session_id!r} is already rolled back"
+        )
+    live = repo.roll_back_from(connection, session_id, compaction_id, at)
+    repo.update_session(
+        connection, session_id, structural=True, real_tokens=None, real_estimate=None
+    )
+    return [rolled_back_model(row, at) for row in live]
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayPlan:
     """A recorded compaction and everything needed to run it again."""
@@ -150,6 +175,11 @@ def plan_replay(
         raise ConflictError(
             f"boundary {boundary.id} was imported from a transcript: the agent that wrote it "
             f"did that compaction, so compactstore has nothing recorded to replay"
+        )
+    if isinstance(recorded, EditRun):
+        raise ConflictError(
+            f"boundary {boundary.id} was recorded by {recorded.call} (an edit, not an engine "
+            f"run): there is nothing to replay; rollback undoes it"
         )
     if not isinstance(recorded, EngineRun):  # only engine runs cut, so this row is damaged
         raise DatabaseError(f"boundary {boundary.id} of session {sid!r} has no engine inputs")

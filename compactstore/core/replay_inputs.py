@@ -15,7 +15,7 @@ from compactstore.context import ActiveContext
 from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.models import SummaryState
 
-__all__ = ["EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
+__all__ = ["EditRun", "EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
 
 # Rows written before the field had its name spell ``call`` as "kind".
 _CALL_ALIASES = AliasChoices("call", "kind")
@@ -107,7 +107,14 @@ class UsageCheck(_Recorded):
     real_tokens: int
 
 
-Recorded = EngineRun | ImportedRun | UsageCheck
+class EditRun(_Recorded):
+    """A recorded edit of the context (``clear_session`` / ``pop_item``): no engine ran, so
+    there is nothing to run again; rollback undoes it."""
+
+    call: Literal["clear", "pop"] = Field(validation_alias=_CALL_ALIASES)
+
+
+Recorded = EngineRun | ImportedRun | UsageCheck | EditRun
 ReplayInputs = Annotated[Recorded, Field(union_mode="left_to_right")]
 
 _ADAPTER: TypeAdapter[Recorded] = TypeAdapter(ReplayInputs)

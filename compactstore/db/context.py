@@ -46,19 +46,23 @@ from compactstore.models import CompactionConfig, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
+    "CLEAR",
     "AsOf",
     "BoundaryRow",
     "CompactionRow",
     "appended_messages",
     "boundary_rows",
+    "cleared_before",
     "compaction_of_boundary",
     "compaction_rows",
     "extend_context",
     "get_boundary",
+    "get_compaction",
     "live_boundary",
     "live_edits",
     "load_context",
     "roll_back",
+    "roll_back_from",
     "with_session",
 ]
 
@@ -147,6 +151,26 @@ _LIVE_BOUNDARY = (
 )
 
 
+CLEAR = "clear"  # the strategy of a clear_session boundary: no pins, no summary
+
+
+def cleared_before(connection: Connection, session_id: str, boundary: BoundaryRow | None) -> int:
+    """The first seq after the latest live clear boundary up to ``boundary`` (0: none)."""
+    if boundary is None:
+        return 0
+    if boundary.strategy == CLEAR:
+        return boundary.first_kept_seq
+    found = connection.execute(
+        select(func.max(compact_boundaries.c.first_kept_seq)).where(
+            compact_boundaries.c.session_id == session_id,
+            compact_boundaries.c.strategy == CLEAR,
+            compact_boundaries.c.rolled_back_at.is_(None),
+            compact_boundaries.c.id <= boundary.id,
+        )
+    ).scalar_one_or_none()
+    return 0 if found is None else int(found)
+
+
 def live_boundary(connection: Connection, session_id: str) -> BoundaryRow | None:
     row = connection.execute(_LIVE_BOUNDARY, {"sid": session_id}).one_or_none()
     return None if row is None else BoundaryRow._make(row)
@@ -177,18 +201,23 @@ def load_context(
         )
     first_kept = boundary_row.first_kept_seq if boundary_row is not None else 0
     last_seq = session.last_seq if as_of is None else as_of.last_seq
+    # clear_session keeps nothing: no pin from before the latest clear comes back.
+    pins_from = cleared_before(connection, sid, boundary_row)
     rows = connection.execute(
         select(*_MESSAGE_COLUMNS)
         .where(
             messages.c.session_id == sid,
-            or_(messages.c.seq >= first_kept, messages.c.pinned.is_not(None)),
+            or_(
+                messages.c.seq >= first_kept,
+                and_(messages.c.pinned.is_not(None), messages.c.seq >= pins_from),
+            ),
             messages.c.seq <= last_seq,
         )
         .order_by(messages.c.seq)
     ).all()
     edits = live_edits(connection, sid, first_kept, as_of)
     summary = None
-    if boundary_row is not None:
+    if boundary_row is not None and boundary_row.strategy != CLEAR:
         boundary = BoundaryInfo(
             boundary_row.id,
             boundary_row.first_kept_seq,
@@ -298,7 +327,13 @@ def live_edits(
     out: dict[int, LiveEdit] = {}
     for row in rows:
         earlier = out[row.seq].edited_ids if row.seq in out else frozenset[str]()
-        state: MessageState = "persisted" if row.kind == "persisted" else "cleared"
+        state: MessageState = (
+            "persisted"
+            if row.kind == "persisted"
+            else "removed"
+            if row.kind == "removed"
+            else "cleared"
+        )
         ids = earlier | set(json.loads(row.tool_use_ids))
         out[row.seq] = LiveEdit(row.payload, row.tokens, state, ids)
     return out
@@ -349,6 +384,63 @@ def roll_back(
         )
         .values(rolled_back_at=now)
     )
+
+
+def roll_back_from(
+    connection: Connection, session_id: str, compaction_id: int, now: float
+) -> list[BoundaryRow]:
+    """Mark compaction ``compaction_id`` and every compaction recorded after it rolled back,
+    with their boundaries; returns the boundaries so marked (oldest first)."""
+    boundary_ids = [
+        int(b)
+        for b in connection.execute(
+            select(compactions.c.boundary_id).where(
+                compactions.c.session_id == session_id,
+                compactions.c.id >= compaction_id,
+                compactions.c.rolled_back_at.is_(None),
+                compactions.c.boundary_id.is_not(None),
+            )
+        ).scalars()
+    ]
+    live = [
+        row
+        for row in boundary_rows(connection, session_id, include_rolled_back=False)
+        if boundary_ids and row.id >= min(boundary_ids)
+    ]
+    latest = connection.execute(
+        select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
+    ).scalar_one()
+    connection.execute(
+        update(compactions)
+        .where(
+            compactions.c.session_id == session_id,
+            compactions.c.id >= compaction_id,
+            compactions.c.rolled_back_at.is_(None),
+        )
+        .values(rolled_back_at=now, rolled_back_after=latest)
+    )
+    if live:
+        connection.execute(
+            update(compact_boundaries)
+            .where(
+                compact_boundaries.c.session_id == session_id,
+                compact_boundaries.c.id >= live[0].id,
+                compact_boundaries.c.rolled_back_at.is_(None),
+            )
+            .values(rolled_back_at=now)
+        )
+    return live
+
+
+def get_compaction(
+    connection: Connection, session_id: str, compaction_id: int
+) -> CompactionRow | None:
+    row = connection.execute(
+        select(*_COMPACTION).where(
+            compactions.c.session_id == session_id, compactions.c.id == compaction_id
+        )
+    ).one_or_none()
+    return None if row is None else CompactionRow._make(row)
 
 
 def boundary_rows(

@@ -25,10 +25,12 @@ from compactstore.db.context import (
     compaction_rows,
     extend_context,
     get_boundary,
+    get_compaction,
     live_boundary,
     live_edits,
     load_context,
     roll_back,
+    roll_back_from,
     with_session,
 )
 from compactstore.db.history import (
@@ -131,6 +133,7 @@ __all__ = [
     "get_blob",
     "get_boundary",
     "get_breaker",
+    "get_compaction",
     "get_job",
     "get_lease",
     "get_session",
@@ -164,6 +167,7 @@ __all__ = [
     "pending_jobs",
     "release_lease",
     "roll_back",
+    "roll_back_from",
     "session_versions",
     "set_breaker",
     "set_dedup_entry",

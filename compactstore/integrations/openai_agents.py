@@ -23,6 +23,8 @@ event loop (``asyncio.to_thread``).
   way round (items are compared by their JSON), so the SDK saving a turn after the filter
   stored it appends nothing.
 - :meth:`hooks` records the usage the model reports (``input_tokens``) after every call.
+- ``clear_session`` and ``pop_item`` are recorded edits (strategies ``clear`` and ``pop``),
+  undone by :meth:`rollback` (``Session.rollback(compaction_id=...)``).
 - :meth:`recall_tool` is the ``recall`` tool as a ``FunctionTool`` answering from the log.
 """
 
@@ -149,12 +151,28 @@ class CompactSession:
             await self._store_new([_plain(item) for item in items])
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item (not supported yet: see the README)."""
-        raise NotImplementedError("CompactSession.pop_item is not implemented yet")
+        """Remove the newest item from the context and return it (verbatim); None when
+        there is none. A recorded edit (strategy ``pop``): ``rollback(compaction_id=...)``
+        undoes it; the log keeps the item."""
+        async with self._lock:
+            item = await asyncio.to_thread(self.session.pop)
+            self._known = []
+            return item  # type: ignore[return-value]
 
     async def clear_session(self) -> None:
-        """Clear the session (not supported yet: see the README)."""
-        raise NotImplementedError("CompactSession.clear_session is not implemented yet")
+        """Empty the context: a boundary with strategy ``clear`` that keeps nothing (no
+        pins, no summary), so ``get_items()`` returns ``[]``. ``rollback(compaction_id=...)``
+        undoes it; the log keeps everything."""
+        async with self._lock:
+            await asyncio.to_thread(self.session.clear)
+            self._known = []
+            self._unclaimed.clear()
+
+    def rollback(self, compaction_id: int) -> None:
+        """Undo compaction ``compaction_id`` (a clear, a pop or any other) and every
+        compaction recorded after it (``Session.rollback(compaction_id=...)``)."""
+        self.session.rollback(compaction_id=compaction_id)
+        self._known = []
 
     # -- run configuration --------------------------------------------------------------
 
