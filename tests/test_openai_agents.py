@@ -282,6 +282,7 @@ def test_config_is_passed_on(store: CompactStore) -> None:
     assert session.session.config.auto_compact_threshold == 0.5
 
 
+@pytest.mark.slow  # a second process
 @pytest.mark.parametrize("name", ["openai_agents_session.py", "responses_loop.py"])
 def test_example_runs(name: str) -> None:
     done = subprocess.run(
