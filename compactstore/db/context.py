@@ -217,14 +217,18 @@ def load_context(
     ).all()
     edits = live_edits(connection, sid, first_kept, as_of)
     summary = None
-    if boundary_row is not None and boundary_row.strategy != CLEAR:
+    boundary = None
+    if boundary_row is not None:
         boundary = BoundaryInfo(
             boundary_row.id,
             boundary_row.first_kept_seq,
             boundary_row.summary_text,
             SummaryState.model_validate_json(boundary_row.summary_state),
         )
-        summary = StoredSummary(boundary, boundary_row.summary_message, boundary_row.summary_tokens)
+        if boundary_row.strategy != CLEAR:  # a clear boundary has no summary message
+            summary = StoredSummary(
+                boundary, boundary_row.summary_message, boundary_row.summary_tokens
+            )
     head, kept = assemble(fmt, [LoggedMessage._make(row) for row in rows], edits, summary)
     return ActiveContext(
         session_id=sid,
@@ -233,7 +237,7 @@ def load_context(
         count_tokens=count_tokens,
         head=head,
         kept=kept,
-        boundary=None if summary is None else summary.boundary,
+        boundary=boundary,
         last_seq=last_seq,
         usage_offset=session.usage_offset if as_of is None else as_of.usage_offset,
         token_factor=session.token_factor if as_of is None else as_of.token_factor,
