@@ -450,10 +450,22 @@ class AsyncSession:
     # -- rollback and replay ------------------------------------------------------------
 
     async def rollback(
-        self, boundary_id: int | None = None, *, now: float | None = None
+        self,
+        boundary_id: int | None = None,
+        *,
+        compaction_id: int | None = None,
+        now: float | None = None,
     ) -> list[CompactBoundary]:
         """See :meth:`Session.rollback`."""
-        return await _run(self._session.rollback, boundary_id, now=now)
+        return await _run(self._session.rollback, boundary_id, compaction_id=compaction_id, now=now)
+
+    async def clear(self, *, now: float | None = None) -> int:
+        """See :meth:`Session.clear`."""
+        return await _run(self._session.clear, now=now)
+
+    async def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
+        """See :meth:`Session.pop`."""
+        return await _run(self._session.pop, now=now)
 
     async def rollback_plan(self, boundary_id: int | None = None) -> list[CompactBoundary]:
         """See :meth:`Session.rollback_plan`."""
