@@ -367,27 +367,8 @@ def roll_back(
     connection: Connection, session_id: str, boundary_id: int, compaction_id: int, now: float
 ) -> None:
     """Mark a boundary, its compaction and everything recorded after them as rolled back."""
-    latest = connection.execute(
-        select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
-    ).scalar_one()
-    connection.execute(
-        update(compactions)
-        .where(
-            compactions.c.session_id == session_id,
-            compactions.c.id >= compaction_id,
-            compactions.c.rolled_back_at.is_(None),
-        )
-        .values(rolled_back_at=now, rolled_back_after=latest)
-    )
-    connection.execute(
-        update(compact_boundaries)
-        .where(
-            compact_boundaries.c.session_id == session_id,
-            compact_boundaries.c.id >= boundary_id,
-            compact_boundaries.c.rolled_back_at.is_(None),
-        )
-        .values(rolled_back_at=now)
-    )
+    _roll_back_compactions(connection, session_id, compaction_id, now)
+    _roll_back_boundaries(connection, session_id, boundary_id, now)
 
 
 def roll_back_from(
@@ -411,6 +392,16 @@ def roll_back_from(
         for row in boundary_rows(connection, session_id, include_rolled_back=False)
         if boundary_ids and row.id >= min(boundary_ids)
     ]
+    _roll_back_compactions(connection, session_id, compaction_id, now)
+    if live:
+        _roll_back_boundaries(connection, session_id, live[0].id, now)
+    return live
+
+
+def _roll_back_compactions(
+    connection: Connection, session_id: str, compaction_id: int, now: float
+) -> None:
+    """Compaction ``compaction_id`` and every live one after it, noting the newest id then."""
     latest = connection.execute(
         select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
     ).scalar_one()
@@ -423,17 +414,21 @@ def roll_back_from(
         )
         .values(rolled_back_at=now, rolled_back_after=latest)
     )
-    if live:
-        connection.execute(
-            update(compact_boundaries)
-            .where(
-                compact_boundaries.c.session_id == session_id,
-                compact_boundaries.c.id >= live[0].id,
-                compact_boundaries.c.rolled_back_at.is_(None),
-            )
-            .values(rolled_back_at=now)
+
+
+def _roll_back_boundaries(
+    connection: Connection, session_id: str, boundary_id: int, now: float
+) -> None:
+    """Boundary ``boundary_id`` and every live one after it."""
+    connection.execute(
+        update(compact_boundaries)
+        .where(
+            compact_boundaries.c.session_id == session_id,
+            compact_boundaries.c.id >= boundary_id,
+            compact_boundaries.c.rolled_back_at.is_(None),
         )
-    return live
+        .values(rolled_back_at=now)
+    )
 
 
 def get_compaction(
