@@ -38,10 +38,12 @@ class Gate:
 
     def __init__(self) -> None:
         self.open = threading.Event()
+        self.entered = threading.Event()
         self.calls = 0
 
     def __call__(self, messages: list[Any], previous: str | None, instructions: Any) -> str:
         self.calls += 1
+        self.entered.set()
         self.open.wait(5)
         return f"background summary of {len(messages)} messages"
 
@@ -92,6 +94,7 @@ def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
             # Returned while the summary is still held at the gate: it did not wait.
             assert result.background == "running" and not gate.open.is_set()
         assert sess.token_usage() > CONFIG.auto_compact_threshold * WINDOW
+        assert gate.entered.wait(5), "the worker called the summarizer"
         assert gate.calls == 1
         gate.open.set()
         wait_for_jobs(store)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from compactstore import CompactStore, CompactStrategy
 from compactstore.db.schema import compaction_leases
@@ -124,3 +124,27 @@ def test_a_crashed_owner_lease_expires_and_the_next_process_compacts(db_url: str
 
         assert result.effective and result.summary_text == "an LLM summary"
         assert [c.id for c in store.session("s").compactions()] == [result.id]
+
+
+def test_a_rule_based_cut_takes_no_lease_so_a_killed_process_leaves_none(db_url: str) -> None:
+    """Without a summarizer a cut takes milliseconds: it takes no lease (the commit's version
+    check settles a race), so a process killed mid-cut cannot make the next caller wait."""
+    with opened(db_url) as store:
+        fill(store, 0.97, timeout=30)
+        statements: list[str] = []
+
+        def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(statement)
+
+        event.listen(store.engine, "before_cursor_execute", seen)
+        try:
+            result = store.session("s").process_request(now=T0 + 2_000)
+        finally:
+            event.remove(store.engine, "before_cursor_execute", seen)
+
+        assert result.effective and result.strategy == CompactStrategy.FULL
+        assert any("compaction_leases" in s for s in statements), "it looked for a lease"
+        assert not any(
+            "compaction_leases" in s and s.lstrip().upper().startswith(("INSERT", "UPDATE"))
+            for s in statements
+        ), "a rule-based cut wrote a lease"

@@ -127,7 +127,7 @@ class Request:
     started_by: int | None = None  # a background compaction: the starting call's row
 
     def may_cut(self, snapshot: Snapshot) -> bool:
-        """Whether deciding this call on the snapshot may cut (and so needs the lease)."""
+        """Whether deciding this call on the snapshot may cut (and so may need the lease)."""
         if self.call != "process":
             return True
         return bool(self.options.get("enable_auto_compact", True)) and (
@@ -271,14 +271,13 @@ def summary_call(
 ) -> SummaryCall | None:
     """The summary service of a call on this snapshot; None when no summarizer is set for
     the store or the session (the rule-based summary, no fallback)."""
-    recorded = snapshot.session.summarizer
-    if plugins.summarizer is None and recorded is None:
+    if not summarizes(snapshot, plugins):
         return None
     config = snapshot.context.config
     return SummaryCall(
         summarizer=plugins.summarizer,
         name=plugins.summarizer_name,
-        recorded=recorded,
+        recorded=snapshot.session.summarizer,
         executor=executor,
         timeout=config.summarizer_timeout_seconds,
         calls_left=config.summarizer_max_calls_per_hour - snapshot.summarizer_calls,
@@ -286,6 +285,13 @@ def summary_call(
         memo=memo,
         loop=plugins.loop,
     )
+
+
+def summarizes(snapshot: Snapshot, plugins: Plugins) -> bool:
+    """Whether a summarizer is set for the store or the session: a cut then calls it, and
+    so takes the lease first. A rule-based cut takes milliseconds and needs no lease: two
+    callers racing are settled by the commit's version check."""
+    return plugins.summarizer is not None or snapshot.session.summarizer is not None
 
 
 def decide(snapshot: Snapshot, request: Request, service: SummaryCall | None) -> Outcome | None:
@@ -551,16 +557,24 @@ def compaction_steps(
                 return superseded_result(stale, request.now), None
             assert current is not None
             if not held and not cheap_only and background is None and current.may_cut(snapshot):
-                take_over = request.call == "reactive"
-                acquired, unchanged = yield Write(
-                    partial(
-                        _take_lease,
-                        target=target,
-                        snapshot=snapshot,
-                        owner=owner,
-                        take_over=take_over,
+                # A cut that calls a summarizer takes the lease. A rule-based one takes none
+                # (milliseconds; a race is settled by the commit's version check), so a
+                # killed process leaves none behind, but it defers to another caller's
+                # summary in flight, and reactive recovery takes that one over.
+                in_flight = snapshot.lease is not None and snapshot.lease.live
+                leased = summarizes(snapshot, plugins) or (request.call == "reactive" and in_flight)
+                if leased:
+                    acquired, unchanged = yield Write(
+                        partial(
+                            _take_lease,
+                            target=target,
+                            snapshot=snapshot,
+                            owner=owner,
+                            take_over=request.call == "reactive",
+                        )
                     )
-                )
+                else:
+                    acquired, unchanged = not in_flight, True
                 if not acquired and snapshot.blocking:
                     timeout = snapshot.context.config.summarizer_timeout_seconds
                     if (yield from _wait_for_lease(target, timeout)):
@@ -574,9 +588,9 @@ def compaction_steps(
                             take_over=True,
                         )
                     )
-                    rule_based = True
+                    rule_based = leased = True
                 if acquired:
-                    held = True
+                    held = leased
                     if not unchanged:
                         continue  # another compaction landed before the lease: see it
                 else:
