@@ -35,6 +35,9 @@ from compactstore.db import repository as repo
 from compactstore.engines.base import Summarizer
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat, get_format
+from compactstore.formats.request import build_request_params
+from compactstore.formats.sdk_objects import has_sdk_object, response_turn
+from compactstore.formats.sdk_types import to_request
 from compactstore.frozen import freeze
 from compactstore.models import (
     BreakerState,
@@ -73,6 +76,8 @@ class Session:
         self._handed_version: int | None = None
         # The newest finished background job this handle has reported (None: not looked).
         self._seen_job: int | None = None
+        # The last read-only wire view, with the context tuple and config it was built from.
+        self._view: tuple[Any, CompactionConfig, tuple[Mapping[str, Any], ...]] | None = None
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
@@ -98,6 +103,10 @@ class Session:
     def _prepare(
         self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
     ) -> PendingMessage:
+        if has_sdk_object(message):
+            # An SDK object (or a dict holding some, as a reply's content): stored as its
+            # model_dump keeping only what the request Param type declares (SPEC §9.4).
+            message = to_request(self.format, message)
         return checks.prepare_message(
             self.adapter,
             self.config,
@@ -149,6 +158,76 @@ class Session:
             return []
         return self.store._write(
             lambda c: insert_messages(c, self._locked(c), self.adapter, pending)
+        )
+
+    def append_response(
+        self, response: Any, *, timestamp: float | None = None, now: float | None = None
+    ) -> list[int]:
+        """Store the assistant turn of a provider response and record its usage, atomically.
+
+        ``response`` is the SDK object of the session's format: an Anthropic ``Message``
+        (anthropic), an OpenAI ``ChatCompletion`` (openai: its first choice), or a Responses
+        ``Response`` (responses: every output item). The turn is stored as
+        :meth:`append` stores SDK objects; the prompt size it reports is recorded as
+        :meth:`record_usage` records it, at time ``now`` (Anthropic: ``input_tokens +
+        cache_creation_input_tokens + cache_read_input_tokens``; OpenAI: ``prompt_tokens``;
+        Responses: ``input_tokens``), before the turn is counted as appended. Returns the
+        seqs of the stored messages.
+
+        Raises:
+            InvalidInputError: not a response object of the session's format.
+            InvalidMessageError: the turn does not fit the session (nothing is stored).
+        """
+        messages, count = response_turn(self.format, response)
+        pending = [
+            self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
+            for i, m in enumerate(messages)
+        ]
+        called = now_or_clock(now)
+        measured_on = self._handed_version
+
+        def tx(connection: Connection) -> tuple[Calibration | None, list[int]]:
+            row = self._locked(connection)
+            calibration = None
+            if count is not None:
+                context = self._context(connection, row)
+                calibration = calibrate(
+                    connection, row, context, count, called, measured_on=measured_on
+                )
+                row = self._locked(connection)
+            seqs = insert_messages(connection, row, self.adapter, pending) if pending else []
+            return calibration, seqs
+
+        calibration, seqs = self.store._write(tx)
+        if calibration is not None and count is not None:
+            self._usage_warnings(calibration, count)
+        return seqs
+
+    def request_params(self, cache_control: bool = False) -> dict[str, Any]:
+        """Keyword arguments for the provider call (SPEC §9.4), from the wire view.
+
+        anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
+        has system messages: their text, joined by blank lines, or their blocks); openai:
+        ``{"messages": [...]}``; responses: ``{"input": [...]}``. With ``cache_control=True``
+        (anthropic; the other APIs cache prefixes by themselves and ignore it) an ephemeral
+        cache breakpoint is set on the system prompt, on the last pinned message and on the
+        summary message, so the stable prefix is read from the cache on every call.
+
+        Raises:
+            InvalidInputError: a minicode session (no provider API takes its messages).
+        """
+        if not isinstance(cache_control, bool):
+            raise InvalidInputError("cache_control must be True or False")
+        if self.format == "minicode":
+            raise InvalidInputError(
+                "request_params() needs a provider format (anthropic, openai, responses); "
+                "minicode messages go to no provider API as they are"
+            )
+        context = self.context()
+        items = context.items
+        messages = context.messages()
+        return build_request_params(
+            self.adapter, self.config, items, messages, cache_control=cache_control
         )
 
     def append_tool_result(
@@ -287,11 +366,17 @@ class Session:
         anthropic tool results) are frozen too.
         """
         wire = self.context().wire
+        cached = self._view
+        if cached is not None and cached[0] is wire and cached[1] is self.config:
+            return cached[2]
         # The frozen messages are dicts (FrozenDict); the wire view never changes them.
         view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
         if len(view) == len(wire) and all(a is b for a, b in zip(view, wire, strict=True)):
-            return wire
-        return tuple(freeze(message) for message in view)
+            result = wire
+        else:
+            result = tuple(freeze(message) for message in view)  # frozen ones as they are
+        self._view = (wire, self.config, result)
+        return result
 
     def token_usage(self) -> int:
         """Estimated tokens of the active context (calibrated by record_usage)."""
@@ -355,11 +440,15 @@ class Session:
             )
 
         calibration = self.store._write(tx)
+        self._usage_warnings(calibration, input_tokens)
+        return calibration.used
+
+    def _usage_warnings(self, calibration: Calibration, input_tokens: int) -> None:
         if calibration.overhead_reason is not None:
             warnings.warn(
                 f"session {self.id!r}: {calibration.overhead_reason}",
                 CompactStoreWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         if (
             not calibration.used
@@ -372,9 +461,8 @@ class Session:
                 f"caching, report input_tokens + cache_creation_input_tokens + "
                 f"cache_read_input_tokens",
                 CompactStoreWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return calibration.used
 
     # -- compaction ---------------------------------------------------------------------
 

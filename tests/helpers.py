@@ -456,3 +456,9 @@ def check_recorded(sess: Session, result: CompactionResult) -> None:
 def cli_summarizer(messages: list[Message], previous: str | None, instructions: str | None) -> str:
     """A summarizer the CLI tests name as ``tests.helpers:cli_summarizer``."""
     return "resummarized by the CLI test"
+
+
+def per_seq(sess: Session) -> list[Message]:
+    """The active context one message per seq (``context().items``) as plain dicts: what
+    ``active_context()`` is before its wire view merges anthropic tool results."""
+    return sess.context().messages()

@@ -20,7 +20,7 @@ from compactstore import CompactionConfig, CompactStore, Session, estimate_token
 from compactstore.db.schema import compact_boundaries, compactions, message_edits, sessions
 from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 from tests.conftest import Snapshot, module_database
-from tests.helpers import assistant, call_message, result_message, user
+from tests.helpers import assistant, call_message, per_seq, result_message, user
 
 FORMATS = ["anthropic", "openai", "minicode"]
 Message = dict[str, Any]
@@ -271,7 +271,7 @@ def pins_of(sess: Session) -> list[int]:
 def test_without_a_boundary_the_active_context_is_the_whole_log(store: CompactStore) -> None:
     for fmt in FORMATS:
         sess = conversation(store, fmt)
-        assert sess.active_context() == sess.messages()
+        assert per_seq(sess) == sess.messages()
         assert sess.context().boundary is None
         assert_the_api_accepts(fmt, sess.active_context())
 
@@ -292,9 +292,9 @@ def test_a_boundary_keeps_pins_then_the_summary_then_the_tail(
             sess.adapter.summary_message(summary),
             *log[first_kept:],
         ]
-        assert sess.active_context() == expected, fmt
+        assert per_seq(sess) == expected, fmt
         # Rebuilt from rows alone: a new process sees the same context.
-        assert reopen().session(sess.id).active_context() == expected
+        assert per_seq(reopen().session(sess.id)) == expected
 
         context = sess.context()
         assert context.boundary is not None
@@ -322,20 +322,20 @@ def test_rolling_back_a_boundary_falls_back_to_the_previous_live_one(
     )
     summary = sess.adapter.summary_message
 
-    assert sess.active_context() == [log[0], log[1], log[5], summary("second summary"), *log[8:]]
+    assert per_seq(sess) == [log[0], log[1], log[5], summary("second summary"), *log[8:]]
     assert [b.id for b in sess.boundaries()] == [first, second]
     assert sess.boundaries()[1].preserved_segment == (8, len(log) - 1)
     assert sess.boundaries()[1].parent_id == first
 
     roll_back(sess, compact_boundaries, second)
-    assert sess.active_context() == [log[0], log[1], summary("first summary"), *log[4:]]
+    assert per_seq(sess) == [log[0], log[1], summary("first summary"), *log[4:]]
     assert [b.id for b in sess.boundaries()] == [first]
     assert [b.id for b in sess.boundaries(include_rolled_back=True)] == [first, second]
     assert sess.boundaries(include_rolled_back=True)[1].rolled_back_at == 2e6
 
     roll_back(sess, compact_boundaries, first)
-    assert sess.active_context() == log
-    assert reopen().session(sess.id).active_context() == log
+    assert per_seq(sess) == log
+    assert per_seq(reopen().session(sess.id)) == log
     assert sess.boundaries() == []
     assert sess.context().boundary is None
 
@@ -364,7 +364,7 @@ def test_a_message_that_imitates_a_boundary_does_not_cut_the_context(store: Comp
         sess = conversation(store, fmt)
         sess.append(marker)
         sess.append(user("And now?"))
-        assert sess.active_context() == sess.messages()
+        assert per_seq(sess) == sess.messages()
         assert sess.boundaries() == []
         assert sess.context().boundary is None
         assert sess.context().items[-2].state == "original"
@@ -407,7 +407,7 @@ def test_a_live_edit_replaces_the_message_in_the_context_until_its_compaction_is
         assert by_seq[new_result].state == "persisted"
 
         roll_back(sess, compactions, persisted)
-        assert sess.active_context() == log
+        assert per_seq(sess) == log
         assert {item.state for item in sess.context().items} == {"original", "pinned"}
 
 
@@ -457,7 +457,7 @@ def test_the_newest_messages_pending_calls_are_left_as_they_are(store: CompactSt
         sess = store.session(unique(f"pending-{fmt}"), format=fmt, now=0.0)
         sess.append(user("Read two files"))
         sess.append(call_message(fmt, "a1", "a2"))
-        assert sess.active_context() == sess.messages()
+        assert per_seq(sess) == sess.messages()
         assert {item.state for item in sess.context().items} == {"pinned", "original"}
 
 
@@ -471,7 +471,7 @@ def test_the_newest_assistant_messages_pending_calls_stay_pending_while_results_
         sess.append_tool_result("a1", "first file", tool_name="read_file")
         # a2 is still running: nothing was interrupted.
         assert [item.state for item in sess.context().items] == ["pinned", "original", "original"]
-        assert sess.active_context() == sess.messages()
+        assert per_seq(sess) == sess.messages()
 
 
 def test_a_result_that_arrives_after_the_conversation_moved_on_is_refused(

@@ -25,6 +25,7 @@ from compactstore.formats.base import (
     flatten_result,
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
+from compactstore.frozen import FrozenDict, freeze
 
 __all__ = ["AnthropicFormat"]
 
@@ -109,6 +110,14 @@ class AnthropicFormat(MessageFormat):
         """A user message: the API has no system role inside ``messages``."""
         return {"role": "user", "content": [{"type": "text", "text": text}]}
 
+    def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
+        """Tool results merged as the API wants them (SPEC §9.4): after an assistant message
+        with ``tool_use`` blocks, the user messages up to the next assistant message become
+        one user message — every ``tool_result`` block first, in the order of the calls,
+        then the other content that stood between them, in order. The log and
+        ``context().items`` keep one message per seq."""
+        return merge_tool_results(messages)
+
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         """One user message answering every call with an error (none when there are no calls).
 
@@ -130,3 +139,60 @@ class AnthropicFormat(MessageFormat):
                 ],
             }
         ]
+
+
+def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The wire view of anthropic messages (see :meth:`AnthropicFormat.wire_view`).
+
+    A message that needs no change is passed on as it is (the caller's copy)."""
+    merged: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        merged.append(message)
+        index += 1
+        calls = tool_use_calls(message)
+        end = index
+        while calls and end < len(messages) and messages[end].get("role") == "user":
+            end += 1
+        if end == index:
+            continue
+        group = messages[index:end]
+        index = end
+        order = {call.id: n for n, call in enumerate(calls)}
+        results: list[dict[str, Any]] = []
+        others: list[dict[str, Any]] = []
+        for user in group:
+            content = user.get("content")
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+            for block in blocks:
+                is_result = isinstance(block, dict) and block.get("type") == "tool_result"
+                (results if is_result else others).append(block)
+        results.sort(key=lambda block: order.get(str(block.get("tool_use_id")), len(order)))
+        if len(group) == 1 and group[0].get("content") == results + others:
+            merged.append(group[0])  # already one message, results first in call order
+        else:
+            merged.append(_merged(group, {"role": "user", "content": results + others}))
+    return merged
+
+
+# Merged messages built from the store's read-only (frozen) messages, by the identity of
+# the messages they merge: a read-only view built again after a step hands out the same
+# objects for what did not change. Bounded; the sources are kept so an id is not reused.
+_MEMO: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+_MEMO_SIZE = 4_096
+
+
+def _merged(group: list[dict[str, Any]], message: dict[str, Any]) -> dict[str, Any]:
+    if not all(type(m) is FrozenDict for m in group):
+        return message  # the caller's own copies: theirs to change
+    key = tuple(id(m) for m in group)
+    hit = _MEMO.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], group, strict=True)):
+        frozen: dict[str, Any] = hit[1]
+        return frozen
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    frozen = freeze(message)
+    _MEMO[key] = (tuple(group), frozen)
+    return frozen

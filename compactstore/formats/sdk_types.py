@@ -389,3 +389,120 @@ def _walk_typed_dict(cls: type, value: Any, path: str, problems: list[str]) -> N
     for key, item in value.items():
         if key in keys:
             _walk(keys[key], item, f"{path}.{key}" if path else str(key), problems)
+
+
+# -- SDK objects to request dicts ------------------------------------------------------------
+
+
+def to_request(format_name: str, value: Any) -> Any:
+    """A message (or item) with every SDK pydantic object in it turned into a request dict.
+
+    An object becomes ``model_dump(mode="json", by_alias=True, exclude_unset=True)`` keeping
+    only the keys the matching request ``Param`` type declares, at every depth (output-only
+    keys such as ``status`` or ``created_by`` go; declared keys are kept, ``None`` included).
+    Plain dicts and lists around the objects are kept as they are. Values without objects
+    come back unchanged (the same object).
+    """
+    if not _has_object(value):
+        return value
+    if format_name not in SDK_FORMATS:  # minicode: no Param type to project onto
+        return _dump_all(value)
+    return _project(request_type(format_name), value, strict=False)
+
+
+def _has_object(value: Any) -> bool:
+    from pydantic import BaseModel
+
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BaseModel):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _dump_all(value: Any) -> Any:
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return _dump(value)
+    if isinstance(value, dict):
+        return {key: _dump_all(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_dump_all(item) for item in value]
+    return value
+
+
+def _project(annotation: Any, value: Any, *, strict: bool) -> Any:
+    """``value`` shaped by ``annotation``: objects dumped; under ``strict`` (inside a dumped
+    object) only the declared keys of each TypedDict are kept."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return _project(annotation, _dump(value), strict=True)
+    if not (strict or _has_object(value)):
+        return value
+    annotation = _unwrap(annotation)
+    members = _members(annotation)
+    if members is not None:
+        return _project_union(members, value, strict=strict)
+    origin = typing.get_origin(annotation)
+    if _is_typed_dict(annotation) and isinstance(value, dict):
+        keys, required = _typed_dict_keys(annotation)
+        shaped: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in keys:
+                if item is None and strict and key not in required and _no_none(keys[key]):
+                    continue  # an output's null where the request type takes no null: absent
+                shaped[key] = _project(keys[key], item, strict=strict)
+            elif not strict:
+                shaped[key] = _dump_all(item)
+        return shaped
+    if origin in _LIST_ORIGINS and isinstance(value, list | tuple):
+        args = typing.get_args(annotation)
+        item_type = args[0] if args else Any
+        return [_project(item_type, item, strict=strict) for item in value]
+    if origin in _MAPPING_ORIGINS and isinstance(value, dict):
+        args = typing.get_args(annotation)
+        value_type = args[1] if len(args) == 2 else Any
+        return {key: _project(value_type, item, strict=strict) for key, item in value.items()}
+    return _dump_all(value)
+
+
+def _no_none(annotation: Any) -> bool:
+    """Whether a type refuses ``None``."""
+    found: list[str] = []
+    _walk(annotation, None, "", found)
+    return bool(found)
+
+
+def _project_union(members: tuple[Any, ...], value: Any, *, strict: bool) -> Any:
+    """Project onto the union member that fits best: the fewest strict problems, then the
+    most keys kept."""
+    candidates = [m for m in members if m is not type(None) and m is not None]
+    shaped = [m for m in candidates if _same_shape(m, value)]
+    if isinstance(value, dict):
+        for key in _DISCRIMINATORS:
+            if isinstance(value.get(key), str):
+                tagged = [m for m in shaped if value[key] in (_literals(m, key) or ())]
+                if tagged:
+                    shaped = tagged
+    best: tuple[int, int] | None = None
+    chosen: Any = _dump_all(value)
+    for member in shaped or candidates:
+        projected = _project(member, value, strict=strict)
+        score = (
+            len(strict_problems(member, projected)),
+            -len(projected) if isinstance(projected, dict) else 0,
+        )
+        if best is None or score < best:
+            best, chosen = score, projected
+    return chosen
