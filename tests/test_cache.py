@@ -22,7 +22,17 @@ from compactstore import CompactStore, CompactStrategy
 from compactstore.context import ActiveContext, ContextMessage, json_copy
 from compactstore.db import repository as repo
 from compactstore.formats import get_format
-from tests.helpers import FORMATS, T0, Chat, busy_log, every_stage, new_session, plain, words
+from tests.helpers import (
+    FORMATS,
+    T0,
+    Chat,
+    busy_log,
+    every_stage,
+    new_session,
+    per_seq,
+    plain,
+    words,
+)
 
 HOUR = 3_600
 
@@ -111,22 +121,22 @@ def test_changing_the_returned_context_changes_nothing_in_the_store(store: Compa
         chat = new_session(store, fmt, sid=f"mutate-{fmt}")
         tool_log(chat)
         sess = chat.sess
-        expected = sess.active_context()
+        expected = per_seq(sess)
         log = sess.messages()
 
         vandalise(sess.active_context())
         vandalise(sess.messages())
-        assert sess.active_context() == expected, fmt
+        assert per_seq(sess) == expected, fmt
         assert sess.messages() == log, fmt
 
         result = sess.process_request(now=T0 + HOUR)  # persists big results, clears old ones
         assert result.effective
         after = copy.deepcopy(result.messages)
-        assert sess.active_context() == after, fmt
+        assert per_seq(sess) == after, fmt
         vandalise(result.messages)
         vandalise(sess.active_context())
-        assert sess.active_context() == after, fmt
-        assert store.get_session(sess.id).active_context() == after, fmt
+        assert per_seq(sess) == after, fmt
+        assert per_seq(store.get_session(sess.id)) == after, fmt
 
 
 def test_a_summarizer_that_changes_its_messages_does_not_change_the_context(
@@ -201,7 +211,7 @@ def test_the_context_a_compaction_leaves_in_the_cache_is_what_a_new_process_rebu
             assert (cached.version, cached.context_version) == versions(store, sess.id)
             fresh = reopen().get_session(sess.id)
             assert facts(cached.answered) == facts(fresh.context()), (fmt, seen)
-            assert result.messages == fresh.active_context(), (fmt, seen)
+            assert result.messages == per_seq(fresh), (fmt, seen)
             # Appending to the context the compaction left extends it as a fresh load would.
             chat.tool("a result after the compaction")
             assert facts(sess.context()) == facts(fresh.context()), (fmt, seen)
@@ -223,7 +233,7 @@ def test_a_stage_that_acted_but_freed_nothing_leaves_no_context_in_the_cache(
     cached = store._cache.get(sess.id)
     assert cached is None or (cached.version, cached.context_version) != versions(store, sess.id)
     assert facts(sess.context()) == facts(reopen().get_session(sess.id).context())
-    assert result.messages == sess.active_context(), "the result must show the context as stored"
+    assert result.messages == per_seq(sess), "the result must show the context as stored"
 
 
 def derived(context: ActiveContext) -> tuple[Any, ...]:

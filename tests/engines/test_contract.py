@@ -33,6 +33,7 @@ from tests.helpers import (
     new_session,
     opened,
     pair_problems,
+    per_seq,
     plain,
     result_map,
     system,
@@ -169,7 +170,8 @@ def run_stage(store: CompactStore, name: str) -> dict[str, Any]:
         result = stage.run(chat, marks)
 
         assert result is not None
-        context = chat.sess.active_context()
+        context = per_seq(chat.sess)  # one message per seq; the wire view is checked too
+        validate_with_sdk(fmt, chat.sess.active_context())
         # It did what the stage does, and recorded exactly one row saying so.
         assert result.effective, (fmt, result.steps)
         allowed = stage.strategy if isinstance(stage.strategy, tuple) else (stage.strategy,)
