@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
@@ -120,9 +121,15 @@ class Session:
     # -- appending ----------------------------------------------------------------------
 
     def append(
-        self, message: dict[str, Any], timestamp: float | None = None, pinned: bool = False
+        self,
+        message: dict[str, Any] | BaseModel,
+        timestamp: float | None = None,
+        pinned: bool = False,
     ) -> int:
         """Append one message; returns its seq (0-based, per session).
+
+        ``message`` is a dict in the session's format, or an SDK object (or a dict holding
+        some), stored as its request ``Param`` (see the README).
 
         Raises:
             InvalidMessageError: the message does not fit the session's format, its tool
@@ -137,7 +144,7 @@ class Session:
 
     def extend(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[dict[str, Any] | BaseModel],
         timestamps: Sequence[float | None] | None = None,
     ) -> list[int]:
         """Append several messages atomically: all are stored, or none."""

@@ -209,13 +209,14 @@ def test_cache_breakpoints_follow_the_pins_and_the_summary(store: CompactStore) 
 
 
 def test_the_official_client_loop_over_a_mocked_transport(store: CompactStore) -> None:
-    turns = [
+    turns: list[dict[str, Any]] = [
         TOOL_TURN,
         anthropic_message([{"type": "text", "text": "Both read."}], input_tokens=2_600),
     ]
 
     def respond(body: dict[str, Any]) -> dict[str, Any]:
-        return turns[sum(m["role"] == "assistant" for m in body["messages"])]
+        reply: dict[str, Any] = turns[sum(m["role"] == "assistant" for m in body["messages"])]
+        return reply
 
     client, recorder = sdk_client(anthropic, respond)
     sess = _session(store, "anthropic", "loop")
