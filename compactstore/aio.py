@@ -65,6 +65,7 @@ from compactstore.store import (
 from compactstore.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["COMPUTE_THREADS", "AsyncCompactStore", "AsyncSession"]
@@ -327,14 +328,17 @@ class AsyncSession:
     # -- appending ----------------------------------------------------------------------
 
     async def append(
-        self, message: dict[str, Any], timestamp: float | None = None, pinned: bool = False
+        self,
+        message: dict[str, Any] | BaseModel,
+        timestamp: float | None = None,
+        pinned: bool = False,
     ) -> int:
         """See :meth:`Session.append`."""
         return await _run(self._session.append, message, timestamp, pinned)
 
     async def extend(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[dict[str, Any] | BaseModel],
         timestamps: Sequence[float | None] | None = None,
     ) -> list[int]:
         """See :meth:`Session.extend`."""
@@ -404,6 +408,16 @@ class AsyncSession:
     async def record_usage(self, input_tokens: int, *, now: float | None = None) -> bool:
         """See :meth:`Session.record_usage`."""
         return await _run(self._session.record_usage, input_tokens, now=now)
+
+    async def append_response(
+        self, response: Any, *, timestamp: float | None = None, now: float | None = None
+    ) -> list[int]:
+        """See :meth:`Session.append_response`."""
+        return await _run(self._session.append_response, response, timestamp=timestamp, now=now)
+
+    async def request_params(self, cache_control: bool = False) -> dict[str, Any]:
+        """See :meth:`Session.request_params`."""
+        return await _run(self._session.request_params, cache_control)
 
     # -- compaction ---------------------------------------------------------------------
 
