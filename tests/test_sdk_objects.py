@@ -248,6 +248,7 @@ def test_the_official_client_loop_over_a_mocked_transport(store: CompactStore) -
     assert openai  # the other SDK is importable too (the test extra has both)
 
 
+@pytest.mark.slow  # a second process; test_docs runs the same code in-process
 def test_the_readme_loop_is_the_example_verbatim_and_runs(tmp_path: Path) -> None:
     example = (REPO / "examples" / "anthropic_loop.py").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
