@@ -16,15 +16,32 @@ from compactstore import CompactStore
 
 def fake_messages_api(request):  # reads three files, one tool call per turn, then answers
     turn = sum(m["role"] == "assistant" for m in json.loads(request.content)["messages"])
-    read = {"type": "tool_use", "id": f"toolu_{turn}", "name": "read_file",
-            "input": {"path": f"payments/module_{turn}.py"}}
+    read = {
+        "type": "tool_use",
+        "id": f"toolu_{turn}",
+        "name": "read_file",
+        "input": {"path": f"payments/module_{turn}.py"},
+    }
     content = [read] if turn < 3 else [{"type": "text", "text": "Done: errors are typed now."}]
-    usage = {"input_tokens": 3, "output_tokens": 40, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": len(request.content) // 4}
-    return httpx.Response(200, json={
-        "id": f"msg_{turn}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": content, "stop_reason": "tool_use" if turn < 3 else "end_turn",
-        "stop_sequence": None, "usage": usage})
+    usage = {
+        "input_tokens": 3,
+        "output_tokens": 40,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": len(request.content) // 4,
+    }
+    return httpx.Response(
+        200,
+        json={
+            "id": f"msg_{turn}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": content,
+            "stop_reason": "tool_use" if turn < 3 else "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    )
 
 
 def run_tool(name, tool_input):
