@@ -2,104 +2,49 @@
 
 Each method checks its arguments (:mod:`compactstore.core.checks`), opens one transaction
 through its store and lets :mod:`compactstore.core` do the work: append under the pairing
-and pin rules, compact as plan -> decide -> commit, roll back, replay.
+and pin rules, compact as plan -> decide -> commit. Reading, history (rollback, replay) and
+memory (with recall) are in the classes it inherits: :mod:`compactstore.session_base`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
-from compactstore.context import ActiveContext
-from compactstore.core import background, checks, compaction, edits, replay
-from compactstore.core import recall as recalling
+from compactstore.core import background, checks, compaction
 from compactstore.core.appending import (
     dedup_candidate,
     insert_messages,
     store_tool_result,
     tool_result_message,
 )
-from compactstore.core.cache import read_context
 from compactstore.core.checks import PendingMessage, now_or_clock
-from compactstore.core.recording import boundary_model, compaction_model, unrecorded_result
-from compactstore.core.sessions import require
-from compactstore.core.summarizing import SummaryCall, summarizer_name
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
-from compactstore.engines.base import Summarizer
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
-from compactstore.formats import MessageFormat, get_format
-from compactstore.formats.request import build_request_params
 from compactstore.formats.sdk_objects import has_sdk_object, response_turn
 from compactstore.formats.sdk_types import to_request
-from compactstore.frozen import freeze
 from compactstore.models import (
-    BreakerState,
-    CompactBoundary,
-    CompactionConfig,
     CompactionResult,
     CompactTrigger,
-    MemoryEntry,
 )
-from compactstore.recall import parse_arguments, tool_definition
+from compactstore.session_history import SessionHistory
+from compactstore.session_memory import SessionMemory
+from compactstore.session_reading import SessionReading
 
 if TYPE_CHECKING:
-    from compactstore.store import CompactStore
+    pass
 
 __all__ = ["Session"]
 
 
-class Session:
+class Session(SessionReading, SessionHistory, SessionMemory):
     """One agent conversation: its log, its active context and its compactions."""
-
-    def __init__(
-        self, store: CompactStore, row: repo.SessionRow, summarizer: Summarizer | None = None
-    ) -> None:
-        self.store = store
-        # This handle's summarizer (store.session(..., summarizer=)); the store's otherwise.
-        self._summarizer = summarizer
-        self.id = row.id
-        self.format = row.format
-        self.context_window = row.context_window
-        self.config = row.config
-        self.created_at = row.created_at
-        # The format's adapter: how this session's messages spell calls and results.
-        self.adapter: MessageFormat = get_format(row.format)
-        # The context version this handle last handed out (context(), active_context()): a
-        # real count measured on an older one is not used for calibration (SPEC §9.1).
-        self._handed_version: int | None = None
-        # The newest finished background job this handle has reported (None: not looked).
-        self._seen_job: int | None = None
-        # The last read-only wire view, with the context tuple and config it was built from.
-        self._view: tuple[Any, CompactionConfig, tuple[Mapping[str, Any], ...]] | None = None
-
-    def __repr__(self) -> str:
-        return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
-
-    def _locked(self, connection: Connection) -> repo.SessionRow:
-        row = require(connection, self.id, self.store.location, lock=True)
-        # Another handle may have changed the config: this one follows the stored one.
-        self.config = row.config
-        return row
-
-    def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
-        store = self.store
-        return read_context(
-            connection,
-            store._cache,
-            self.id,
-            self.adapter,
-            store.token_counter,
-            location=store.location,
-            row=row,
-        )
 
     def _prepare(
         self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
@@ -210,33 +155,6 @@ class Session:
             self._usage_warnings(calibration, count)
         return seqs
 
-    def request_params(self, cache_control: bool = False) -> dict[str, Any]:
-        """Keyword arguments for the provider call (SPEC §9.4), from the wire view.
-
-        anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
-        has system messages: their text, joined by blank lines, or their blocks); openai:
-        ``{"messages": [...]}``; responses: ``{"input": [...]}``. With ``cache_control=True``
-        (anthropic; the other APIs cache prefixes by themselves and ignore it) an ephemeral
-        cache breakpoint is set on the system prompt, on the last pinned message and on the
-        summary message, so the stable prefix is read from the cache on every call.
-
-        Raises:
-            InvalidInputError: a minicode session (no provider API takes its messages).
-        """
-        if not isinstance(cache_control, bool):
-            raise InvalidInputError("cache_control must be True or False")
-        if self.format == "minicode":
-            raise InvalidInputError(
-                "request_params() needs a provider format (anthropic, openai, responses); "
-                "minicode messages go to no provider API as they are"
-            )
-        context = self.context()
-        items = context.items
-        messages = context.messages()
-        return build_request_params(
-            self.adapter, self.config, items, messages, cache_control=cache_control
-        )
-
     def append_tool_result(
         self,
         tool_use_id: str,
@@ -323,99 +241,7 @@ class Session:
 
         return self.store._write(tx)
 
-    # -- reading ------------------------------------------------------------------------
-
-    def context(self) -> ActiveContext:
-        """The active context with per-message detail (seq, tokens, state).
-
-        This is the store's own cached object, shared by later calls; its messages are
-        read-only. ``active_context()`` returns copies that are the caller's to change.
-        """
-        return self._current(hand_out=True)
-
-    def _current(self, *, hand_out: bool) -> ActiveContext:
-        """The active context; ``hand_out``: the agent will send it, so a real count
-        reported next is measured on its version."""
-        store = self.store
-
-        def read(connection: Connection) -> ActiveContext:
-            context = self._context(connection)
-            entry = store._cache.get(self.id)
-            if hand_out and entry is not None and entry.answered is context:
-                self._handed_version = entry.context_version
-            return context
-
-        return store._read(read)
-
-    def active_context(self) -> list[dict[str, Any]]:
-        """What to send to the model, in the session's format: the wire view (fresh plain
-        dicts and lists the caller may change: add ``cache_control``, hand them to an SDK).
-
-        The wire view (SPEC §9.4, see the README): for anthropic, the tool results answering
-        one assistant message are merged into the single user message after it; for
-        responses without stored responses, reasoning items without ``encrypted_content``
-        are left out. ``context().items`` keeps one item per seq.
-        """
-        return self.adapter.wire_view(self.context().messages(), self.config)
-
-    def context_view(self) -> tuple[Mapping[str, Any], ...]:
-        """The messages ``active_context()`` returns, read-only and shared: no copy is made.
-
-        The cheap read for callers that only send or serialise the context (a provider
-        call, ``request_params()``, an integration keeping its own list). The tuple and every
-        dict and list inside it are the store's cached objects, the same for every caller
-        until the context changes: ``dict`` and ``list`` subclasses
-        (:class:`compactstore.frozen.FrozenDict`, ``FrozenList``) that serialise and compare
-        like plain JSON values and raise ``TypeError`` on any change. Copy a message
-        (``copy.deepcopy(message)``) before changing it, or use ``active_context()``. A
-        step that only appended costs what is new, not the size of the context. It is the
-        same wire view as ``active_context()``; messages the wire view builds (merged
-        anthropic tool results) are frozen too.
-        """
-        wire = self.context().wire
-        cached = self._view
-        if cached is not None and cached[0] is wire and cached[1] is self.config:
-            return cached[2]
-        # The frozen messages are dicts (FrozenDict); the wire view never changes them.
-        view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
-        if len(view) == len(wire) and all(a is b for a, b in zip(view, wire, strict=True)):
-            result = wire
-        else:
-            result = tuple(freeze(message) for message in view)  # frozen ones as they are
-        self._view = (wire, self.config, result)
-        return result
-
-    def token_usage(self) -> int:
-        """Estimated tokens of the active context (calibrated by record_usage)."""
-        return self._current(hand_out=False).usage
-
-    def message_count(self) -> int:
-        """How many messages the log holds (one count; :meth:`messages` reads them all)."""
-        return self.store._read(lambda c: repo.message_count(c, self.id))
-
-    def messages(self) -> list[dict[str, Any]]:
-        """The whole log, verbatim, including what compaction removed from the context."""
-        return self.store._read(
-            lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
-        )
-
-    def iter_messages(self, *, page: int = 100) -> Iterator[dict[str, Any]]:
-        """The whole log as :meth:`messages` gives it, read ``page`` messages at a time so a
-        long log is never in memory at once: the log as it stood when iteration began
-        (messages appended meanwhile are left out; the log is append-only)."""
-        last = self.store._read(lambda c: repo.last_message(c, self.id))
-        after, end = -1, (-1 if last is None else last.seq)
-        while after < end:
-            rows = self.store._read(
-                functools.partial(
-                    repo.log_page, session_id=self.id, after_seq=after, up_to_seq=end, limit=page
-                )
-            )
-            if not rows:
-                return  # the session was deleted meanwhile
-            for seq, payload in rows:
-                after = seq
-                yield json.loads(payload)
+    # -- usage --------------------------------------------------------------------------
 
     def record_usage(self, input_tokens: int, *, now: float | None = None) -> bool:
         """Report the real prompt size the API counted for the current active context.
@@ -627,235 +453,7 @@ class Session:
             store._notify(result)
         return result
 
-    def _plugins(self) -> compaction.Plugins:
-        """The store's plug-ins, with this handle's own summarizer when it was given one."""
-        plugins = self.store.plugins
-        if self._summarizer is None:
-            return plugins
-        return replace(
-            plugins, summarizer=self._summarizer, summarizer_name=summarizer_name(self._summarizer)
-        )
-
-    # -- rollback and replay ------------------------------------------------------------
-
-    def rollback(
-        self,
-        boundary_id: int | None = None,
-        *,
-        compaction_id: int | None = None,
-        now: float | None = None,
-    ) -> list[CompactBoundary]:
-        """Undo the latest live boundary, or the given one and every compaction after it;
-        with ``compaction_id``, compaction N (any strategy: ``clear`` and ``pop`` included)
-        and every compaction recorded after it, boundaries included.
-
-        Rows are marked rolled back, never deleted. Afterwards active_context() is exactly
-        what it was before that compaction plus whatever was appended since. Returns the
-        boundaries rolled back.
-
-        Raises:
-            InvalidInputError: both boundary_id and compaction_id given.
-            NotFoundError: no such boundary or compaction in this session, or nothing to
-                roll back.
-            ConflictError: the boundary or compaction is already rolled back.
-        """
-        if boundary_id is not None:
-            checks.check_id(boundary_id, "boundary", self.id)
-        if compaction_id is not None:
-            if boundary_id is not None:
-                raise InvalidInputError("give boundary_id or compaction_id, not both")
-            checks.check_id(compaction_id, "compaction", self.id)
-        at = now_or_clock(now)
-
-        def tx(connection: Connection) -> list[CompactBoundary]:
-            self._locked(connection)
-            if compaction_id is not None:
-                return replay.rollback_compaction(connection, self.id, compaction_id, at)
-            return replay.rollback(connection, self.id, boundary_id, at)
-
-        return self.store._write(tx)
-
-    def clear(self, *, now: float | None = None) -> int:
-        """Empty the active context (the log keeps everything): a boundary with strategy
-        ``clear`` (trigger manual) after the newest message that keeps nothing — no pinned
-        messages, no summary. Returns the compaction id (``rollback(compaction_id=...)``
-        undoes it)."""
-        at = now_or_clock(now)
-
-        def tx(connection: Connection) -> int:
-            row = self._locked(connection)
-            return edits.clear(connection, self._context(connection, row), at)
-
-        return self.store._write(tx)
-
-    def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
-        """Take the newest message of the context's kept part out of the context and return
-        it as logged (verbatim); None when there is none. A recorded edit (strategy ``pop``,
-        trigger manual) that ``rollback(compaction_id=...)`` undoes; the log keeps it."""
-        at = now_or_clock(now)
-
-        def tx(connection: Connection) -> dict[str, Any] | None:
-            row = self._locked(connection)
-            return edits.pop(connection, self._context(connection, row), at)
-
-        return self.store._write(tx)
-
-    def rollback_plan(self, boundary_id: int | None = None) -> list[CompactBoundary]:
-        """The boundaries ``rollback(boundary_id)`` would undo, oldest first; changes nothing.
-
-        The first is the target (the latest live boundary when boundary_id is None): a caller
-        that asks for confirmation then rolls back exactly that id.
-
-        Raises:
-            NotFoundError, ConflictError: as :meth:`rollback` would.
-        """
-        if boundary_id is not None:
-            checks.check_id(boundary_id, "boundary", self.id)
-
-        def read(connection: Connection) -> list[repo.DbRow]:
-            boundary = replay.live_target(connection, self.id, boundary_id)
-            return replay.undone_by(connection, self.id, boundary)
-
-        return [boundary_model(row) for row in self.store._read(read)]
-
-    def replay(
-        self,
-        boundary_id: int,
-        *,
-        config: CompactionConfig | None = None,
-        apply: bool = False,
-        now: float | None = None,
-        resummarize: bool = False,
-    ) -> CompactionResult:
-        """Run a recorded compaction again on the context as it stood just before it.
-
-        With the recorded config (or ``config``) and the recorded time, the same inputs
-        give a byte-identical boundary and summary: the recorded summary text (rule-based
-        or a summarizer's) is reused whenever the replayed cut removes exactly the recorded
-        seqs; otherwise the summary is rule-based, and with ``resummarize=True`` the
-        summarizer is asked again. ``result.summary.source`` says which (``"recorded"``,
-        ``"rule"`` or ``"summarizer"``). ``apply=True`` records the result as a new
-        compaction: allowed on the latest live boundary (which it replaces) or on a
-        rolled-back one whose parent is the live boundary again. The engines and the
-        summary keep the recorded time; the new rows and the rollback they imply are dated
-        ``now`` (epoch seconds; default: the clock).
-
-        Raises:
-            NotFoundError: no such boundary in this session.
-            ConflictError: the boundary was imported from a transcript (nothing to run
-                again), apply=True where the replayed result cannot take its place, or
-                the session was compacted or rolled back while the replay ran.
-            InvalidInputError: resummarize=True with no summarizer configured.
-        """
-        checks.check_id(boundary_id, "boundary", self.id)
-        checks.check_config(config)
-        at = now_or_clock(now)
-        store = self.store
-        service = None
-        if resummarize:
-            plugins = self._plugins()
-            if plugins.summarizer is None:
-                raise InvalidInputError(
-                    "resummarize=True needs a summarizer: give one to CompactStore.open or "
-                    "store.session"
-                )
-            service = SummaryCall(
-                summarizer=plugins.summarizer,
-                name=plugins.summarizer_name,
-                recorded=None,
-                executor=store._summarizer_executor(),
-                timeout=(config or self.config).summarizer_timeout_seconds,
-                calls_left=1,
-                redactor=plugins.redactor,
-                loop=plugins.loop,
-            )
-
-        def plan(connection: Connection) -> replay.ReplayPlan:
-            row = require(connection, self.id, store.location)
-            return replay.plan_replay(
-                connection,
-                row,
-                self.adapter,
-                store.token_counter,
-                boundary_id,
-                config=config,
-                apply=apply,
-                resummarize=service,
-            )
-
-        # Plan in a read transaction, run the engines (and any summarizer) with none open,
-        # and record in one write transaction that checks nothing moved meanwhile.
-        planned = store._read(plan)
-        outcome = store._compute(functools.partial(replay.decide_replay, planned))
-        if not apply:
-            return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
-
-        def commit(connection: Connection) -> CompactionResult:
-            self._locked(connection)
-            return replay.commit_replay(connection, self.id, planned, outcome, at)
-
-        result = store._write(commit)
-        store._notify(result)
-        return result
-
-    # -- memory, breaker, blobs ---------------------------------------------------------
-
-    def remember(
-        self, kind: str, text: str, *, scope: str = "session", now: float | None = None
-    ) -> int:
-        """Add a memory entry for session-memory compact; returns its id."""
-        checks.check_memory(kind, text, scope)
-        created = now_or_clock(now)
-        tokens = self.store.token_counter(text)
-
-        def tx(connection: Connection) -> int:
-            self._locked(connection)
-            entry_id = repo.insert_memory(
-                connection,
-                self.id,
-                kind=kind,
-                text=text,
-                tokens=tokens,
-                created_at=created,
-                scope=scope,
-            )
-            repo.update_session(connection, self.id)
-            return entry_id
-
-        return self.store._write(tx)
-
-    def memories(self) -> list[MemoryEntry]:
-        """The stored memory entries, oldest first."""
-        return self.store._read(lambda c: repo.memories(c, self.id))
-
-    def breaker(self) -> BreakerState:
-        """The circuit-breaker and reactive-recovery counters."""
-        row = self.store._read(lambda c: repo.get_breaker(c, self.id))
-        return BreakerState(
-            consecutive_failures=row.consecutive_failures,
-            tripped=bool(row.tripped),
-            reactive_attempts=row.reactive_attempts,
-            last_microcompact_at=row.last_microcompact_at,
-            consecutive_fallbacks=row.consecutive_fallbacks,
-        )
-
-    def reset_breaker(self) -> None:
-        """Clear the breaker's failure count, the reactive-attempt counter and the count of
-        consecutive summarizer fallbacks."""
-
-        def tx(connection: Connection) -> None:
-            self._locked(connection)
-            repo.set_breaker(
-                connection,
-                self.id,
-                consecutive_failures=0,
-                tripped=False,
-                reactive_attempts=0,
-                consecutive_fallbacks=0,
-            )
-            repo.update_session(connection, self.id)
-
-        self.store._write(tx)
+    # -- blobs --------------------------------------------------------------------------
 
     def get_blob(self, blob_id: int) -> str:
         """The full content of a persisted tool result, byte-exact.
@@ -874,62 +472,3 @@ class Session:
         if content is None:
             raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
         return content
-
-    # -- recall -------------------------------------------------------------------------
-
-    def recall_tool(self) -> dict[str, Any]:
-        """The ``recall`` tool's definition in the session's format, to offer the model.
-
-        anthropic and minicode: ``{"name", "description", "input_schema"}``; openai: a Chat
-        Completions function tool; responses: a Responses function tool. Calling it turns on
-        the summary's recall line (``recall_enabled`` in the session's stored config).
-        """
-        definition = tool_definition(self.format)
-        if not self.config.recall_enabled:
-            self.config = self.store._write(lambda c: recalling.enable(c, self._locked(c)))
-        return definition
-
-    def recall(self, arguments: dict[str, Any] | str) -> str:
-        """Answer a ``recall`` call: the original of what is not in the context in full.
-
-        ``arguments`` is the call's input (or its JSON text): ``{"from_seq": a, "to_seq": b}``,
-        ``{"query": "..."}``, ``{"blob_id": n}`` or ``{"cursor": "..."}`` from the last line
-        of an answer cut at ``recall_max_tokens``. A read only: append the answer with
-        ``append_tool_result(call_id, answer, tool_name="recall")`` (exempt from the
-        tool-result budget).
-
-        Raises:
-            InvalidInputError: the arguments, naming what is wrong with them.
-            NotFoundError: no blob with that id in this session.
-        """
-        request = parse_arguments(arguments)
-        store = self.store
-        return store._read(
-            lambda c: recalling.recall(
-                c, require(c, self.id, store.location), self.adapter, store.token_counter, request
-            )
-        )
-
-    # -- history ------------------------------------------------------------------------
-
-    def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
-        """The recorded boundaries, oldest first."""
-        rows = self.store._read(
-            lambda c: repo.boundary_rows(c, self.id, include_rolled_back=include_rolled_back)
-        )
-        return [boundary_model(row) for row in rows]
-
-    def compactions(self) -> list[CompactionResult]:
-        """The recorded compactions, oldest first (rolled-back ones included, marked)."""
-
-        def read(connection: Connection) -> list[CompactionResult]:
-            boundaries = {
-                row.id: boundary_model(row)
-                for row in repo.boundary_rows(connection, self.id, include_rolled_back=True)
-            }
-            return [
-                compaction_model(row, boundaries)
-                for row in repo.compaction_rows(connection, self.id)
-            ]
-
-        return self.store._read(read)

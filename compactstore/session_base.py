@@ -1,0 +1,85 @@
+"""What every part of a :class:`~compactstore.session.Session` shares: its store, its
+row's settings, and the helpers its transactions start with.
+
+The session's methods are grouped by what they do: appending, reading and compacting in
+:mod:`compactstore.session`, undoing and re-running compactions in
+:mod:`compactstore.session_history`, memory and recall in :mod:`compactstore.session_memory`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from compactstore.context import ActiveContext
+from compactstore.core import compaction
+from compactstore.core.cache import read_context
+from compactstore.core.sessions import require
+from compactstore.core.summarizing import summarizer_name
+from compactstore.db import repository as repo
+from compactstore.engines.base import Summarizer
+from compactstore.formats import MessageFormat, get_format
+from compactstore.models import CompactionConfig
+
+if TYPE_CHECKING:
+    from compactstore.store import CompactStore
+
+__all__ = ["SessionBase"]
+
+
+class SessionBase:
+    """A session handle: the store it belongs to and its stored settings."""
+
+    def __init__(
+        self, store: CompactStore, row: repo.SessionRow, summarizer: Summarizer | None = None
+    ) -> None:
+        self.store = store
+        # This handle's summarizer (store.session(..., summarizer=)); the store's otherwise.
+        self._summarizer = summarizer
+        self.id = row.id
+        self.format = row.format
+        self.context_window = row.context_window
+        self.config = row.config
+        self.created_at = row.created_at
+        # The format's adapter: how this session's messages spell calls and results.
+        self.adapter: MessageFormat = get_format(row.format)
+        # The context version this handle last handed out (context(), active_context()): a
+        # real count measured on an older one is not used for calibration (SPEC §9.1).
+        self._handed_version: int | None = None
+        # The newest finished background job this handle has reported (None: not looked).
+        self._seen_job: int | None = None
+        # The last read-only wire view, with the context tuple and config it was built from.
+        self._view: tuple[Any, CompactionConfig, tuple[Mapping[str, Any], ...]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
+
+    def _locked(self, connection: Connection) -> repo.SessionRow:
+        row = require(connection, self.id, self.store.location, lock=True)
+        # Another handle may have changed the config: this one follows the stored one.
+        self.config = row.config
+        return row
+
+    def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
+        store = self.store
+        return read_context(
+            connection,
+            store._cache,
+            self.id,
+            self.adapter,
+            store.token_counter,
+            location=store.location,
+            row=row,
+        )
+
+    def _plugins(self) -> compaction.Plugins:
+        """The store's plug-ins, with this handle's own summarizer when it was given one."""
+        plugins = self.store.plugins
+        if self._summarizer is None:
+            return plugins
+        return replace(
+            plugins, summarizer=self._summarizer, summarizer_name=summarizer_name(self._summarizer)
+        )

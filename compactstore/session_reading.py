@@ -1,0 +1,143 @@
+"""Reading a session: its active context (the wire view, copied or shared read-only), the
+provider call's parameters, usage and the log."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+from sqlalchemy import Connection
+
+from compactstore.context import ActiveContext
+from compactstore.db import repository as repo
+from compactstore.errors import InvalidInputError
+from compactstore.formats.request import build_request_params
+from compactstore.frozen import freeze
+from compactstore.session_base import SessionBase
+
+__all__ = ["SessionReading"]
+
+
+class SessionReading(SessionBase):
+    """What the agent reads: the context to send, its size, and the log."""
+
+    def request_params(self, cache_control: bool = False) -> dict[str, Any]:
+        """Keyword arguments for the provider call (SPEC §9.4), from the wire view.
+
+        anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
+        has system messages: their text, joined by blank lines, or their blocks); openai:
+        ``{"messages": [...]}``; responses: ``{"input": [...]}``. With ``cache_control=True``
+        (anthropic; the other APIs cache prefixes by themselves and ignore it) an ephemeral
+        cache breakpoint is set on the system prompt, on the last pinned message and on the
+        summary message, so the stable prefix is read from the cache on every call.
+
+        Raises:
+            InvalidInputError: a minicode session (no provider API takes its messages).
+        """
+        if not isinstance(cache_control, bool):
+            raise InvalidInputError("cache_control must be True or False")
+        if self.format == "minicode":
+            raise InvalidInputError(
+                "request_params() needs a provider format (anthropic, openai, responses); "
+                "minicode messages go to no provider API as they are"
+            )
+        context = self.context()
+        items = context.items
+        messages = context.messages()
+        return build_request_params(
+            self.adapter, self.config, items, messages, cache_control=cache_control
+        )
+
+    def context(self) -> ActiveContext:
+        """The active context with per-message detail (seq, tokens, state).
+
+        This is the store's own cached object, shared by later calls; its messages are
+        read-only. ``active_context()`` returns copies that are the caller's to change.
+        """
+        return self._current(hand_out=True)
+
+    def _current(self, *, hand_out: bool) -> ActiveContext:
+        """The active context; ``hand_out``: the agent will send it, so a real count
+        reported next is measured on its version."""
+        store = self.store
+
+        def read(connection: Connection) -> ActiveContext:
+            context = self._context(connection)
+            entry = store._cache.get(self.id)
+            if hand_out and entry is not None and entry.answered is context:
+                self._handed_version = entry.context_version
+            return context
+
+        return store._read(read)
+
+    def active_context(self) -> list[dict[str, Any]]:
+        """What to send to the model, in the session's format: the wire view (fresh plain
+        dicts and lists the caller may change: add ``cache_control``, hand them to an SDK).
+
+        The wire view (SPEC §9.4, see the README): for anthropic, the tool results answering
+        one assistant message are merged into the single user message after it; for
+        responses without stored responses, reasoning items without ``encrypted_content``
+        are left out. ``context().items`` keeps one item per seq.
+        """
+        return self.adapter.wire_view(self.context().messages(), self.config)
+
+    def context_view(self) -> tuple[Mapping[str, Any], ...]:
+        """The messages ``active_context()`` returns, read-only and shared: no copy is made.
+
+        The cheap read for callers that only send or serialise the context (a provider
+        call, ``request_params()``, an integration keeping its own list). The tuple and every
+        dict and list inside it are the store's cached objects, the same for every caller
+        until the context changes: ``dict`` and ``list`` subclasses
+        (:class:`compactstore.frozen.FrozenDict`, ``FrozenList``) that serialise and compare
+        like plain JSON values and raise ``TypeError`` on any change. Copy a message
+        (``copy.deepcopy(message)``) before changing it, or use ``active_context()``. A
+        step that only appended costs what is new, not the size of the context. It is the
+        same wire view as ``active_context()``; messages the wire view builds (merged
+        anthropic tool results) are frozen too.
+        """
+        wire = self.context().wire
+        cached = self._view
+        if cached is not None and cached[0] is wire and cached[1] is self.config:
+            return cached[2]
+        # The frozen messages are dicts (FrozenDict); the wire view never changes them.
+        view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
+        if len(view) == len(wire) and all(a is b for a, b in zip(view, wire, strict=True)):
+            result = wire
+        else:
+            result = tuple(freeze(message) for message in view)  # frozen ones as they are
+        self._view = (wire, self.config, result)
+        return result
+
+    def token_usage(self) -> int:
+        """Estimated tokens of the active context (calibrated by record_usage)."""
+        return self._current(hand_out=False).usage
+
+    def message_count(self) -> int:
+        """How many messages the log holds (one count; :meth:`messages` reads them all)."""
+        return self.store._read(lambda c: repo.message_count(c, self.id))
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole log, verbatim, including what compaction removed from the context."""
+        return self.store._read(
+            lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
+        )
+
+    def iter_messages(self, *, page: int = 100) -> Iterator[dict[str, Any]]:
+        """The whole log as :meth:`messages` gives it, read ``page`` messages at a time so a
+        long log is never in memory at once: the log as it stood when iteration began
+        (messages appended meanwhile are left out; the log is append-only)."""
+        last = self.store._read(lambda c: repo.last_message(c, self.id))
+        after, end = -1, (-1 if last is None else last.seq)
+        while after < end:
+            rows = self.store._read(
+                functools.partial(
+                    repo.log_page, session_id=self.id, after_seq=after, up_to_seq=end, limit=page
+                )
+            )
+            if not rows:
+                return  # the session was deleted meanwhile
+            for seq, payload in rows:
+                after = seq
+                yield json.loads(payload)
