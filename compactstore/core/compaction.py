@@ -33,24 +33,24 @@ from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext, ContextCache, read_context
+from compactstore.core.rebase import rebase
 from compactstore.core.recording import (
     cache_entry_after,
     record_outcome,
+    running_result,
     superseded_result,
     unrecorded_result,
 )
-from compactstore.core.replay_inputs import EngineRun, ImportedRun
+from compactstore.core.replay_inputs import EngineRun
 from compactstore.core.summarizing import Redactor, SummaryCall, SummaryMemo
 from compactstore.db import repository as repo
-from compactstore.engines import auto_compact, microcompact, pipeline
-from compactstore.engines.base import EngineInputs, NewBlob, StageResult, Summarizer
-from compactstore.engines.imported import cut_as_imported
+from compactstore.engines import auto_compact, pipeline
+from compactstore.engines.base import EngineInputs, Summarizer
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider, select_memory
-from compactstore.engines.tool_budget import preview
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactionResult, ImportedBoundary, SummaryState
+from compactstore.models import CompactionResult, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -75,7 +75,6 @@ __all__ = [
     "plan",
     "process_request",
     "reactive_request",
-    "record_imported",
 ]
 
 T = TypeVar("T")
@@ -341,7 +340,9 @@ def commit(
             needed = repo.appended_conflicts(connection, sid, last_seq)
             if needed & set(cut.removed_seqs):
                 return Verdict("conflict")
-        outcome = rebase(connection, snapshot, outcome)
+        outcome = rebase(
+            connection, snapshot.session.id, snapshot.context, snapshot.max_compaction_id, outcome
+        )
     recorded = EngineRun.of(request.call, snapshot.inputs, snapshot.context, request.options)
     result = record_outcome(
         connection,
@@ -359,67 +360,6 @@ def commit(
     # meanwhile, so it is never stamped with versions it did not see.
     cached = cache_entry_after(connection, sid, outcome, result) if quiet else None
     return Verdict("committed", result, cached)
-
-
-def rebase(connection: Connection, snapshot: Snapshot, outcome: Outcome) -> Outcome:
-    """The outcome on top of what was written since the snapshot: edits of seqs another
-    compaction edited meanwhile are dropped (theirs stay live), and the blobs left get the
-    next free ids, their previews rewritten to name them. Token figures stay the
-    snapshot's."""
-    sid = snapshot.session.id
-    taken = repo.edited_since(connection, sid, snapshot.max_compaction_id)
-    stages = [
-        replace(
-            stage,
-            edits=tuple(edit for edit in stage.edits if edit.seq not in taken),
-            blobs=tuple(blob for blob in stage.blobs if blob.seq not in taken),
-        )
-        if stage.effective and (stage.edits or stage.blobs)
-        else stage
-        for stage in outcome.stages
-    ]
-    next_id = repo.next_blob_id(connection, sid)
-    blobs = [blob for stage in stages if stage.effective for blob in stage.blobs]
-    if blobs and blobs[0].id != next_id:
-        stages = _renumber(snapshot.context, stages, next_id)
-    return replace(outcome, stages=stages)
-
-
-def _renumber(context: ActiveContext, stages: list[StageResult], next_id: int) -> list[StageResult]:
-    """Blobs numbered from ``next_id`` in order, each preview naming its new id."""
-    new_ids: dict[tuple[int, str], NewBlob] = {}
-    for stage in stages:
-        if stage.effective:
-            for blob in stage.blobs:
-                new_ids[(blob.seq, blob.tool_use_id)] = replace(blob, id=next_id)
-                next_id += 1
-    messages = {item.seq: item.message for item in context.kept if item.seq is not None}
-    out: list[StageResult] = []
-    for stage in stages:
-        if not stage.effective or not stage.edits:
-            out.append(stage)
-            continue
-        edits = []
-        for edit in stage.edits:
-            replacements: dict[str, str] = {}
-            for tool_use_id in edit.tool_use_ids:
-                renumbered = new_ids.get((edit.seq, tool_use_id))
-                replacements[tool_use_id] = (
-                    preview(
-                        renumbered.content,
-                        tool_name=renumbered.tool_name,
-                        blob_id=renumbered.id,
-                        config=context.config,
-                    )
-                    if renumbered is not None and edit.state == "persisted"
-                    else microcompact.CLEARED_TEXT
-                )
-            message = context.fmt.replace_tool_results(messages[edit.seq], replacements)
-            messages[edit.seq] = message
-            edits.append(replace(edit, message=message))
-        blobs = tuple(new_ids[(blob.seq, blob.tool_use_id)] for blob in stage.blobs)
-        out.append(replace(stage, edits=tuple(edits), blobs=blobs))
-    return out
 
 
 # -- the steps, and the sync driver ---------------------------------------------------------
@@ -598,7 +538,7 @@ def compaction_steps(
                     background = "running"
                     current = current.cheap()
                     if current is None:
-                        return _running(request), None
+                        return running_result(request.now, request.instructions), None
             service = (
                 None
                 if rule_based or current.call == "reactive"
@@ -610,7 +550,7 @@ def compaction_steps(
                     yield Write(partial(_release, session_id=sid, owner=owner))
                     held = False
                 return None, None
-            if not _writes(outcome):
+            if not outcome.writes:
                 if held:
                     yield Write(partial(_release, session_id=sid, owner=owner))
                     held = False
@@ -654,41 +594,3 @@ def compaction_steps(
         if held:
             yield Write(partial(_release, session_id=sid, owner=owner))
         raise
-
-
-def _writes(outcome: Outcome) -> bool:
-    """Whether the outcome leaves anything to write (a row, or breaker counters)."""
-    return outcome.leaves_row or any(
-        value is not None
-        for value in (
-            outcome.consecutive_failures,
-            outcome.reactive_attempts,
-            outcome.last_microcompact_at,
-        )
-    )
-
-
-def _running(request: Request) -> CompactionResult:
-    """The result of a call that found another caller's summary in flight."""
-    return CompactionResult(
-        success=False,
-        strategy=None,
-        trigger=None,
-        created_at=request.now,
-        instructions=request.instructions,
-        background="running",
-    )
-
-
-def record_imported(
-    connection: Connection,
-    session_id: str,
-    context: ActiveContext,
-    boundary: ImportedBoundary,
-    at: float,
-) -> None:
-    """Record a compaction the agent did itself, cutting ``context`` before the next message."""
-    recorded = ImportedRun(
-        call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
-    )
-    record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)

@@ -14,11 +14,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compactstore.context import BoundaryInfo
+from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.core.cache import CachedContext
-from compactstore.core.replay_inputs import Recorded
+from compactstore.core.replay_inputs import ImportedRun, Recorded
 from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
+from compactstore.engines.imported import cut_as_imported
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import (
     CompactBoundary,
@@ -27,6 +28,7 @@ from compactstore.models import (
     CompactionStep,
     CompactStrategy,
     CompactTrigger,
+    ImportedBoundary,
     SummaryInfo,
 )
 
@@ -34,7 +36,9 @@ __all__ = [
     "boundary_model",
     "cache_entry_after",
     "compaction_model",
+    "record_imported",
     "record_outcome",
+    "running_result",
     "summary_columns",
     "superseded_result",
     "unrecorded_result",
@@ -409,3 +413,29 @@ def compaction_model(
             }
         ),
     )
+
+
+def running_result(at: float, instructions: str | None) -> CompactionResult:
+    """The result of a call that found another caller's summary in flight."""
+    return CompactionResult(
+        success=False,
+        strategy=None,
+        trigger=None,
+        created_at=at,
+        instructions=instructions,
+        background="running",
+    )
+
+
+def record_imported(
+    connection: Connection,
+    session_id: str,
+    context: ActiveContext,
+    boundary: ImportedBoundary,
+    at: float,
+) -> None:
+    """Record a compaction the agent did itself, cutting ``context`` before the next message."""
+    recorded = ImportedRun(
+        call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
+    )
+    record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)

@@ -21,7 +21,7 @@ from compactstore.core.checks import (
     now_or_clock,
     prepare_message,
 )
-from compactstore.core.compaction import record_imported
+from compactstore.core.recording import record_imported
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import (

@@ -41,6 +41,18 @@ class Outcome:
         return bool(self.stages)
 
     @property
+    def writes(self) -> bool:
+        """Whether the call leaves anything to write: a row, or breaker counters."""
+        return self.leaves_row or any(
+            value is not None
+            for value in (
+                self.consecutive_failures,
+                self.reactive_attempts,
+                self.last_microcompact_at,
+            )
+        )
+
+    @property
     def success(self) -> bool:
         return any(stage.effective for stage in self.stages)
 
