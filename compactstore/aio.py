@@ -44,6 +44,7 @@ from compactstore.db.engine import create_async_engine_for, describe, normalize_
 from compactstore.db.migrate import open_engine
 from compactstore.engines.base import AsyncSummarizer, Summarizer
 from compactstore.engines.session_memory import MemoryProvider
+from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -164,6 +165,7 @@ class AsyncCompactStore:
         max_overflow: int | None = None,
         pool_timeout: float | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+        allow_block_types: AllowBlockTypes = None,
     ) -> AsyncCompactStore:
         """Open (and create or upgrade) a store; the arguments are
         :meth:`CompactStore.open`'s, except that ``summarizer`` (and ``on_compaction``)
@@ -180,6 +182,7 @@ class AsyncCompactStore:
         location = describe(url)
         check_summarizer(summarizer, allow_async=True)
         check_cache_sessions(cache_sessions)
+        block_type_extension(allow_block_types)
         pool = check_pool(pool_size, max_overflow, pool_timeout)
         # The schema is checked (and created or upgraded) by the sync code, in a thread,
         # before the async engine is made.
@@ -199,6 +202,7 @@ class AsyncCompactStore:
                 on_compaction=on_compaction,
                 redactor=redactor,
                 cache_sessions=cache_sessions,
+                allow_block_types=allow_block_types,
             )
         except BaseException:
             await engine.dispose()

@@ -61,6 +61,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             timestamp,
             pinned=pinned,
             index=index,
+            allow_block_types=self.store.allow_block_types,
         )
 
     # -- appending ----------------------------------------------------------------------

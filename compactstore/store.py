@@ -54,6 +54,7 @@ from compactstore.errors import (
     NotFoundError,
 )
 from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     CompactionConfig,
     CompactionResult,
@@ -116,8 +117,10 @@ class CompactStore:
         on_compaction: CompactionCallback | None = None,
         redactor: Redactor | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+        allow_block_types: AllowBlockTypes = None,
     ) -> None:
         self.engine = engine
+        self.allow_block_types = block_type_extension(allow_block_types)
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
         self.summarizer = check_summarizer(summarizer, allow_async=self._async_summarizers)
@@ -150,6 +153,7 @@ class CompactStore:
         max_overflow: int | None = None,
         pool_timeout: float | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+        allow_block_types: AllowBlockTypes = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -178,6 +182,9 @@ class CompactStore:
                 process: what a summarizer is sent, the messages of
                 :func:`compactstore.export.export_lines` and the summaries of
                 :mod:`compactstore.report`'s pages (the stored messages are unchanged).
+            allow_block_types: content block types to accept beyond the format's per-role
+                lists (:data:`compactstore.formats.block_types.BLOCK_TYPES`): a list of
+                type names (every role) or a mapping of role -> type names.
 
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use
@@ -194,6 +201,7 @@ class CompactStore:
         # Checked before the database is touched.
         check_summarizer(summarizer)
         check_cache_sessions(cache_sessions)
+        block_type_extension(allow_block_types)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url, location=location, auto_migrate=auto_migrate, read_only=read_only, pool=pool
@@ -207,6 +215,7 @@ class CompactStore:
             on_compaction=on_compaction,
             redactor=redactor,
             cache_sessions=cache_sessions,
+            allow_block_types=allow_block_types,
         )
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import check_nesting, storage_json
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
 from compactstore.models import MEMORY_KINDS, CompactionConfig
 from compactstore.tokens import TokenCounter
 
@@ -152,11 +153,14 @@ def prepare_message(
     *,
     pinned: bool = False,
     index: int | None = None,
+    allow_block_types: BlockTypeExtension = NO_EXTENSION,
 ) -> PendingMessage:
-    """Check one message on its own (shape, JSON, size, pin), serialise and count it.
+    """Check one message on its own (shape, block types, JSON, size, pin), serialise and
+    count it.
 
     Pairing with the session's other messages is checked when it is inserted.
-    ``index`` (its place in a batch) prefixes the error message.
+    ``index`` (its place in a batch) prefixes the error message; ``allow_block_types``
+    extends the format's per-role block lists (``CompactStore.open(allow_block_types=)``).
     """
     where = "" if index is None else f"message {index}: "
     if not isinstance(message, dict):
@@ -164,6 +168,7 @@ def prepare_message(
     try:
         check_nesting(message)
         adapter.validate(message)
+        check_block_types(adapter.name, message, allow_block_types)
         adapter.check_config(message, config)
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{where}{exc}") from None

@@ -2,8 +2,8 @@
 
 Tool calls live in an assistant message's ``tool_calls``; each result is a ``tool`` message
 with the call's ``tool_call_id``. Keys this adapter does not know pass through untouched;
-the types of the keys it knows are checked, and content parts are limited to the types the
-API accepts for each role, so a stored message is one the API takes back.
+the types of the keys it knows are checked; the content part types each role may carry are
+listed in :mod:`compactstore.formats.block_types`, so a stored message is one the API takes back.
 """
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ from compactstore.formats.result_messages import ResultMessageFormat
 __all__ = ["OpenAIFormat"]
 
 _ROLES = ("assistant", "developer", "system", "tool", "user")
-
-# Content part types the API accepts per role; None means any typed part (user messages
-# also take images, audio and files).
-_PART_TYPES: dict[str, frozenset[str] | None] = {
-    "system": frozenset({"text"}),
-    "developer": frozenset({"text"}),
-    "user": None,
-    "assistant": frozenset({"refusal", "text"}),
-    "tool": frozenset({"text"}),
-}
 
 # The payload key of each tool-call type and the key holding its input text.
 _CALL_PAYLOAD = {"function": "arguments", "custom": "input"}
@@ -92,15 +82,9 @@ class OpenAIFormat(ResultMessageFormat):
                 "message 'content' must be a string or a list of content parts, "
                 f"got {type_name(content)}"
             )
-        allowed = _PART_TYPES[role]
+        # Which part types each role may carry: formats/block_types.py (checked on append).
         for i, part in enumerate(check_blocks(content, "content")):
-            part_type = part["type"]
-            if allowed is not None and part_type not in allowed:
-                raise self.fail(
-                    f"content[{i}]: content part type {part_type!r} is not allowed in {role} "
-                    f"messages (expected one of: {', '.join(sorted(allowed))})"
-                )
-            if part_type == "refusal" and not isinstance(part.get("refusal"), str):
+            if part["type"] == "refusal" and not isinstance(part.get("refusal"), str):
                 raise self.fail(
                     f"content[{i}]: refusal part needs a string 'refusal', "
                     f"got {type_name(part.get('refusal'))}"

@@ -35,6 +35,7 @@ from compactstore.errors import (
     NotFoundError,
 )
 from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.formats.block_types import note_unlisted
 from compactstore.importers.files import (
     Progress,
     Record,
@@ -182,6 +183,7 @@ class TranscriptBuilder:
         self._outbox: list[Item] = []
         # Pairing, checked by the rules the store applies, as messages are handed out.
         self._conversation = Conversation(self._adapter)
+        self._noted: set[str] = set()  # block types replaced by a note (warned once each)
 
     @property
     def count(self) -> int:
@@ -283,6 +285,19 @@ class TranscriptBuilder:
         return self.drain()
 
     def _check(self, entry: Entry) -> None:
+        # A block its role may not carry becomes a short text note (SPEC §9.0), once a
+        # warning per type and file.
+        entry.message, replaced = note_unlisted(self.format, entry.message)
+        for kind in replaced:
+            if kind not in self._noted:
+                self._noted.add(kind)
+                warnings.warn(
+                    f"{self.name} {entry.where}: {kind!r} blocks are not allowed in "
+                    f"{self.format} messages of that role; replaced by a text note "
+                    f"('[{kind} block left out]')",
+                    CompactStoreWarning,
+                    stacklevel=2,
+                )
         try:
             self._adapter.validate(entry.message)
         except InvalidMessageError as exc:
