@@ -52,7 +52,7 @@ def store(database: str) -> Iterator[CompactStore]:
 @pytest.fixture
 def sid(request: pytest.FixtureRequest) -> str:
     """A session id of this test's own (the database is shared by the module)."""
-    return request.node.name[-200:]
+    return str(request.node.name)[-200:]
 
 
 # -- the lists against the pinned SDK unions --------------------------------------------------
