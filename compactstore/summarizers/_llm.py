@@ -9,9 +9,10 @@ reported. The SDK is imported only when a summarizer is built.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 from compactstore.engines.base import SummaryResult
 from compactstore.errors import InvalidInputError, MissingExtraError
@@ -44,12 +45,21 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class _LLMSummarizer:
+class _LLMSummarizer(ABC):
     """What both built-in summarizers share: the caps, the prompt, the checks."""
 
     name: str
     _module: str
     _extra: str
+    _client: str  # the SDK's client class
+
+    @classmethod
+    def from_env(cls, *, model: str, **options: Any) -> Self:
+        """A summarizer over the SDK's default client (``anthropic.Anthropic()``,
+        ``openai.OpenAI()``), configured by the SDK's own environment variables
+        (``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``, ``OPENAI_API_KEY``/``OPENAI_BASE_URL``)."""
+        sdk = require_sdk(cls._module, cls._extra)
+        return cls(getattr(sdk, cls._client)(), model=model, **options)
 
     def __init__(
         self,
@@ -80,6 +90,25 @@ class _LLMSummarizer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, max_tokens={self.max_tokens})"
+
+    def __call__(
+        self,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> SummaryResult:
+        prompt = self.prompt(messages, previous_summary, instructions)
+        response, text, input_tokens, output_tokens = self._create(prompt)
+        return SummaryResult(
+            text=(text or "").strip(),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=getattr(response, "model", None) or self.model,
+        )
+
+    @abstractmethod
+    def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
+        """One provider call: (the response, its text, input tokens, output tokens)."""
 
     def prompt(
         self,
@@ -118,21 +147,9 @@ class AnthropicSummarizer(_LLMSummarizer):
     name = "anthropic"
     _module = "anthropic"
     _extra = "anthropic"
+    _client = "Anthropic"
 
-    @classmethod
-    def from_env(cls, *, model: str, **options: Any) -> AnthropicSummarizer:
-        """A summarizer over ``anthropic.Anthropic()``, configured by the SDK's own
-        environment variables (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
-        sdk = require_sdk(cls._module, cls._extra)
-        return cls(sdk.Anthropic(), model=model, **options)
-
-    def __call__(
-        self,
-        messages: list[dict[str, Any]],
-        previous_summary: str | None,
-        instructions: str | None,
-    ) -> SummaryResult:
-        prompt = self.prompt(messages, previous_summary, instructions)
+    def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
         response = self.client.messages.create(
             **self.request_options,
             model=self.model,
@@ -149,12 +166,8 @@ class AnthropicSummarizer(_LLMSummarizer):
             for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         ]
         counted = [part for part in parts if part is not None]
-        return SummaryResult(
-            text=text.strip(),
-            input_tokens=sum(counted) if counted else None,
-            output_tokens=_count(getattr(usage, "output_tokens", None)),
-            model=getattr(response, "model", None) or self.model,
-        )
+        input_tokens = sum(counted) if counted else None
+        return response, text, input_tokens, _count(getattr(usage, "output_tokens", None))
 
 
 class OpenAISummarizer(_LLMSummarizer):
@@ -171,21 +184,9 @@ class OpenAISummarizer(_LLMSummarizer):
     name = "openai"
     _module = "openai"
     _extra = "openai"
+    _client = "OpenAI"
 
-    @classmethod
-    def from_env(cls, *, model: str, **options: Any) -> OpenAISummarizer:
-        """A summarizer over ``openai.OpenAI()``, configured by the SDK's own environment
-        variables (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
-        sdk = require_sdk(cls._module, cls._extra)
-        return cls(sdk.OpenAI(), model=model, **options)
-
-    def __call__(
-        self,
-        messages: list[dict[str, Any]],
-        previous_summary: str | None,
-        instructions: str | None,
-    ) -> SummaryResult:
-        prompt = self.prompt(messages, previous_summary, instructions)
+    def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
         response = self.client.chat.completions.create(
             **self.request_options,
             model=self.model,
@@ -197,9 +198,9 @@ class OpenAISummarizer(_LLMSummarizer):
         )
         text = response.choices[0].message.content if response.choices else None
         usage = response.usage
-        return SummaryResult(
-            text=(text or "").strip(),
-            input_tokens=_count(getattr(usage, "prompt_tokens", None)),
-            output_tokens=_count(getattr(usage, "completion_tokens", None)),
-            model=getattr(response, "model", None) or self.model,
+        return (
+            response,
+            text,
+            _count(getattr(usage, "prompt_tokens", None)),
+            _count(getattr(usage, "completion_tokens", None)),
         )
