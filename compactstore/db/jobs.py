@@ -116,21 +116,18 @@ def newest_job(connection: Connection, session_id: str) -> JobRow | None:
 
 def active_job(connection: Connection, session_id: str) -> JobRow | None:
     """The session's pending or running job (at most one is started at a time)."""
-    raw = connection.execute(
-        select(*_COLUMNS)
-        .where(compaction_jobs.c.session_id == SID, compaction_jobs.c.state.in_(ACTIVE_STATES))
-        .order_by(compaction_jobs.c.id.desc())
-        .limit(1),
-        {"sid": session_id},
-    ).one_or_none()
-    return None if raw is None else _row(raw)
+    return _newest(connection, session_id, compaction_jobs.c.state.in_(ACTIVE_STATES))
 
 
 def latest_finished_job(connection: Connection, session_id: str) -> JobRow | None:
     """The session's most recent job that is no longer pending or running."""
+    return _newest(connection, session_id, compaction_jobs.c.state.not_in(ACTIVE_STATES))
+
+
+def _newest(connection: Connection, session_id: str, condition: Any) -> JobRow | None:
     raw = connection.execute(
         select(*_COLUMNS)
-        .where(compaction_jobs.c.session_id == SID, compaction_jobs.c.state.not_in(ACTIVE_STATES))
+        .where(compaction_jobs.c.session_id == SID, condition)
         .order_by(compaction_jobs.c.id.desc())
         .limit(1),
         {"sid": session_id},

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, exists, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    exists,
+    or_,
+    select,
+)
 
 from compactstore.db.common import SID
 from compactstore.db.schema import compactions, message_edits, messages, tool_result_blobs
@@ -69,16 +79,22 @@ def out_of_context(
 
 EditState = Literal["cleared", "persisted"]
 
-_EDITS = (
-    select(message_edits.c.seq, message_edits.c.kind)
-    .join(compactions, compactions.c.id == message_edits.c.compaction_id)
-    .where(
-        message_edits.c.session_id == SID,
-        message_edits.c.seq.in_(bindparam("seqs", expanding=True)),
-        compactions.c.rolled_back_at.is_(None),
+
+def _live_of_seqs(table: Table, column: Any) -> Select[Any]:
+    """(seq, ``column``) of ``table``'s rows for the given seqs whose compaction is live."""
+    return (
+        select(table.c.seq, column)
+        .join(compactions, compactions.c.id == table.c.compaction_id)
+        .where(
+            table.c.session_id == SID,
+            table.c.seq.in_(bindparam("seqs", expanding=True)),
+            compactions.c.rolled_back_at.is_(None),
+        )
+        .order_by(table.c.id)
     )
-    .order_by(message_edits.c.id)
-)
+
+
+_EDITS = _live_of_seqs(message_edits, message_edits.c.kind)
 
 
 def edit_states(
@@ -91,16 +107,7 @@ def edit_states(
     }
 
 
-_BLOBS = (
-    select(tool_result_blobs.c.seq, tool_result_blobs.c.id)
-    .join(compactions, compactions.c.id == tool_result_blobs.c.compaction_id)
-    .where(
-        tool_result_blobs.c.session_id == SID,
-        tool_result_blobs.c.seq.in_(bindparam("seqs", expanding=True)),
-        compactions.c.rolled_back_at.is_(None),
-    )
-    .order_by(tool_result_blobs.c.id)
-)
+_BLOBS = _live_of_seqs(tool_result_blobs, tool_result_blobs.c.id)
 
 
 def live_blob_ids(
