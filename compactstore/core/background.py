@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext
 from compactstore.core.cache import read_context
 from compactstore.core.compaction import LEASE_GRACE_SECONDS, Target, require
+from compactstore.core.recording import record_attempt
 from compactstore.db import repository as repo
 from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.engines import auto_compact
@@ -91,27 +92,15 @@ def start(
     if repo.active_job(connection, sid) is not None:
         return None
     if started_by is None:
-        started_by = repo.insert_compaction(
+        started_by = record_attempt(
             connection,
             sid,
-            trigger=CompactTrigger.AUTO.value,
-            strategy=None,
-            success=False,
-            tokens_before=usage,
-            tokens_after=usage,
-            tokens_freed=0,
-            summary_text="",
-            boundary_id=None,
-            created_at=at,
-            steps="[]",
-            config=row.config.model_dump_json(),
-            removed_seqs="[]",
-            cleared_tool_use_ids="[]",
-            blob_ids="[]",
-            instructions=None,
-            error=None,
+            trigger=CompactTrigger.AUTO,
+            reason=None,
+            tokens=usage,
+            config=row.config,
             inputs=json.dumps({"call": "background_start", "now": at, "last_seq": row.last_seq}),
-            replay_of=None,
+            at=at,
         )
     snapshot = {
         "context_version": row.context_version,

@@ -36,6 +36,7 @@ __all__ = [
     "boundary_model",
     "cache_entry_after",
     "compaction_model",
+    "record_attempt",
     "record_imported",
     "record_outcome",
     "running_result",
@@ -247,18 +248,20 @@ def superseded_result(outcome: Outcome | None, at: float) -> CompactionResult:
     )
 
 
-def record_failure(
+def record_attempt(
     connection: Connection,
     session_id: str,
     *,
     trigger: CompactTrigger,
-    reason: str,
+    reason: str | None,
     tokens: int,
     config: CompactionConfig,
-    inputs: Recorded,
+    inputs: str,
     at: float,
 ) -> int:
-    """Record an attempt that changed nothing and failed for ``reason`` (strategy null)."""
+    """Record a row that changed nothing (strategy null): an attempt that failed for
+    ``reason``, or (reason None) the call that started a background compaction.
+    ``inputs`` is the JSON recorded for replay."""
     return repo.insert_compaction(
         connection,
         session_id,
@@ -278,7 +281,7 @@ def record_failure(
         blob_ids="[]",
         instructions=None,
         error=reason,
-        inputs=inputs.model_dump_json(),
+        inputs=inputs,
         replay_of=None,
     )
 

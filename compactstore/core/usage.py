@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
-from compactstore.core.recording import record_failure
+from compactstore.core.recording import record_attempt
 from compactstore.core.replay_inputs import UsageCheck
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
@@ -117,7 +117,7 @@ def _check_overhead(
         f"(reset_breaker() re-arms it)"
     )
     usage = input_tokens
-    record_failure(
+    record_attempt(
         connection,
         session.id,
         trigger=CompactTrigger.AUTO,
@@ -126,7 +126,7 @@ def _check_overhead(
         config=config,
         inputs=UsageCheck(
             call="usage", now=at, last_seq=context.last_seq, real_tokens=input_tokens
-        ),
+        ).model_dump_json(),
         at=at,
     )
     repo.set_breaker(
