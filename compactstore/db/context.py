@@ -355,12 +355,7 @@ def get_boundary(connection: Connection, session_id: str, boundary_id: int) -> B
 def compaction_of_boundary(
     connection: Connection, session_id: str, boundary_id: int
 ) -> CompactionRow | None:
-    row = connection.execute(
-        select(*_COMPACTION).where(
-            compactions.c.session_id == session_id, compactions.c.boundary_id == boundary_id
-        )
-    ).one_or_none()
-    return None if row is None else CompactionRow._make(row)
+    return _one_compaction(connection, session_id, compactions.c.boundary_id == boundary_id)
 
 
 def roll_back(
@@ -434,10 +429,14 @@ def _roll_back_boundaries(
 def get_compaction(
     connection: Connection, session_id: str, compaction_id: int
 ) -> CompactionRow | None:
+    return _one_compaction(connection, session_id, compactions.c.id == compaction_id)
+
+
+def _one_compaction(
+    connection: Connection, session_id: str, condition: ColumnElement[bool]
+) -> CompactionRow | None:
     row = connection.execute(
-        select(*_COMPACTION).where(
-            compactions.c.session_id == session_id, compactions.c.id == compaction_id
-        )
+        select(*_COMPACTION).where(compactions.c.session_id == session_id, condition)
     ).one_or_none()
     return None if row is None else CompactionRow._make(row)
 

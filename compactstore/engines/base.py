@@ -132,6 +132,29 @@ class Edit:
     message: dict[str, Any]
     tokens: int
 
+    @staticmethod
+    def of_results(
+        context: ActiveContext,
+        item: ContextMessage,
+        replacements: dict[str, str],
+        state: Literal["persisted", "cleared"],
+    ) -> tuple[ContextMessage, Edit]:
+        """``item`` with the results of ``replacements``' call ids replaced by their texts,
+        and the edit that records it."""
+        assert item.seq is not None, "only logged messages are edited"
+        message = context.fmt.replace_tool_results(item.message, replacements)
+        tokens = context.message_tokens(message)
+        edited = ContextMessage.build(
+            context.fmt,
+            message,
+            tokens=tokens,
+            seq=item.seq,
+            state=state,
+            created_at=item.created_at,
+            edited_ids=item.edited_ids | set(replacements),
+        )
+        return edited, Edit(item.seq, state, tuple(replacements), message, tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class NewBlob:

@@ -65,20 +65,9 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     kept = list(context.kept)
     edits: list[Edit] = []
     for index, ids in sorted(by_index.items()):
-        item = kept[index]
-        assert item.seq is not None
-        message = context.fmt.replace_tool_results(item.message, dict.fromkeys(ids, CLEARED_TEXT))
-        tokens = context.message_tokens(message)
-        kept[index] = ContextMessage.build(
-            context.fmt,
-            message,
-            tokens=tokens,
-            seq=item.seq,
-            state="cleared",
-            created_at=item.created_at,
-            edited_ids=item.edited_ids | set(ids),
-        )
-        edits.append(Edit(item.seq, "cleared", tuple(ids), message, tokens))
+        replacements = dict.fromkeys(ids, CLEARED_TEXT)
+        kept[index], edit = Edit.of_results(context, kept[index], replacements, "cleared")
+        edits.append(edit)
     after = context.with_kept(kept)
     return StageResult(
         strategy=CompactStrategy.MICROCOMPACT,

@@ -78,19 +78,8 @@ def persist_results(
                 content, tool_name=name, blob_id=next_id, config=context.config
             )
             next_id += 1
-        message = context.fmt.replace_tool_results(item.message, replacements)
-        tokens = context.message_tokens(message)
-        edited = item.edited_ids | set(replacements)
-        kept[index] = ContextMessage.build(
-            context.fmt,
-            message,
-            tokens=tokens,
-            seq=item.seq,
-            state="persisted",
-            created_at=item.created_at,
-            edited_ids=edited,
-        )
-        edits.append(Edit(item.seq, "persisted", tuple(replacements), message, tokens))
+        kept[index], edit = Edit.of_results(context, item, replacements, "persisted")
+        edits.append(edit)
     return kept, edits, blobs
 
 
