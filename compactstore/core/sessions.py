@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
@@ -24,6 +25,7 @@ from compactstore.core.checks import (
 from compactstore.core.recording import record_imported
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
+from compactstore.db.model_calls import ModelCall
 from compactstore.errors import (
     ConflictError,
     InvalidInputError,
@@ -150,8 +152,7 @@ def import_transcript(
     batch: list[ImportedMessage] = []
     created = False
     stored = 0  # messages stored so far: the seq of the next one
-    real_tokens: dict[int, int] = {}
-    called: dict[int, float] = {}
+    calls = _ImportedCalls(overhead=config.fixed_overhead_tokens, factor=config.token_factor)
 
     def flush() -> None:
         nonlocal created, stored
@@ -175,9 +176,8 @@ def import_transcript(
                 pending.append(
                     prepare_message(adapter, config, count_tokens, item.message, item.timestamp)
                 )
-                if item.usage is not None:
-                    real_tokens[seq] = check_whole(item.usage, "usage")
-                    called[seq] = pending[-1].created_at
+                usage = None if item.usage is None else check_whole(item.usage, "usage")
+                calls.message(seq, pending[-1].tokens, usage, pending[-1].created_at)
             except InvalidInputError as exc:
                 raise type(exc)(f"{item.where or f'message {seq}'}: {exc}") from None
         try:
@@ -190,6 +190,7 @@ def import_transcript(
             raise InvalidMessageError(f"{where}: {problem}") from None
         stored += len(batch)
         batch.clear()
+        model_calls.insert_calls(connection, sid, calls.take())
 
     for item in items:
         if isinstance(item, ImportedMessage):
@@ -211,17 +212,51 @@ def import_transcript(
         record_imported(
             connection, sid, context, item, check_timestamp(stamp) if stamp else time.time()
         )
+        del context  # not held while the next segment is read: one segment at a time
+        cut = repo.live_boundary(connection, sid)
+        assert cut is not None, "record_imported wrote a boundary"
+        calls.boundary(
+            cut.first_kept_seq,
+            repo.pinned_tokens_before(connection, sid, cut.first_kept_seq) + cut.summary_tokens,
+        )
     flush()
-    calls = model_calls.imported_calls(
-        connection,
-        sid,
-        real_tokens,
-        called,
-        overhead=config.fixed_overhead_tokens,
-        factor=config.token_factor,
-    )
-    model_calls.insert_calls(connection, sid, calls)
     return require(connection, sid, location)
+
+
+@dataclass
+class _ImportedCalls:
+    """The model calls of a transcript being imported, figured as it streams in: a call's
+    ``usage`` is the store's estimate of the context it sent (the pinned messages before the
+    imported boundary then in force, its summary, the messages after it), as ``usage``
+    would have said with no real count known yet. Memory holds the boundaries only."""
+
+    overhead: int
+    factor: float
+    total: int = 0  # tokens of the messages seen so far
+    # Per boundary: (first kept seq, tokens before the messages it keeps - total before it).
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    ready: list[ModelCall] = field(default_factory=list)
+
+    def message(self, seq: int, tokens: int, usage: int | None, created_at: float) -> None:
+        """Message ``seq``; ``usage`` is the real count of the call that produced it, whose
+        context ended one seq before."""
+        last = seq - 1
+        if usage is not None and last >= 0:
+            base = next((b for first, b in reversed(self.cuts) if first <= last), 0)
+            raw = base + self.total
+            self.ready.append(
+                ModelCall(last, self.overhead + round(self.factor * raw), usage, created_at)
+            )
+        self.total += tokens
+
+    def boundary(self, first_kept_seq: int, kept_before: int) -> None:
+        """A boundary before ``first_kept_seq`` (all earlier messages seen); the context
+        after it starts with ``kept_before`` tokens (pins and summary)."""
+        self.cuts.append((first_kept_seq, kept_before - self.total))
+
+    def take(self) -> list[ModelCall]:
+        ready, self.ready = self.ready, []
+        return ready
 
 
 def session_infos(connection: Connection) -> list[SessionInfo]:

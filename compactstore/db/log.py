@@ -42,6 +42,7 @@ __all__ = [
     "log_page",
     "mark_results",
     "message_count",
+    "pinned_tokens_before",
     "set_dedup_entry",
 ]
 
@@ -163,6 +164,19 @@ def message_count(connection: Connection, session_id: str) -> int:
     return int(
         connection.execute(
             select(func.count()).select_from(messages).where(messages.c.session_id == session_id)
+        ).scalar_one()
+    )
+
+
+def pinned_tokens_before(connection: Connection, session_id: str, seq: int) -> int:
+    """Tokens of the pinned messages before ``seq``."""
+    return int(
+        connection.execute(
+            select(func.coalesce(func.sum(messages.c.tokens), 0)).where(
+                messages.c.session_id == session_id,
+                messages.c.pinned.is_not(None),
+                messages.c.seq < seq,
+            )
         ).scalar_one()
     )
 

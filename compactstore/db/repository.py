@@ -88,6 +88,7 @@ from compactstore.db.log import (
     log_page,
     mark_results,
     message_count,
+    pinned_tokens_before,
     set_dedup_entry,
 )
 from compactstore.db.sessions import (
@@ -165,6 +166,7 @@ __all__ = [
     "next_blob_id",
     "owns_lease",
     "pending_jobs",
+    "pinned_tokens_before",
     "release_lease",
     "roll_back",
     "roll_back_from",
