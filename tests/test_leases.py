@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 
 from compactstore import CompactStore, CompactStrategy
 from compactstore.db.schema import compaction_leases
@@ -111,19 +111,35 @@ def test_at_the_blocking_ratio_a_caller_waits_then_takes_the_lease_over(killed: 
         assert leases(store) == [], "released with the commit"
 
 
-@pytest.mark.slow
+def age_leases(store: CompactStore, seconds: float) -> None:
+    """As if ``seconds`` passed on the database clock since the leases were taken."""
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(compaction_leases).values(
+                acquired_at=compaction_leases.c.acquired_at - seconds,
+                expires_at=compaction_leases.c.expires_at - seconds,
+            )
+        )
+
+
 def test_a_crashed_owner_lease_expires_and_the_next_process_compacts(db_url: str) -> None:
     with opened(db_url) as store:
         fill(store, 0.9, timeout=1)
     kill_mid_summary(db_url)
     with opened(db_url, summarizer=lambda m, p, i: "an LLM summary") as store:
-        assert len(leases(store)) == 1
-        # The lease lapses 31 s after it was taken, on the database clock.
-        time.sleep(31.5)
-        result = store.session("s").process_request(now=T0 + 2_000)
+        (lease,) = leases(store)
+        # Taken on the database's clock (which agrees with this machine's), for 31 s.
+        assert abs(lease.acquired_at - time.time()) < 60
+        assert lease.expires_at - lease.acquired_at == pytest.approx(31.0)
+        sess = store.session("s")
+        age_leases(store, 29.0)
+        assert sess.process_request(now=T0 + 2_000).background == "running", "still live"
+
+        age_leases(store, 2.5)  # 31.5 s after it was taken: lapsed
+        result = sess.process_request(now=T0 + 2_001)
 
         assert result.effective and result.summary_text == "an LLM summary"
-        assert [c.id for c in store.session("s").compactions()] == [result.id]
+        assert [c.id for c in sess.compactions()] == [result.id]
 
 
 def test_a_rule_based_cut_takes_no_lease_so_a_killed_process_leaves_none(db_url: str) -> None:
