@@ -85,19 +85,30 @@ class SessionHistory(SessionBase):
 
         return self.store._write(tx)
 
-    def rollback_plan(self, boundary_id: int | None = None) -> list[CompactBoundary]:
-        """The boundaries ``rollback(boundary_id)`` would undo, oldest first; changes nothing.
+    def rollback_plan(
+        self, boundary_id: int | None = None, *, compaction_id: int | None = None
+    ) -> list[CompactBoundary]:
+        """The boundaries ``rollback(boundary_id)`` (or ``rollback(compaction_id=...)``)
+        would undo, oldest first; changes nothing.
 
-        The first is the target (the latest live boundary when boundary_id is None): a caller
-        that asks for confirmation then rolls back exactly that id.
+        For a boundary the first is the target (the latest live boundary when boundary_id
+        is None): a caller that asks for confirmation then rolls back exactly that id. For
+        a compaction the list may be empty (an edit-only compaction such as ``pop``).
 
         Raises:
-            NotFoundError, ConflictError: as :meth:`rollback` would.
+            InvalidInputError, NotFoundError, ConflictError: as :meth:`rollback` would.
         """
         if boundary_id is not None:
             checks.check_id(boundary_id, "boundary", self.id)
+        if compaction_id is not None:
+            if boundary_id is not None:
+                raise InvalidInputError("give boundary_id or compaction_id, not both")
+            checks.check_id(compaction_id, "compaction", self.id)
 
         def read(connection: Connection) -> list[repo.DbRow]:
+            if compaction_id is not None:
+                replay.live_compaction(connection, self.id, compaction_id)
+                return repo.boundaries_from(connection, self.id, compaction_id)
             boundary = replay.live_target(connection, self.id, boundary_id)
             return replay.undone_by(connection, self.id, boundary)
 

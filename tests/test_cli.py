@@ -1531,3 +1531,36 @@ def test_session_ids_with_bidi_or_zero_width_characters_are_refused(
         invoke(template, "import", str(transcript), "--session", session_id),
         "invisible formatting characters",
     )
+
+
+def test_rollback_compaction_undoes_it_and_every_later_one(
+    copy: str, copy_store: CompactStore, db_snapshot: Snapshot
+) -> None:
+    sess = copy_store.get_session("s1")
+    (second,) = [c for c in sess.compactions() if c.boundary is not None and c.boundary.id == 2]
+    assert second.id is not None
+    later = [c.id for c in sess.compactions() if c.id is not None and c.id >= second.id]
+    before = db_snapshot(copy_store)
+    asked = invoke(copy, "rollback", "s1", "--compaction", str(second.id), input="n\n")
+    assert asked.exit_code == 1
+    assert (
+        f"Roll back compaction {second.id} and every compaction after it, 1 boundary of "
+        "session s1?" in asked.stderr
+    )
+    fails(invoke(copy, "rollback", "s1", "--compaction", "999", "--yes"), "no compaction 999")
+    both = invoke(copy, "rollback", "s1", "--boundary", "1", "--compaction", "1", "--yes")
+    assert both.exit_code == 2 and "give --boundary or --compaction, not both" in both.stderr
+    assert db_snapshot(copy_store) == before
+
+    data = as_json(
+        invoke(copy, "rollback", "s1", "--compaction", str(second.id), "--yes", "--json")
+    )
+
+    assert [b["id"] for b in data["rolled_back"]] == [2]
+    assert [b.id for b in sess.boundaries()] == [1]
+    undone = [c.id for c in sess.compactions() if c.rolled_back_at is not None]
+    assert undone == later
+    fails(
+        invoke(copy, "rollback", "s1", "--compaction", str(second.id), "--yes"),
+        "already rolled back",
+    )

@@ -51,7 +51,7 @@ def compact(
         click.echo(render.describe(result))
 
 
-@click.command(short_help="Undo the latest (or a given) boundary.")
+@click.command(short_help="Undo the latest (or a given) boundary or compaction.")
 @session_argument
 @click.option(
     "--boundary",
@@ -60,31 +60,58 @@ def compact(
     metavar="ID",
     help="Roll back this boundary and every compaction after it (default: the latest).",
 )
+@click.option(
+    "--compaction",
+    "compaction_id",
+    type=int,
+    metavar="ID",
+    help="Roll back this compaction (any strategy: clear and pop too) and every one after it.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @db_option
 @json_option
 @library_errors
-def rollback(session_id: str, boundary_id: int | None, yes: bool, db: str, as_json: bool) -> None:
-    """Undo the latest boundary (or --boundary ID and all after it). Nothing is deleted.
+def rollback(
+    session_id: str,
+    boundary_id: int | None,
+    compaction_id: int | None,
+    yes: bool,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Undo the latest boundary (or --boundary ID and all after it), or --compaction ID and
+    every compaction recorded after it. Nothing is deleted.
 
     Asks for confirmation unless --yes is given.
 
     Example: compactstore rollback s1 --boundary 3 --yes
     """
+    if boundary_id is not None and compaction_id is not None:
+        raise click.UsageError("give --boundary or --compaction, not both")
     with CompactStore.open(db) as store:
         sess = store.get_session(session_id)
-        target, *later = sess.rollback_plan(boundary_id)
-        if not yes:
+        if compaction_id is not None:
+            undoes = sess.rollback_plan(compaction_id=compaction_id)
+            also = f", {len(undoes)} boundar{'y' if len(undoes) == 1 else 'ies'}"
+            question = (
+                f"Roll back compaction {compaction_id} and every compaction after it"
+                f"{also if undoes else ''} of session {sess.id}?"
+            )
+        else:
+            target, *later = sess.rollback_plan(boundary_id)
+            boundary_id = target.id  # even if another process compacts meanwhile
             also = f" and {len(later)} later boundar{'y' if len(later) == 1 else 'ies'}"
-            click.confirm(
+            question = (
                 f"Roll back boundary {target.id} ({target.strategy.value}, "
                 f"{render.utc(target.timestamp)} UTC){also if later else ''} of session "
-                f"{sess.id}?",
-                abort=True,
-                err=True,
+                f"{sess.id}?"
             )
-        # Roll back the boundary that was shown, even if another process compacts meanwhile.
-        undone = sess.rollback(target.id)
+        if not yes:
+            click.confirm(question, abort=True, err=True)
+        if compaction_id is not None:
+            undone = sess.rollback(compaction_id=compaction_id)
+        else:
+            undone = sess.rollback(boundary_id)
         usage = sess.token_usage()
     if as_json:
         rolled_back = [b.model_dump(mode="json") for b in undone]

@@ -108,11 +108,8 @@ def rollback(
     return roll_back(connection, session_id, live_target(connection, session_id, boundary_id), at)
 
 
-def rollback_compaction(
-    connection: Connection, session_id: str, compaction_id: int, at: float
-) -> list[CompactBoundary]:
-    """Roll back compaction ``compaction_id`` and every compaction recorded after it,
-    boundaries included; returns the boundaries rolled back.
+def live_compaction(connection: Connection, session_id: str, compaction_id: int) -> None:
+    """Check that a rollback can start at compaction ``compaction_id``.
 
     Raises:
         NotFoundError: no such compaction in this session.
@@ -125,6 +122,19 @@ def rollback_compaction(
         raise ConflictError(
             f"compaction {compaction_id} of session {session_id!r} is already rolled back"
         )
+
+
+def rollback_compaction(
+    connection: Connection, session_id: str, compaction_id: int, at: float
+) -> list[CompactBoundary]:
+    """Roll back compaction ``compaction_id`` and every compaction recorded after it,
+    boundaries included; returns the boundaries rolled back.
+
+    Raises:
+        NotFoundError: no such compaction in this session.
+        ConflictError: it is already rolled back.
+    """
+    live_compaction(connection, session_id, compaction_id)
     live = repo.roll_back_from(connection, session_id, compaction_id, at)
     repo.update_session(
         connection, session_id, structural=True, real_tokens=None, real_estimate=None

@@ -366,11 +366,11 @@ def roll_back(
     _roll_back_boundaries(connection, session_id, boundary_id, now)
 
 
-def roll_back_from(
-    connection: Connection, session_id: str, compaction_id: int, now: float
+def boundaries_from(
+    connection: Connection, session_id: str, compaction_id: int
 ) -> list[BoundaryRow]:
-    """Mark compaction ``compaction_id`` and every compaction recorded after it rolled back,
-    with their boundaries; returns the boundaries so marked (oldest first)."""
+    """The live boundaries that rolling back compaction ``compaction_id`` and every
+    compaction after it undoes (oldest first)."""
     boundary_ids = [
         int(b)
         for b in connection.execute(
@@ -382,11 +382,19 @@ def roll_back_from(
             )
         ).scalars()
     ]
-    live = [
+    return [
         row
         for row in boundary_rows(connection, session_id, include_rolled_back=False)
         if boundary_ids and row.id >= min(boundary_ids)
     ]
+
+
+def roll_back_from(
+    connection: Connection, session_id: str, compaction_id: int, now: float
+) -> list[BoundaryRow]:
+    """Mark compaction ``compaction_id`` and every compaction recorded after it rolled back,
+    with their boundaries; returns the boundaries so marked (oldest first)."""
+    live = boundaries_from(connection, session_id, compaction_id)
     _roll_back_compactions(connection, session_id, compaction_id, now)
     if live:
         _roll_back_boundaries(connection, session_id, live[0].id, now)
