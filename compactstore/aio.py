@@ -485,9 +485,11 @@ class AsyncSession:
         """See :meth:`Session.pop`."""
         return await _run(self._session.pop, now=now)
 
-    async def rollback_plan(self, boundary_id: int | None = None) -> list[CompactBoundary]:
+    async def rollback_plan(
+        self, boundary_id: int | None = None, *, compaction_id: int | None = None
+    ) -> list[CompactBoundary]:
         """See :meth:`Session.rollback_plan`."""
-        return await _run(self._session.rollback_plan, boundary_id)
+        return await _run(self._session.rollback_plan, boundary_id, compaction_id=compaction_id)
 
     async def replay(
         self,
