@@ -351,7 +351,7 @@ class AsyncSession:
     async def append_tool_result(
         self,
         tool_use_id: str,
-        content: str,
+        content: str | list[dict[str, Any]],
         *,
         tool_name: str,
         file_path: str | None = None,

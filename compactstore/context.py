@@ -18,7 +18,7 @@ from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
 from compactstore.models import CompactionConfig, SummaryState
-from compactstore.tokens import TokenCounter
+from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
     "SYNTHETIC_RESULT_TEXT",
@@ -299,7 +299,7 @@ class ActiveContext:
 
     def message_tokens(self, message: dict[str, Any]) -> int:
         """Raw token estimate of one message, as stored with it."""
-        return self.count_tokens(self.fmt.token_text(message))
+        return message_tokens(self.fmt, message, self.count_tokens)
 
     @property
     def summary(self) -> ContextMessage | None:

@@ -159,7 +159,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     def append_tool_result(
         self,
         tool_use_id: str,
-        content: str,
+        content: str | list[dict[str, Any]],
         *,
         tool_name: str,
         file_path: str | None = None,
@@ -168,12 +168,28 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     ) -> int:
         """Append the result of a tool call, built in the session's format.
 
+        ``content`` is text, or a list of content blocks in the session format's own
+        dialect (SPEC §9.4): anthropic ``text``/``image``/``document`` blocks, responses
+        ``input_text``/``input_image``/``input_file`` parts, openai text parts only. Images
+        and documents count by their size, not their base64, and leave the context only by
+        microcompact or ``CompactionConfig.max_media_in_context`` (persisted as a blob).
+
         When ``file_path`` is given the result is a read of that file: an unchanged re-read
         whose earlier content is still in the active context in full is stored as a short
         stub pointing at it (read dedup). Returns the new message's seq.
+
+        Raises:
+            InvalidInputError: bad arguments, or content the format cannot carry (a list
+                with media in an openai session, a list in a minicode session, an image
+                whose data does not decode); nothing is stored.
         """
         result = checks.check_tool_result(
-            tool_use_id, content, tool_name=tool_name, file_path=file_path, is_error=is_error
+            tool_use_id,
+            content,
+            tool_name=tool_name,
+            file_path=file_path,
+            is_error=is_error,
+            format_name=self.adapter.name,
         )
         store = self.store
         # The read to point at is looked up first and the message counted with no write

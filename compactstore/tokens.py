@@ -1,12 +1,33 @@
-"""Token estimation (SPEC §6): CJK characters / 1.5 + other characters / 4."""
+"""Token estimation (SPEC §6): CJK characters / 1.5 + other characters / 4; media by size.
+
+Text is estimated from its characters. Images and documents (SPEC §9.4) are never counted
+as the characters of their base64: an image counts ``min(1600, width*height/750)`` when its
+size is readable from the data, else 1,600; a document counts DOCUMENT_PAGE_TOKENS per
+page. :func:`message_tokens` is the one place a message's estimate is made.
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TokenCounter", "estimate_tokens", "learn_factor"]
+if TYPE_CHECKING:
+    from compactstore.formats.base import MessageFormat
+
+__all__ = [
+    "DOCUMENT_PAGE_TOKENS",
+    "IMAGE_MAX_TOKENS",
+    "IMAGE_PIXELS_PER_TOKEN",
+    "PDF_BYTES_PER_PAGE",
+    "TokenCounter",
+    "document_tokens",
+    "estimate_tokens",
+    "image_tokens",
+    "learn_factor",
+    "message_tokens",
+]
 
 TokenCounter = Callable[[str], int]
 
@@ -30,6 +51,39 @@ def estimate_tokens(text: str) -> int:
         return 0
     cjk = len(_CJK.findall(text)) if not text.isascii() else 0
     return math.ceil(cjk / 1.5 + (len(text) - cjk) / 4)
+
+
+# Images (SPEC §9.4): Anthropic's published cost, width x height / 750, up to the 1,600 an
+# image scaled to the API's limit costs; an image whose size cannot be read counts the most.
+IMAGE_MAX_TOKENS = 1_600
+IMAGE_PIXELS_PER_TOKEN = 750
+# Documents: Anthropic bills each PDF page as its text (1,500-3,000 tokens a page, by its
+# documentation) plus the page as an image; 3,000 is the top of the text range, so a
+# document is not undercounted before a real count calibrates the session.
+DOCUMENT_PAGE_TOKENS = 3_000
+# A PDF whose pages cannot be counted (objects in compressed streams) counts one page per
+# started 50 kB of data.
+PDF_BYTES_PER_PAGE = 50_000
+
+
+def image_tokens(width: int | None, height: int | None) -> int:
+    """Tokens of an image: ceil(width x height / 750) up to 1,600; 1,600 when unknown."""
+    if not width or not height:
+        return IMAGE_MAX_TOKENS
+    return min(IMAGE_MAX_TOKENS, math.ceil(width * height / IMAGE_PIXELS_PER_TOKEN))
+
+
+def document_tokens(pages: int) -> int:
+    """Tokens of a document of ``pages`` pages."""
+    return max(1, pages) * DOCUMENT_PAGE_TOKENS
+
+
+def message_tokens(fmt: MessageFormat, message: dict[str, Any], count: TokenCounter) -> int:
+    """The estimate stored with a message: ``count`` (the session's token counter) over its
+    text, calls and results, plus the figure of each image or document it carries."""
+    from compactstore.media import media_tokens  # media reads this module's figures
+
+    return count(fmt.token_text(message)) + media_tokens(message)
 
 
 # Calibration (SPEC §6). Growth smaller than this says little about the ratio.

@@ -93,7 +93,13 @@ VALID: list[tuple[MessageFormat, Any]] = [
             "role": "user",
             "content": [
                 _tool_result("a", "text", is_error=False),
-                _tool_result("b", [{"type": "text", "text": "x"}, {"type": "image", "source": {}}]),
+                _tool_result(
+                    "b",
+                    [
+                        {"type": "text", "text": "x"},
+                        {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+                    ],
+                ),
                 {"type": "tool_result", "tool_use_id": "c"},
                 {"type": "text", "text": "and keep going"},
             ],
@@ -494,7 +500,13 @@ def test_anthropic_extraction() -> None:
     assert ANTHROPIC.tool_calls(results) == []
     assert ANTHROPIC.tool_results(results) == [
         ToolResult("a", "print(1)", False),
-        ToolResult("b", 'x.py:1\n{"source":{"k":1},"type":"image"}', True),
+        # Media is not text: its blocks ride along, counted by size (tests/test_media.py).
+        ToolResult(
+            "b",
+            "x.py:1",
+            True,
+            blocks=[{"type": "text", "text": "x.py:1"}, {"type": "image", "source": {"k": 1}}],
+        ),
         ToolResult("c", "", False),
     ]
     assert not ANTHROPIC.is_request(results)

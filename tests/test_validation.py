@@ -466,7 +466,7 @@ CASES = [
         "minicode",
         lambda s: s.append_tool_result("t2", wrong({"lines": 3}), tool_name="read_file"),
         InvalidInputError,
-        r"tool result content must be a string, got dict",
+        r"tool result content must be a string or a list of content blocks, got dict",
         "tool-result-content-not-a-string",
     ),
     _case(

@@ -25,6 +25,7 @@ from compactstore.db import repository as repo
 from compactstore.engines import read_dedup
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
+from compactstore.formats.base import ResultContent, storage_json
 from compactstore.models import CompactionConfig
 from compactstore.tokens import TokenCounter
 
@@ -157,8 +158,14 @@ def dedup_candidate(
         raise NotFoundError(f"session {session_id!r} no longer exists in {location}")
     if not _dedups(session, result) or result.file_path is None:
         return None
-    digest = read_dedup.content_hash(result.content)
+    digest = read_dedup.content_hash(_hashed(result))
     return dedup_of(connection, session_id, result.file_path, digest)
+
+
+def _hashed(result: NewToolResult) -> str:
+    """The text a read's hash is taken of (the blocks' JSON for a list)."""
+    content = result.content
+    return content if isinstance(content, str) else storage_json(content)
 
 
 def _dedups(session: repo.SessionRow, result: NewToolResult) -> bool:
@@ -177,7 +184,7 @@ def tool_result_message(
 ) -> PendingMessage:
     """The tool result message built in the session's format and counted: the content, or
     a stub pointing at ``earlier`` (no transaction: the token counter is the caller's)."""
-    text = result.content if earlier is None else read_dedup.dedup_stub(*earlier)
+    text: ResultContent = result.content if earlier is None else read_dedup.dedup_stub(*earlier)
     message = adapter.tool_result_message(
         result.tool_use_id, text, tool_name=result.tool_name, is_error=result.is_error
     )
@@ -200,7 +207,7 @@ def store_tool_result(
     caller prepares it again. With ``final`` the whole content is stored in any case."""
     sid, path = session.id, result.file_path
     dedup = _dedups(session, result) and path is not None
-    digest = read_dedup.content_hash(result.content)
+    digest = read_dedup.content_hash(_hashed(result))
     if not final:
         now = dedup_of(connection, sid, path, digest) if dedup and path is not None else None
         if now != expected:

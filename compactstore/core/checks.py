@@ -14,10 +14,16 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.formats.base import check_nesting, storage_json
+from compactstore.formats.base import ResultContent, check_nesting, storage_json
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
+from compactstore.media import (
+    ANTHROPIC_RESULT_BLOCKS,
+    MEDIA_BLOCK_TYPES,
+    RESPONSES_RESULT_PARTS,
+    check_media_block,
+)
 from compactstore.models import MEMORY_KINDS, CompactionConfig
-from compactstore.tokens import TokenCounter
+from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
     "MAX_INT",
@@ -32,6 +38,7 @@ __all__ = [
     "check_id",
     "check_memory",
     "check_pool",
+    "check_result_blocks",
     "check_session_id",
     "check_size",
     "check_timestamp",
@@ -191,7 +198,7 @@ def prepare_message(
             f"would separate it from its pair"
         )
     created_at = now_or_clock(timestamp, "timestamp")
-    tokens = count_tokens(adapter.token_text(message))
+    tokens = message_tokens(adapter, message, count_tokens)
     return PendingMessage(message, payload, size, tokens, created_at, pinned)
 
 
@@ -209,31 +216,95 @@ class NewToolResult:
     """The arguments of ``append_tool_result``, checked."""
 
     tool_use_id: str
-    content: str
+    content: ResultContent
     tool_name: str
     file_path: str | None
     is_error: bool
 
 
 def check_tool_result(
-    tool_use_id: Any, content: Any, *, tool_name: Any, file_path: Any, is_error: Any
+    tool_use_id: Any,
+    content: Any,
+    *,
+    tool_name: Any,
+    file_path: Any,
+    is_error: Any,
+    format_name: str,
 ) -> NewToolResult:
     for name, value in (("tool_use_id", tool_use_id), ("tool_name", tool_name)):
         if not isinstance(value, str) or not value:
             raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
-    if not isinstance(content, str):
+    if isinstance(content, list):
+        content = check_result_blocks(format_name, content)
+    elif not isinstance(content, str):
         raise InvalidInputError(
-            f"tool result content must be a string, got {type(content).__name__}"
+            f"tool result content must be a string or a list of content blocks, "
+            f"got {type(content).__name__}"
         )
+    else:
+        check_utf8(content, "tool result content")
     if file_path is not None and (not isinstance(file_path, str) or not file_path):
         raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
     if not isinstance(is_error, bool):
         raise InvalidInputError("is_error must be True or False")
-    check_utf8(content, "tool result content")
     check_column_text(tool_name, "tool_name", MAX_NAME)
     if file_path is not None:
         check_column_text(file_path, "file_path")
     return NewToolResult(tool_use_id, content, tool_name, file_path, is_error)
+
+
+# Blocks a tool result's content list may hold, per format (SPEC §9.4 Media).
+_RESULT_BLOCKS: dict[str, tuple[str, ...]] = {
+    "anthropic": ANTHROPIC_RESULT_BLOCKS,
+    "responses": RESPONSES_RESULT_PARTS,
+    "openai": ("text",),
+}
+
+
+def check_result_blocks(format_name: str, content: list[Any]) -> list[dict[str, Any]]:
+    """A tool result given as a list of content blocks, in the session format's dialect.
+
+    anthropic takes ``text``, ``image`` and ``document`` blocks; responses ``input_text``,
+    ``input_image`` and ``input_file`` parts; openai text parts only (a Chat Completions
+    tool message cannot carry media); minicode text only (the article's shape). Each
+    media block is checked as the provider would (base64 that decodes, image bytes of the
+    declared type).
+    """
+    allowed = _RESULT_BLOCKS.get(format_name)
+    if allowed is None:
+        raise InvalidInputError(
+            f"format {format_name}: a tool result's content is a string (the MiniCode "
+            f"article's shape has no content blocks), got a list"
+        )
+    if not content:
+        raise InvalidInputError("tool result content is an empty list; give at least one block")
+    check_nesting(content, "tool result content")
+    for i, block in enumerate(content):
+        at = f"tool result content[{i}]: "
+        if not isinstance(block, dict):
+            raise InvalidInputError(
+                f"{at}a content block must be a dict, got {type(block).__name__}"
+            )
+        kind = block.get("type")
+        if format_name == "openai" and kind in MEDIA_BLOCK_TYPES | {"input_image", "input_file"}:
+            raise InvalidInputError(
+                f"{at}format openai: a Chat Completions tool message takes text only, so a "
+                f"tool result cannot carry {kind!r} content; use format 'anthropic' or "
+                f"'responses' for images and documents, or send a text description"
+            )
+        if kind not in allowed:
+            raise InvalidInputError(
+                f"{at}block type {kind!r} is not allowed in a {format_name} tool result "
+                f"(expected one of: {', '.join(allowed)})"
+            )
+        if kind in ("text", "input_text"):
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise InvalidInputError(f"{at}{kind} block needs a string 'text'")
+            check_utf8(text, f"{at}text")
+        else:
+            check_media_block(block, at)
+    return content
 
 
 def check_file_path(file_path: Any) -> str:

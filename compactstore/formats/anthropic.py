@@ -17,12 +17,14 @@ from typing import Any
 from compactstore.formats.base import (
     Kind,
     MessageFormat,
+    ResultContent,
     ToolCall,
     ToolResult,
     check_role,
     content_blocks,
     content_text,
     flatten_result,
+    result_blocks,
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
 from compactstore.frozen import FrozenDict, freeze
@@ -71,6 +73,7 @@ class AnthropicFormat(MessageFormat):
                 tool_use_id=block["tool_use_id"],
                 text=flatten_result(block.get("content", "")),
                 is_error=block.get("is_error") is True,
+                blocks=result_blocks(block.get("content")),
             )
             for block in content_blocks(message)
             if block.get("type") == "tool_result"
@@ -91,7 +94,7 @@ class AnthropicFormat(MessageFormat):
         return new
 
     def tool_result_message(
-        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+        self, tool_use_id: str, content: ResultContent, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
         """A user message with one ``tool_result`` block (the API has no tool name there)."""
         return {

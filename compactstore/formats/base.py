@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactstore.errors import InvalidMessageError
+from compactstore.media import MEDIA_BLOCK_TYPES, has_media
 
 __all__ = [
     "MAX_NESTING",
     "Kind",
     "MessageFormat",
+    "ResultContent",
     "ToolCall",
     "ToolResult",
     "check_blocks",
@@ -28,8 +30,10 @@ __all__ = [
     "check_role",
     "content_blocks",
     "content_text",
+    "error_prefixed",
     "flatten_result",
     "json_text",
+    "result_blocks",
     "storage_json",
     "type_name",
 ]
@@ -38,6 +42,10 @@ __all__ = [
 # levels; far deeper values could not be encoded, decoded or compared without running out of
 # Python's recursion limit, so they are refused before anything is stored.
 MAX_NESTING = 256
+
+# A tool result's content as append_tool_result takes it: text, or content blocks in the
+# session format's own dialect (SPEC §9.4).
+ResultContent = str | list[dict[str, Any]]
 
 # What a message is, whatever the format spells it as.
 Kind = Literal["system", "user", "assistant", "tool"]
@@ -62,6 +70,15 @@ class ToolResult:
     # False for results whose content no text can stand for (a screenshot, an approval
     # decision): compaction stages never preview or clear them.
     replaceable: bool = True
+    # The result's content blocks when they carry media (images, documents; SPEC §9.4),
+    # else None. ``text`` is then the text blocks only: media is never counted or shown as
+    # its base64. Such a result is exempt from the character budget; microcompact and
+    # ``max_media_in_context`` persist it whole (these blocks, as JSON) behind a note.
+    blocks: Any = None
+
+    @property
+    def has_media(self) -> bool:
+        return self.blocks is not None
 
 
 def check_nesting(value: Any, what: str = "message") -> None:
@@ -131,7 +148,7 @@ class MessageFormat(ABC):
 
     @abstractmethod
     def tool_result_message(
-        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+        self, tool_use_id: str, content: ResultContent, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
         """A message carrying one tool result."""
 
@@ -265,7 +282,8 @@ def content_text(content: Any) -> str:
 
 
 def flatten_result(content: Any) -> str:
-    """A tool result's content as text; non-text blocks count as their JSON."""
+    """A tool result's content as text; non-text blocks count as their JSON, except media
+    (images, documents), which count by their size (:mod:`compactstore.media`)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -274,5 +292,24 @@ def flatten_result(content: Any) -> str:
             if isinstance(block, dict) and block.get("type") == "text"
             else json_text(block)
             for block in content
+            if not (isinstance(block, dict) and block.get("type") in MEDIA_BLOCK_TYPES)
         )
     return ""
+
+
+def error_prefixed(content: ResultContent, text_type: str) -> ResultContent:
+    """Content marked as an error where the format has no error flag: ``Error: `` before
+    the text, or before the first text block of a list (a text block of its own when the
+    list starts with another block)."""
+    prefix = "Error: "
+    if isinstance(content, str):
+        return prefix + content
+    first = content[0] if content else None
+    if isinstance(first, dict) and first.get("type") == text_type:
+        return [{**first, "text": prefix + str(first.get("text", ""))}, *content[1:]]
+    return [{"type": text_type, "text": prefix.strip()}, *content]
+
+
+def result_blocks(content: Any) -> Any:
+    """``content`` when it is a list carrying media (ToolResult.blocks), else None."""
+    return content if isinstance(content, list) and has_media(content) else None

@@ -16,6 +16,7 @@ from compactstore.formats.base import (
     content_blocks,
     type_name,
 )
+from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block
 
 __all__ = ["check_tool_use", "check_tool_use_content", "tool_use_calls"]
 
@@ -89,6 +90,8 @@ def _check_tool_result(block: dict[str, Any], at: str) -> str:
                     raise MessageFormat.fail(
                         f"{at}tool_result content may not contain {inner['type']} blocks"
                     )
+                if inner["type"] in MEDIA_BLOCK_TYPES:
+                    check_media_block(inner, f"{at}tool_result content: ")
         elif not isinstance(content, str):
             raise MessageFormat.fail(
                 f"{at}tool_result 'content' must be a string or a list of content blocks, "

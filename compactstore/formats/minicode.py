@@ -12,6 +12,7 @@ from typing import Any
 
 from compactstore.formats.base import (
     Kind,
+    ResultContent,
     ToolCall,
     ToolResult,
     check_nonempty_str,
@@ -79,7 +80,7 @@ class MiniCodeFormat(ResultMessageFormat):
         ]
 
     def tool_result_message(
-        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+        self, tool_use_id: str, content: ResultContent, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
         return {
             "role": "tool_result",

@@ -12,11 +12,13 @@ from typing import Any
 
 from compactstore.formats.base import (
     Kind,
+    ResultContent,
     ToolCall,
     ToolResult,
     check_blocks,
     check_nonempty_str,
     check_role,
+    error_prefixed,
     flatten_result,
     type_name,
 )
@@ -175,13 +177,13 @@ class OpenAIFormat(ResultMessageFormat):
         ]
 
     def tool_result_message(
-        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+        self, tool_use_id: str, content: ResultContent, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
         """A ``tool`` message; an error is marked by an ``"Error: "`` prefix (no flag exists)."""
         return {
             "role": "tool",
             "tool_call_id": tool_use_id,
-            "content": f"Error: {content}" if is_error else content,
+            "content": error_prefixed(content, "text") if is_error else content,
         }
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:

@@ -32,13 +32,17 @@ from typing import Any, Literal
 from compactstore.formats.base import (
     Kind,
     MessageFormat,
+    ResultContent,
     ToolCall,
     ToolResult,
     check_blocks,
     check_nonempty_str,
+    error_prefixed,
     json_text,
+    result_blocks,
     type_name,
 )
+from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block
 
 __all__ = [
     "CALLS",
@@ -195,6 +199,11 @@ class ResponsesFormat(MessageFormat):
             if kind == "local_shell_call_output" and "call_id" in message:
                 key = "call_id"
             check_nonempty_str(message, key, f"{kind} item", "")
+            content = message.get(OUTPUTS[kind][1])
+            if kind not in _NOT_REPLACEABLE and isinstance(content, list):
+                for i, part in enumerate(content):
+                    if isinstance(part, dict) and part.get("type") in MEDIA_BLOCK_TYPES:
+                        check_media_block(part, f"{OUTPUTS[kind][1]}[{i}]: ")
         elif kind == "reasoning":
             if not isinstance(message.get("summary"), list):
                 shown = type_name(message.get("summary"))
@@ -288,9 +297,17 @@ class ResponsesFormat(MessageFormat):
         else:
             text = _parts_text(content) if isinstance(content, list) else content
             if isinstance(content, list):
-                # Media parts count as their JSON (a persisted preview keeps the text).
+                # Other parts count as their JSON; media parts by their size (SPEC §9.4).
                 text = "\n".join(
-                    [text, *(json_text(p) for p in content if not _is_text_part(p))]
+                    [
+                        text,
+                        *(
+                            json_text(p)
+                            for p in content
+                            if not _is_text_part(p)
+                            and not (isinstance(p, dict) and p.get("type") in MEDIA_BLOCK_TYPES)
+                        ),
+                    ]
                 ).strip("\n")
         return [
             ToolResult(
@@ -298,6 +315,7 @@ class ResponsesFormat(MessageFormat):
                 text=text,
                 is_error=kind == "apply_patch_call_output" and message.get("status") == "failed",
                 replaceable=kind not in _NOT_REPLACEABLE,
+                blocks=result_blocks(content) if kind not in _NOT_REPLACEABLE else None,
             )
         ]
 
@@ -333,14 +351,14 @@ class ResponsesFormat(MessageFormat):
         return new
 
     def tool_result_message(
-        self, tool_use_id: str, content: str, *, tool_name: str, is_error: bool
+        self, tool_use_id: str, content: ResultContent, *, tool_name: str, is_error: bool
     ) -> dict[str, Any]:
         """A ``function_call_output`` item; an error is marked by an ``"Error: "`` prefix
         (the item has no error flag)."""
         return {
             "type": "function_call_output",
             "call_id": tool_use_id,
-            "output": f"{ERROR_PREFIX}{content}" if is_error else content,
+            "output": error_prefixed(content, "input_text") if is_error else content,
         }
 
     def summary_message(self, text: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from compactstore.simulate.reference import reference_agreement
 from compactstore.simulate.report import STAGE_KEYS, CompactionEvent, SimulationReport
 from compactstore.store import CompactStore, Session
 from compactstore.summary_audit import is_noise
-from compactstore.tokens import estimate_tokens
+from compactstore.tokens import estimate_tokens, message_tokens
 from compactstore.transfer import staging
 
 __all__ = ["Progress", "simulate", "simulate_transcript"]
@@ -156,7 +156,7 @@ class _Replay:
             now=first,
         )
         self.count = store.token_counter
-        self.estimates = [self.count(self.fmt.token_text(m)) for m in transcript.messages]
+        self.estimates = [message_tokens(self.fmt, m, self.count) for m in transcript.messages]
         self.real = RealTokens(transcript, self.estimates)
         self.report = SimulationReport(
             file=name,

@@ -9,7 +9,7 @@ from typing import Any
 from compactstore.context import ActiveContext, ContextMessage, MessageState, pairing_problems
 from compactstore.formats import get_format
 from compactstore.models import CompactionConfig
-from compactstore.tokens import estimate_tokens
+from compactstore.tokens import estimate_tokens, message_tokens
 from tests.helpers import assistant, call_id, calls_message, result_message, user, words
 
 
@@ -33,7 +33,7 @@ class ContextBuilder:
             ContextMessage.build(
                 adapter,
                 message,
-                tokens=estimate_tokens(adapter.token_text(message)),
+                tokens=message_tokens(adapter, message, estimate_tokens),
                 seq=seq,
                 state=state,
                 created_at=self.clock,

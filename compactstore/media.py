@@ -1,0 +1,528 @@
+"""Images and documents in messages (SPEC §9.4 **Media**): what a media block is, what it
+costs, how it is checked, and the text that stands for it once it left the context.
+
+A media block is a content block that carries an image or a document, in the dialect of its
+format: ``image``/``document`` (anthropic), ``input_image``/``input_file`` (responses),
+``image_url``/``file`` parts (openai chat user messages). Its size is read from the data
+itself: image dimensions from the PNG, JPEG, GIF or WebP header (parsed here, no imaging
+library), PDF pages from the page objects. Token figures live in :mod:`compactstore.tokens`.
+
+Pure functions: no I/O, no clock. Base64 is decoded only to read a header or count pages,
+never handed on as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from compactstore.errors import InvalidMessageError
+from compactstore.tokens import (
+    PDF_BYTES_PER_PAGE,
+    document_tokens,
+    estimate_tokens,
+    image_tokens,
+)
+
+__all__ = [
+    "ANTHROPIC_RESULT_BLOCKS",
+    "IMAGE_MEDIA_TYPES",
+    "MEDIA_BLOCK_TYPES",
+    "RESPONSES_RESULT_PARTS",
+    "Media",
+    "check_media_block",
+    "decoded_single_media",
+    "describe",
+    "has_media",
+    "image_size",
+    "media_blocks",
+    "media_note",
+    "media_tokens",
+    "pdf_pages",
+    "sniff_image_type",
+    "without_media",
+]
+
+# Block types that carry media, in every format's dialect.
+MEDIA_BLOCK_TYPES = frozenset(
+    {"image", "document", "input_image", "input_file", "image_url", "file"}
+)
+IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
+# What append_tool_result takes in a list, per format (SPEC §9.4).
+ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
+RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
+
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[^;,]*)*?);base64,(.*)", re.DOTALL)
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """One media block, as far as its data tells."""
+
+    kind: Literal["image", "document"]
+    media_type: str | None  # None when the block only references the data (URL, file id)
+    width: int | None = None
+    height: int | None = None
+    pages: int | None = None
+    size: int | None = None  # decoded bytes of inline data
+    text_tokens: int | None = None  # a plain-text document: the estimate of its text
+
+    @property
+    def tokens(self) -> int:
+        """What the block costs in the context (SPEC §9.4)."""
+        if self.kind == "image":
+            return image_tokens(self.width, self.height)
+        if self.text_tokens is not None:
+            return self.text_tokens
+        return document_tokens(self.page_count)
+
+    @property
+    def page_count(self) -> int:
+        """Pages a document counts as: read from a PDF, else one per started
+        PDF_BYTES_PER_PAGE of inline data, else one (a reference to the data)."""
+        if self.pages:
+            return self.pages
+        if self.size:
+            return max(1, math.ceil(self.size / PDF_BYTES_PER_PAGE))
+        return 1
+
+    def label(self) -> str:
+        """A short description: ``image/png 1024x768``, ``application/pdf, 3 pages``."""
+        shown = self.media_type or f"{self.kind} by reference"
+        if self.kind == "image":
+            if self.width and self.height:
+                return f"{shown} {self.width}x{self.height}"
+            return shown
+        if self.text_tokens is not None:
+            return shown
+        return f"{shown}, {self.page_count} page{'s' if self.page_count != 1 else ''}"
+
+
+# -- reading data ---------------------------------------------------------------------------
+
+
+def _b64decode(data: str) -> bytes | None:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _data_url(url: str) -> tuple[str, str] | None:
+    """(media type, base64 data) of a ``data:...;base64,`` URL."""
+    found = _DATA_URL.fullmatch(url)
+    return None if found is None else (found.group(1).lower(), found.group(3))
+
+
+def sniff_image_type(data: bytes) -> str | None:
+    """The media type an image's first bytes say (PNG, JPEG, GIF, WebP), else None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) read from a PNG, JPEG, GIF or WebP header; None when unreadable."""
+    try:
+        kind = sniff_image_type(data)
+        if kind == "image/png" and data[12:16] == b"IHDR":
+            width, height = struct.unpack(">II", data[16:24])
+        elif kind == "image/gif":
+            width, height = struct.unpack("<HH", data[6:10])
+        elif kind == "image/webp":
+            return _webp_size(data)
+        elif kind == "image/jpeg":
+            return _jpeg_size(data)
+        else:
+            return None
+    except struct.error:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        width, height = struct.unpack("<HH", data[26:30])
+        width, height = width & 0x3FFF, height & 0x3FFF
+    elif chunk == b"VP8L" and data[20:21] == b"\x2f":
+        b0, b1, b2, b3 = data[21:25]
+        width = 1 + (b0 | (b1 & 0x3F) << 8)
+        height = 1 + (b1 >> 6 | b2 << 2 | (b3 & 0x0F) << 10)
+    elif chunk == b"VP8X":
+        width = 1 + int.from_bytes(data[24:27], "little")
+        height = 1 + int.from_bytes(data[27:30], "little")
+    else:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+# JPEG start-of-frame markers (baseline, progressive, lossless...): not DHT, JPG, DAC.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    index = 2
+    while index + 4 <= len(data):
+        if data[index] != 0xFF:
+            return None
+        marker = data[index + 1]
+        if marker == 0xFF:  # fill byte
+            index += 1
+            continue
+        if marker == 0xDA:  # start of scan: no frame header came before the image data
+            return None
+        if marker == 0x01 or 0xD0 <= marker <= 0xD9:  # no length: TEM, RSTn, SOI, EOI
+            index += 2
+            continue
+        (length,) = struct.unpack(">H", data[index + 2 : index + 4])
+        if marker in _SOF:
+            height, width = struct.unpack(">HH", data[index + 5 : index + 9])
+            return (width, height) if width > 0 and height > 0 else None
+        index += 2 + length
+    return None
+
+
+def pdf_pages(data: bytes) -> int | None:
+    """Pages of a PDF, counted by its page objects; None when none can be seen (a PDF whose
+    objects are all in compressed object streams)."""
+    if not data.startswith(b"%PDF"):
+        return None
+    pages = len(_PDF_PAGE.findall(data))
+    return pages or None
+
+
+# -- media blocks -----------------------------------------------------------------------------
+
+
+def _image(media_type: str | None, data: str | None) -> Media:
+    if data is None:
+        return Media("image", media_type)
+    raw = _b64decode(data)
+    size = image_size(raw) if raw is not None else None
+    return Media(
+        "image",
+        media_type,
+        width=size[0] if size else None,
+        height=size[1] if size else None,
+        size=None if raw is None else len(raw),
+    )
+
+
+def _document(media_type: str | None, data: str | None) -> Media:
+    if data is None:
+        return Media("document", media_type)
+    raw = _b64decode(data)
+    if raw is None:
+        return Media("document", media_type)
+    return Media("document", media_type, pages=pdf_pages(raw), size=len(raw))
+
+
+def _inline(value: Any) -> tuple[str | None, str | None]:
+    """(media type, base64 data) of a data URL or bare base64 value; (None, None) else."""
+    if not isinstance(value, str):
+        return None, None
+    parsed = _data_url(value)
+    if parsed is not None:
+        return parsed
+    return (None, value) if not value.startswith(("http://", "https://")) else (None, None)
+
+
+def describe(block: Any) -> Media | None:
+    """The media a content block carries, or None for a block that carries none."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind not in MEDIA_BLOCK_TYPES:
+        return None
+    if kind in ("image", "document"):
+        source = block.get("source")
+        source = source if isinstance(source, dict) else {}
+        media_type = source.get("media_type") if isinstance(source.get("media_type"), str) else None
+        data = source.get("data")
+        if kind == "image":
+            return _image(media_type, data if source.get("type") == "base64" else None)
+        if source.get("type") == "base64":
+            return _document(media_type, data if isinstance(data, str) else None)
+        if source.get("type") == "text" and isinstance(data, str):
+            return Media("document", "text/plain", text_tokens=estimate_tokens(data))
+        if source.get("type") == "content":
+            return Media("document", None, text_tokens=_content_tokens(source.get("content")))
+        return Media("document", None)
+    if kind == "input_image":
+        media_type, data = _inline(block.get("image_url"))
+        return _image(media_type, data if media_type else None)
+    if kind == "image_url":
+        url = block.get("image_url")
+        media_type, data = _inline(url.get("url") if isinstance(url, dict) else None)
+        return _image(media_type, data if media_type else None)
+    inner = block.get("file") if kind == "file" else block
+    media_type, data = _inline(inner.get("file_data") if isinstance(inner, dict) else None)
+    return _document(media_type or _media_type_of(inner), data)
+
+
+def _media_type_of(inner: Any) -> str | None:
+    name = inner.get("filename") if isinstance(inner, dict) else None
+    if isinstance(name, str) and name.lower().endswith(".pdf"):
+        return "application/pdf"
+    return None
+
+
+def _content_tokens(content: Any) -> int:
+    if isinstance(content, str):
+        return estimate_tokens(content)
+    if not isinstance(content, list):
+        return 0
+    total = 0
+    for block in content:
+        media = describe(block)
+        if media is not None:
+            total += media.tokens
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            total += estimate_tokens(block["text"])
+    return total
+
+
+def media_blocks(value: Any) -> Iterator[dict[str, Any]]:
+    """The media blocks in a message or content value, in order: in content lists, the
+    contents of tool results (anthropic) and the outputs of items (responses)."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            if item.get("type") in MEDIA_BLOCK_TYPES:
+                yield item
+                continue
+            for key in ("output", "content"):
+                child = item.get(key)
+                if isinstance(child, list):
+                    stack.append(child)
+
+
+def has_media(value: Any) -> bool:
+    """Whether a message or content value carries any media block."""
+    return next(media_blocks(value), None) is not None
+
+
+def media_tokens(message: Any) -> int:
+    """Tokens of every media block in a message (its text is counted as text elsewhere)."""
+    total = 0
+    for block in media_blocks(message):
+        media = describe(block)
+        if media is not None:
+            total += media.tokens
+    return total
+
+
+def without_media(value: Any) -> Any:
+    """A copy of a message with every media block replaced by a text block saying what it
+    was (``[image left out: image/png 1024x768]``), in the block's own dialect: no base64
+    reaches a summarizer."""
+    if isinstance(value, list):
+        return [without_media(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    media = describe(value)
+    if media is not None:
+        text_type = "input_text" if str(value.get("type")).startswith("input_") else "text"
+        return {"type": text_type, "text": f"[{media.kind} left out: {media.label()}]"}
+    return {
+        key: without_media(item) if key in ("content", "output") else item
+        for key, item in value.items()
+    }
+
+
+def media_note(blocks: Any, *, tool_name: str, blob_id: int, limit: int) -> str:
+    """The text that stands for a tool result with media once it is persisted: what the
+    media were and the blob holding them, then the result's own text (clipped), at most
+    ``limit`` characters."""
+    found = [m for m in (describe(b) for b in media_blocks(blocks)) if m is not None]
+    what = "; ".join(media.label() for media in found) or "media"
+    header = (
+        f"[Tool result media persisted: {len(found)} block{'s' if len(found) != 1 else ''} "
+        f"({what}), tool {tool_name}, blob {blob_id}; the model no longer sees "
+        f"{'them' if len(found) != 1 else 'it'}]"
+    )
+    texts = [
+        block["text"]
+        for block in (blocks if isinstance(blocks, list) else [])
+        if isinstance(block, dict) and isinstance(block.get("text"), str)
+    ]
+    text = "\n".join(t for t in texts if t)
+    if len(header) >= limit:
+        return header[: limit - 2] + "…]"
+    room = limit - len(header) - 1
+    if text and room > 1:
+        clipped = text if len(text) <= room else text[: room - 1] + "…"
+        return f"{header}\n{clipped}"
+    return header
+
+
+def decoded_single_media(content: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) when a blob's content is the JSON of exactly one media block
+    with inline base64 data (one image, or one PDF); None for anything else."""
+    if not content.startswith("["):
+        return None
+    import json
+
+    try:
+        blocks = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(blocks, list) or len(blocks) != 1 or describe(blocks[0]) is None:
+        return None
+    block = blocks[0]
+    kind = block.get("type")
+    media_type: str | None
+    data: str | None
+    if kind in ("image", "document"):
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64":
+            return None
+        media_type, data = source.get("media_type"), source.get("data")
+    elif kind == "input_image":
+        media_type, data = _inline(block.get("image_url"))
+    elif kind == "image_url":
+        url = block.get("image_url")
+        media_type, data = _inline(url.get("url") if isinstance(url, dict) else None)
+    else:
+        inner = block.get("file") if kind == "file" else block
+        media_type, data = _inline(inner.get("file_data") if isinstance(inner, dict) else None)
+        media_type = media_type or _media_type_of(inner)
+    if not isinstance(data, str) or not isinstance(media_type, str):
+        return None
+    raw = _b64decode(data)
+    return None if raw is None else (media_type, raw)
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def _fail(at: str, problem: str) -> InvalidMessageError:
+    return InvalidMessageError(f"{at}{problem}")
+
+
+def _check_base64(data: Any, at: str, what: str) -> bytes:
+    if not isinstance(data, str) or not data:
+        raise _fail(at, f"{what} needs non-empty base64 'data', got {type(data).__name__}")
+    raw = _b64decode(data)
+    if raw is None:
+        raise _fail(at, f"{what} 'data' is not valid base64 (no line breaks or spaces allowed)")
+    return raw
+
+
+def _check_image_bytes(raw: bytes, media_type: str, at: str) -> None:
+    sniffed = sniff_image_type(raw)
+    if sniffed is None:
+        raise _fail(
+            at,
+            f"image data is not a PNG, JPEG, GIF or WebP image (declared {media_type})",
+        )
+    if sniffed != media_type:
+        raise _fail(at, f"image data is {sniffed} but the block declares {media_type}")
+
+
+def _check_source(block: dict[str, Any], at: str, allowed: dict[str, tuple[str, ...]]) -> None:
+    kind = block["type"]
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise _fail(at, f"{kind} block needs a dict 'source', got {type(source).__name__}")
+    source_type = source.get("type")
+    if source_type not in allowed:
+        raise _fail(
+            at,
+            f"{kind} block source type {source_type!r} is not one of: {', '.join(allowed)}",
+        )
+    keys = allowed[source_type]
+    for key in keys:
+        if key == "media_type":
+            continue
+        value = source.get(key)
+        if key == "content":
+            if not isinstance(value, str | list):
+                raise _fail(at, f"{kind} content source needs a string or list 'content'")
+        elif not isinstance(value, str) or not value:
+            raise _fail(at, f"{kind} {source_type} source needs a non-empty string {key!r}")
+    if source_type == "base64":
+        media_type = source.get("media_type")
+        expected = IMAGE_MEDIA_TYPES if kind == "image" else ("application/pdf",)
+        if media_type not in expected:
+            raise _fail(
+                at,
+                f"{kind} block media_type {media_type!r} is not one of: {', '.join(expected)}",
+            )
+        raw = _check_base64(source.get("data"), at, f"{kind} block")
+        if kind == "image":
+            _check_image_bytes(raw, str(media_type), at)
+    elif source_type == "text" and source.get("media_type", "text/plain") != "text/plain":
+        raise _fail(at, "document text source needs media_type 'text/plain'")
+
+
+_IMAGE_SOURCES: dict[str, tuple[str, ...]] = {
+    "base64": ("media_type", "data"),
+    "url": ("url",),
+    "file": ("file_id",),
+}
+_DOCUMENT_SOURCES: dict[str, tuple[str, ...]] = {
+    "base64": ("media_type", "data"),
+    "text": ("data",),
+    "content": ("content",),
+    "url": ("url",),
+    "file": ("file_id",),
+}
+
+
+def check_media_block(block: dict[str, Any], at: str = "") -> None:
+    """Check a media block of any dialect as the provider would; raise InvalidMessageError
+    naming the problem (a base64 payload that does not decode, an image whose bytes are
+    not the declared type, a source without its data)."""
+    kind = block.get("type")
+    if kind == "image":
+        _check_source(block, at, _IMAGE_SOURCES)
+    elif kind == "document":
+        _check_source(block, at, _DOCUMENT_SOURCES)
+    elif kind == "input_image":
+        url, file_id = block.get("image_url"), block.get("file_id")
+        if not (isinstance(url, str) and url) and not (isinstance(file_id, str) and file_id):
+            raise _fail(at, "input_image part needs a string 'image_url' or 'file_id'")
+        if isinstance(url, str) and url.startswith("data:"):
+            parsed = _data_url(url)
+            if parsed is None:
+                raise _fail(at, "input_image 'image_url' is a data URL without ';base64,'")
+            media_type, data = parsed
+            if media_type not in IMAGE_MEDIA_TYPES:
+                raise _fail(
+                    at,
+                    f"input_image data URL type {media_type!r} is not one of: "
+                    f"{', '.join(IMAGE_MEDIA_TYPES)}",
+                )
+            _check_image_bytes(_check_base64(data, at, "input_image"), media_type, at)
+        detail = block.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high", "original"):
+            raise _fail(at, f"input_image 'detail' {detail!r} is not auto, low, high or original")
+    elif kind == "input_file":
+        given = [key for key in ("file_data", "file_id", "file_url") if block.get(key)]
+        if not given:
+            raise _fail(at, "input_file part needs 'file_data', 'file_id' or 'file_url'")
+        for key in given:
+            if not isinstance(block[key], str):
+                raise _fail(at, f"input_file {key!r} must be a string")
+        file_data = block.get("file_data")
+        if isinstance(file_data, str) and file_data:
+            parsed = _data_url(file_data)
+            _check_base64(parsed[1] if parsed else file_data, at, "input_file")
