@@ -98,6 +98,10 @@ class CompactionConfig(BaseModel):
     preview_head_lines: int = Field(8, ge=0)
     preview_tail_lines: int = Field(3, ge=0)
     preview_tail_after_lines: int = Field(12, ge=0)
+    # Media (SPEC §9.4): tool results with images or documents are exempt from the
+    # character budget; once more media blocks than this are in the context, the oldest
+    # results carrying them are persisted as blobs behind a note (the newest kept).
+    max_media_in_context: int = Field(20, ge=0)
 
     # Stage 3: read dedup (at tool-execution time).
     read_dedup_enabled: bool = True

@@ -12,7 +12,7 @@ from compactstore.db import repository as repo
 from compactstore.engines import microcompact
 from compactstore.engines.base import NewBlob, StageResult
 from compactstore.engines.pipeline import Outcome
-from compactstore.engines.tool_budget import preview
+from compactstore.engines.tool_budget import stub
 
 __all__ = ["rebase"]
 
@@ -67,12 +67,7 @@ def _renumber(context: ActiveContext, stages: list[StageResult], next_id: int) -
             for tool_use_id in edit.tool_use_ids:
                 renumbered = new_ids.get((edit.seq, tool_use_id))
                 replacements[tool_use_id] = (
-                    preview(
-                        renumbered.content,
-                        tool_name=renumbered.tool_name,
-                        blob_id=renumbered.id,
-                        config=context.config,
-                    )
+                    stub(renumbered, context.config)  # a preview, or a media note
                     if renumbered is not None and edit.state == "persisted"
                     else microcompact.CLEARED_TEXT
                 )

@@ -165,6 +165,9 @@ class NewBlob:
     tool_use_id: str
     tool_name: str
     content: str
+    # The result carried media: ``content`` is the JSON of its blocks and the context
+    # holds a media note instead of a preview (SPEC §9.4).
+    media: bool = False
 
 
 @dataclass(frozen=True, slots=True)

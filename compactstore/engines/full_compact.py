@@ -23,6 +23,7 @@ from compactstore.engines.base import (
     SummaryRequest,
     nearest_legal_cut,
 )
+from compactstore.media import without_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
@@ -86,7 +87,8 @@ def summarise(
     answer = inputs.summarizer(
         SummaryRequest(
             # Copies: a summarizer that changes what it is given must not change the context.
-            messages=[item.copy_message() for item in removed],
+            # Images and documents become a text note each: no base64 leaves for a summary.
+            messages=[without_media(item.copy_message()) for item in removed],
             previous_summary=previous,
             instructions=inputs.instructions,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),

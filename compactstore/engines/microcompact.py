@@ -5,12 +5,17 @@ microcompact (the clock starts when the session is created). Cache-aware: when t
 since the last assistant message exceeds ``cache_ttl_seconds`` the provider's prompt cache
 has expired anyway, so clearing costs no cache hit. Results already persisted or cleared
 are not candidates; with ``microcompact_keep_recent`` or fewer candidates nothing happens.
+A result carrying media (SPEC §9.4) is not cleared but persisted whole as a blob, behind a
+note naming it, so ``get_blob`` still returns the image.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from compactstore.context import ActiveContext, ContextMessage
-from compactstore.engines.base import Edit, EngineInputs, StageResult
+from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
+from compactstore.engines.tool_budget import new_blob
 from compactstore.models import CompactStrategy, CompactTrigger
 
 __all__ = ["CLEARED_TEXT", "due", "run"]
@@ -64,9 +69,27 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         by_index.setdefault(index, []).append(tool_use_id)
     kept = list(context.kept)
     edits: list[Edit] = []
+    blobs: list[NewBlob] = []
+    names = context.tool_names({tool_use_id for _, tool_use_id in to_clear})
     for index, ids in sorted(by_index.items()):
+        item = kept[index]
+        assert item.seq is not None
         replacements = dict.fromkeys(ids, CLEARED_TEXT)
-        kept[index], edit = Edit.of_results(context, kept[index], replacements, "cleared")
+        persisted = False
+        for result in item.results:
+            if result.has_media and result.tool_use_id in replacements:
+                blob, text = new_blob(
+                    result,
+                    seq=item.seq,
+                    tool_name=names.get(result.tool_use_id, "unknown"),
+                    blob_id=inputs.next_blob_id + len(blobs),
+                    config=context.config,
+                )
+                blobs.append(blob)
+                replacements[result.tool_use_id] = text
+                persisted = True
+        state: Literal["persisted", "cleared"] = "persisted" if persisted else "cleared"
+        kept[index], edit = Edit.of_results(context, item, replacements, state)
         edits.append(edit)
     after = context.with_kept(kept)
     return StageResult(
@@ -77,5 +100,7 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         tokens_before=before,
         tokens_after=after.usage,
         edits=tuple(edits),
-        detail=f"cleared {len(to_clear)} tool results, kept the newest {keep}",
+        blobs=tuple(blobs),
+        detail=f"cleared {len(to_clear)} tool results, kept the newest {keep}"
+        + (f"; {len(blobs)} with media persisted as blobs" if blobs else ""),
     )

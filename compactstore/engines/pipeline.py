@@ -141,6 +141,7 @@ def process(
             stages.append(micro)
             if micro.effective:  # clearing only results shorter than the placeholder grows
                 context = micro.context
+                inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(micro.blobs))
             if micro.trigger == CompactTrigger.MICROCOMPACT_TIME:
                 last_microcompact_at = inputs.now
     failures: int | None = None

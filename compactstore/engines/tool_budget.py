@@ -5,18 +5,36 @@ replaced in the active context by a preview stub of at most ``tool_result_previe
 a header with the original length, tool name and blob id, the first lines and, for long
 results, the last lines with the count of lines left out. Answers of the ``recall`` tool
 are exempt (SPEC §9.7).
+
+Results carrying media (images, documents; SPEC §9.4) are exempt from the character budget
+and never previewed: once the context holds more than ``max_media_in_context`` media blocks,
+the oldest such results are persisted whole (the JSON of their blocks) and replaced by a
+note naming the blob, until the newest ones fit.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
+from compactstore.formats import ToolResult
+from compactstore.formats.base import storage_json
+from compactstore.media import media_blocks, media_note
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
 from compactstore.recall import RECALL_TOOL_NAME
 
-__all__ = ["persist_results", "preview", "run"]
+__all__ = [
+    "media_over_cap",
+    "new_blob",
+    "oversized",
+    "persist_results",
+    "preview",
+    "run",
+    "stub",
+]
 
 
 def preview(content: str, *, tool_name: str, blob_id: int, config: CompactionConfig) -> str:
@@ -36,6 +54,34 @@ def preview(content: str, *, tool_name: str, blob_id: int, config: CompactionCon
     head_text = _clip("\n".join(head), room - len(tail_text))
     stub = "\n".join(part for part in (header, head_text, gap, tail_text) if part)
     return stub[:limit]
+
+
+def new_blob(
+    result: ToolResult, *, seq: int, tool_name: str, blob_id: int, config: CompactionConfig
+) -> tuple[NewBlob, str]:
+    """A result persisted whole, and the text that stands for it in the context: a preview
+    of its text, or for a result with media a note naming the media and the blob (the blob
+    holds the JSON of its blocks, so no base64 is ever shown as text)."""
+    if result.has_media:
+        blob = NewBlob(
+            blob_id, seq, result.tool_use_id, tool_name, storage_json(result.blocks), media=True
+        )
+    else:
+        blob = NewBlob(blob_id, seq, result.tool_use_id, tool_name, result.text)
+    return blob, stub(blob, config, blocks=result.blocks)
+
+
+def stub(blob: NewBlob, config: CompactionConfig, *, blocks: object = None) -> str:
+    """The text that stands for a persisted blob in the context (its preview, or the media
+    note); ``blocks`` spares parsing a media blob's JSON when the caller has them."""
+    if not blob.media:
+        return preview(blob.content, tool_name=blob.tool_name, blob_id=blob.id, config=config)
+    return media_note(
+        json.loads(blob.content) if blocks is None else blocks,
+        tool_name=blob.tool_name,
+        blob_id=blob.id,
+        limit=config.tool_result_preview_chars,
+    )
 
 
 def _clip(text: str, room: int) -> str:
@@ -68,15 +114,18 @@ def persist_results(
     for index in sorted(by_index):
         item = kept[index]
         assert item.seq is not None
-        texts = {result.tool_use_id: result.text for result in item.results}
+        results = {result.tool_use_id: result for result in item.results}
         replacements: dict[str, str] = {}
         for tool_use_id in by_index[index]:
-            name = names.get(tool_use_id, "unknown")
-            content = texts[tool_use_id]
-            blobs.append(NewBlob(next_id, item.seq, tool_use_id, name, content))
-            replacements[tool_use_id] = preview(
-                content, tool_name=name, blob_id=next_id, config=context.config
+            blob, text = new_blob(
+                results[tool_use_id],
+                seq=item.seq,
+                tool_name=names.get(tool_use_id, "unknown"),
+                blob_id=next_id,
+                config=context.config,
             )
+            blobs.append(blob)
+            replacements[tool_use_id] = text
             next_id += 1
         kept[index], edit = Edit.of_results(context, item, replacements, "persisted")
         edits.append(edit)
@@ -87,7 +136,7 @@ def oversized(
     context: ActiveContext, min_chars: int, *, exempt: frozenset[str] = frozenset()
 ) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
     """A chooser of every unedited tool result longer than ``min_chars``, except the
-    results of calls to the tools named in ``exempt``."""
+    results of calls to the tools named in ``exempt`` and results carrying media."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
         if context.longest_open_result <= min_chars:
@@ -98,6 +147,7 @@ def oversized(
             if item.seq is not None and item.state != "pinned"
             for result in item.results
             if result.replaceable
+            and not result.has_media
             and result.tool_use_id not in item.edited_ids
             and len(result.text) > min_chars
         ]
@@ -109,16 +159,54 @@ def oversized(
     return choose
 
 
+def open_media(kept: Sequence[ContextMessage]) -> list[tuple[int, str, int]]:
+    """(kept index, tool-use id, media blocks) of every result with media still in the
+    context whole, oldest first."""
+    return [
+        (index, result.tool_use_id, sum(1 for _ in media_blocks(result.blocks)))
+        for index, item in enumerate(kept)
+        if item.seq is not None and not item.pinned
+        for result in item.results
+        if result.has_media and result.replaceable and result.tool_use_id not in item.edited_ids
+    ]
+
+
+def media_over_cap(max_media: int) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
+    """A chooser of the oldest results with media, until at most ``max_media`` media blocks
+    are left in the context (a result leaves whole, so fewer may be left)."""
+
+    def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
+        found = open_media(kept)
+        excess = sum(count for _, _, count in found) - max_media
+        chosen: list[tuple[int, str]] = []
+        for index, tool_use_id, count in found:
+            if excess <= 0:
+                break
+            chosen.append((index, tool_use_id))
+            excess -= count
+        return chosen
+
+    return choose
+
+
 def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     """Persist every tool result over the budget, except recall's answers: they are
     already capped (recall_max_tokens), and persisting one would only send the agent back
-    to recall it again."""
+    to recall it again. Then persist the oldest results with media over
+    ``max_media_in_context``."""
     before = context.usage
-    chooser = oversized(
-        context, context.config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME})
-    )
+    config = context.config
+    chooser = oversized(context, config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME}))
     kept, edits, blobs = persist_results(context, inputs, chooser)
     after_context = context.with_kept(kept) if edits else context
+    media_kept, media_edits, media_blobs = persist_results(
+        after_context,
+        replace(inputs, next_blob_id=inputs.next_blob_id + len(blobs)),
+        media_over_cap(config.max_media_in_context),
+    )
+    if media_edits:
+        after_context = after_context.with_kept(media_kept)
+        edits, blobs = _merged_edits(edits, media_edits), blobs + media_blobs
     return StageResult(
         strategy=CompactStrategy.TOOL_BUDGET,
         trigger=CompactTrigger.AUTO,
@@ -128,6 +216,27 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         tokens_after=after_context.usage,
         edits=tuple(edits),
         blobs=tuple(blobs),
-        detail=f"persisted {len(blobs)} tool results" if blobs else "",
+        detail=_detail(blobs),
         attempted=bool(edits),
     )
+
+
+def _detail(blobs: Sequence[NewBlob]) -> str:
+    if not blobs:
+        return ""
+    media = sum(blob.media for blob in blobs)
+    text = f"persisted {len(blobs) - media} tool results" if len(blobs) > media else ""
+    if media:
+        text += f"{', ' if text else 'persisted '}{media} results with media over the cap"
+    return text
+
+
+def _merged_edits(first: list[Edit], second: list[Edit]) -> list[Edit]:
+    """Edits of two passes, one per seq: a message edited by both keeps the second edit,
+    which was made on top of the first, with the tool-use ids of both."""
+    by_seq = {edit.seq: edit for edit in first}
+    for edit in second:
+        earlier = by_seq.get(edit.seq)
+        ids = edit.tool_use_ids if earlier is None else earlier.tool_use_ids + edit.tool_use_ids
+        by_seq[edit.seq] = replace(edit, tool_use_ids=ids)
+    return sorted(by_seq.values(), key=lambda edit: edit.seq)
