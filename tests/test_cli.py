@@ -920,6 +920,7 @@ def test_blob_json(template: str, tmp_path: Path) -> None:
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "output": None,
+        "decoded": None,
         "content": big_file(2),
     }
     target = tmp_path / "b.txt"

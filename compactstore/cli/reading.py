@@ -16,6 +16,7 @@ from compactstore.cli.options import (
     output_option,
     session_argument,
 )
+from compactstore.media import decoded_single_media
 from compactstore.store import CompactStore
 
 SHOW_LIMIT = 50  # rows `show` lists by default: the newest of the active context
@@ -100,18 +101,27 @@ def history(session_id: str, db: str, as_json: bool) -> None:
 @click.command(short_help="Print or save a persisted tool result.")
 @session_argument
 @click.argument("blob_id", metavar="BLOB_ID", type=int)
-@output_option("Write the content to this file (byte-exact) instead of stdout.")
+@output_option(
+    "Write the content to this file (byte-exact) instead of stdout; a blob that is one "
+    "image (or one PDF) is written decoded, as the image file."
+)
 @db_option
 @json_option
 @library_errors
 def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: bool) -> None:
     """Print (or save) the full content of a persisted tool result, byte-exact.
 
+    A result with images or documents is persisted as the JSON of its content blocks; with
+    -o, a blob holding exactly one image (or one PDF) with inline data is written decoded.
+
     Example: compactstore blob s1 3 -o result.txt
     """
     with CompactStore.open(db, read_only=True) as store:
         content = store.get_session(session_id).get_blob(blob_id)
     data = content.encode("utf-8")
+    decoded = decoded_single_media(content) if output is not None else None
+    if decoded is not None:
+        data = decoded[1]
     if output is not None:
         write_output(output, data, db=db)
     if as_json:
@@ -121,11 +131,13 @@ def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: b
             "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "output": None if output is None else str(output),
+            "decoded": None if decoded is None else decoded[0],
             "content": None if output is not None else content,
         }
         click.echo(render.json_text(found))
     elif output is not None:
-        click.echo(f"wrote {len(data):,} bytes to {output}")
+        what = "" if decoded is None else f" ({decoded[0]}, decoded)"
+        click.echo(f"wrote {len(data):,} bytes{what} to {output}")
     else:
         click.echo(data, nl=False)
 
