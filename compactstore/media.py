@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 import struct
@@ -36,6 +37,7 @@ __all__ = [
     "MEDIA_BLOCK_TYPES",
     "RESPONSES_RESULT_PARTS",
     "Media",
+    "blob_text",
     "check_media_block",
     "decoded_single_media",
     "describe",
@@ -373,18 +375,39 @@ def media_note(blocks: Any, *, tool_name: str, blob_id: int, limit: int) -> str:
     return header
 
 
-def decoded_single_media(content: str) -> tuple[str, bytes] | None:
-    """(media type, bytes) when a blob's content is the JSON of exactly one media block
-    with inline base64 data (one image, or one PDF); None for anything else."""
+def _media_json(content: str) -> list[Any] | None:
+    """The blocks of a blob that holds a result with media (the JSON of its blocks)."""
     if not content.startswith("["):
         return None
-    import json
-
     try:
         blocks = json.loads(content)
     except ValueError:
         return None
-    if not isinstance(blocks, list) or len(blocks) != 1 or describe(blocks[0]) is None:
+    return blocks if isinstance(blocks, list) and has_media(blocks) else None
+
+
+def blob_text(content: str) -> str:
+    """A blob as text a model can read: for a result with media, its text blocks and a
+    line per image or document (``[image: image/png 1000x800; not shown as text]``);
+    any other blob as it is."""
+    blocks = _media_json(content)
+    if blocks is None:
+        return content
+    lines: list[str] = []
+    for block in blocks:
+        media = describe(block)
+        if media is not None:
+            lines.append(f"[{media.kind}: {media.label()}; not shown as text]")
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            lines.append(block["text"])
+    return "\n".join(lines)
+
+
+def decoded_single_media(content: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) when a blob's content is the JSON of exactly one media block
+    with inline base64 data (one image, or one PDF); None for anything else."""
+    blocks = _media_json(content)
+    if blocks is None or len(blocks) != 1:
         return None
     block = blocks[0]
     kind = block.get("type")

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from compactstore.errors import InvalidInputError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import content_blocks, storage_json, type_name
+from compactstore.media import describe
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -338,6 +339,8 @@ def render(
         kind = block.get("type")
         if kind in _THINKING:
             thinking += 1
+        elif (media := describe(block)) is not None:
+            parts.append(f"[{media.kind}: {media.label()}; not shown as text]")
         elif kind not in _READ_BLOCKS:
             parts.append(f"[{kind} block] {storage_json(block)}")
     if thinking:

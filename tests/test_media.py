@@ -283,7 +283,10 @@ def test_media_over_max_media_in_context_is_persisted_and_get_blob_is_byte_exact
     assert sess.get_blob(1) == original
     assert json.loads(sess.get_blob(1)) == content
     assert item(sess, seqs[0]).state == "persisted"
-    assert sess.compactions()[-1].id is not None
+    # Recall gives the model the text and a line per image, never the base64.
+    recalled = sess.recall({"blob_id": 1})
+    assert "the login page\n[image: image/png 1000x800; not shown as text]" in recalled
+    assert PNG_B64[:40] not in recalled
 
     # `blob -o` writes the JSON when the blob holds more than one image...
     as_text = tmp_path / "blob1.json"

@@ -12,6 +12,7 @@ from compactstore.db import recall as reads
 from compactstore.db import repository as repo
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
+from compactstore.media import blob_text
 from compactstore.models import CompactionConfig
 from compactstore.recall import (
     BlobRequest,
@@ -50,7 +51,9 @@ def recall(
         row = repo.get_blob(connection, sid, request.blob_id)
         if row is None:
             raise NotFoundError(f"no blob {request.blob_id} in session {sid!r}")
-        content = bytes(row.content).decode("utf-8")
+        # A result with media is recalled as its text and a note per image or document:
+        # base64 is no text for the model to read (the image: get_blob, compactstore blob).
+        content = blob_text(bytes(row.content).decode("utf-8"))
         if request.offset > len(content):
             raise InvalidInputError(
                 f"recall: the cursor is past the end of blob {request.blob_id} "
