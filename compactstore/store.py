@@ -9,11 +9,9 @@ exactly as it was when anything raises. :class:`Session` (one conversation) is i
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +20,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from compactstore.core import background, checks, compaction
+from compactstore.core import checks, compaction
 from compactstore.core.cache import ContextCache
 from compactstore.core.plugins import checked_counter, checked_memory_provider
 from compactstore.core.sessions import (
@@ -49,6 +47,7 @@ from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
 from compactstore.errors import (
     CompactStoreWarning,
+    ConflictError,
     DatabaseError,
     InvalidInputError,
     NotFoundError,
@@ -64,6 +63,7 @@ from compactstore.models import (
     SessionInfo,
 )
 from compactstore.session import Session
+from compactstore.store_jobs import run_background_job
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -131,6 +131,8 @@ class CompactStore:
         self.on_compaction = on_compaction
         self.redactor = redactor
         self._cache = ContextCache(check_cache_sessions(cache_sessions))
+        # A staging store (compactstore.transfer.staging) builds its imports in place.
+        self._staging = False
         self._warned: set[tuple[str, str]] = set()
         self._warned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -296,40 +298,7 @@ class CompactStore:
         ``failed`` (recorded, but it freed nothing or an error was raised: the error is
         stored) or ``superseded`` (another compaction made it moot; nothing recorded).
         """
-        owner = uuid.uuid4().hex
-        job = self._write(functools.partial(background.claim, job_id=job_id, owner=owner))
-        if job is None:
-            return None
-        state, result, error = "failed", None, None
-        try:
-            row = self._read(lambda c: repo.get_session(c, job.session_id))
-            if row is None:
-                raise NotFoundError(f"session {job.session_id!r} no longer exists")
-            request = compaction.background_request(job.created_at, job.started_by)
-            result = Session(self, row)._compaction(request, plugins=plugins or self.plugins)
-            if result is None or result.id is None:
-                state = "superseded"
-            elif result.success:
-                state = "applied"
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        finally:
-            self._write(
-                functools.partial(
-                    background.finish,
-                    job=job,
-                    owner=owner,
-                    state=state,
-                    at=time.time(),
-                    compaction_id=None if result is None else result.id,
-                    error=error,
-                )
-            )
-        if result is not None and result.id is not None:
-            self._notify(result)
-        ended = self._read(lambda c: repo.get_job(c, job_id))
-        return None if ended is None else jobs.info(ended)
+        return run_background_job(self, job_id, plugins or self.plugins)
 
     def _notify(self, result: CompactionResult) -> None:
         """Hand a recorded compaction to ``on_compaction`` (no transaction is open)."""
@@ -458,7 +427,7 @@ class CompactStore:
         context_window: int | None = None,
         config: CompactionConfig | None = None,
     ) -> Session:
-        """Create a session from a transcript in one transaction: all or nothing.
+        """Create a session from a transcript: all or nothing.
 
         ``items`` are the transcript's messages in order, each compaction the agent already
         did (e.g. Claude Code's compact_boundary records) coming just before the first
@@ -466,9 +435,10 @@ class CompactStore:
         boundary row whose summary stands for the messages before it. A message's ``usage``
         (the prompt size the provider reported for the call that produced it) becomes a
         ``model_calls`` row. Items are consumed as they come and stored in batches, so a
-        long transcript need not be in memory; tokens are counted and the write
-        transaction stays open meanwhile, which is why
-        :func:`compactstore.importers.import_file` runs this on a staging database.
+        long transcript need not be in memory. The session is built (and its tokens
+        counted) in a staging database, a temporary SQLite file, and copied into this store
+        in one short write transaction: the token counter never runs while this store is
+        locked (SPEC §9.1).
 
         Raises:
             ConflictError: the session already exists.
@@ -476,6 +446,16 @@ class CompactStore:
                 its index).
         """
         sid = checks.check_session_id(session_id)
+        if not self._staging:
+            from compactstore.transfer import staging
+
+            if self._read(lambda c: repo.get_session(c, sid)) is not None:
+                raise ConflictError(f"session {sid!r} already exists; import into a new session id")
+            with staging(self) as stage:
+                stage.import_session(
+                    sid, items, format=format, context_window=context_window, config=config
+                )
+            return self.get_session(sid)
         adapter = get_format(format)
         stored_config = config or CompactionConfig()
         started = False

@@ -224,7 +224,9 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
             summarizer=target.summarizer,
             memory_provider=target.memory_provider,
             redactor=target.redactor,
+            allow_block_types=target.allow_block_types,
         )
+        stage._staging = True  # its own imports are built in place
         try:
             yield stage
             copy_sessions(stage, target)

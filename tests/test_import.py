@@ -41,6 +41,7 @@ from compactstore.importers import (
     read_transcript,
 )
 from compactstore.importers.codex import apply_patch_paths, shell_read_path
+from compactstore.models import ImportedMessage
 from tests.conftest import CORPUS_DEV, Snapshot
 
 Message = dict[str, Any]
@@ -1001,6 +1002,13 @@ def test_tokens_are_counted_while_the_target_is_not_locked(tmp_path: Path) -> No
     with CompactStore.open(target, token_counter=counter) as store:
         session = import_file(store, write_lines(tmp_path / "run.jsonl", _claude_code_lines()))
         assert len(session.messages()) == 4
+        assert probes and all(probes)
+        # store.import_session stages the same way.
+        probes.clear()
+        items = [ImportedMessage({"role": "user", "content": "hi"}, 1_700_000_000.0)]
+        assert store.import_session("direct", items).messages() == [items[0].message]
+        with pytest.raises(ConflictError, match="already exists"):
+            store.import_session("direct", items)
     assert probes and all(probes)
 
 

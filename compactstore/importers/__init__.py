@@ -531,8 +531,6 @@ def import_file(
     Warns:
         CompactStoreWarning: the last line was cut short and left out.
     """
-    from compactstore.transfer import staging
-
     _resolve(format)
     if session_id is None and not isinstance(path, str | os.PathLike):
         raise InvalidInputError("give the session id of a transcript read from a stream")
@@ -544,13 +542,12 @@ def import_file(
         _, fmt, items = convert(file, format, progress)
         # Staged in a temporary database (token counting happens there), then copied into
         # the store in one write transaction: the store is locked only for the copy.
-        with staging(store) as stage:
-            stage.import_session(
-                sid,
-                (_imported(file.name, item) for item in items),
-                format=fmt,
-                context_window=context_window,
-            )
+        store.import_session(
+            sid,
+            (_imported(file.name, item) for item in items),
+            format=fmt,
+            context_window=context_window,
+        )
         _warn_cut(file)
     return store.get_session(sid)
 

@@ -1,0 +1,62 @@
+"""Running one background compaction job (SPEC §9.1 "Background"), for
+:meth:`compactstore.CompactStore.run_job` and ``compactstore worker``."""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from compactstore.core import background, compaction
+from compactstore.db import jobs
+from compactstore.db import repository as repo
+from compactstore.errors import NotFoundError
+from compactstore.models import JobInfo
+from compactstore.session import Session
+
+if TYPE_CHECKING:
+    from compactstore.store import CompactStore
+
+__all__ = ["run_background_job"]
+
+
+def run_background_job(
+    store: CompactStore, job_id: int, plugins: compaction.Plugins
+) -> JobInfo | None:
+    """Claim the job, run it as plan -> decide -> commit with ``plugins``, record how it
+    ended; the job as it ended, or None when another worker holds it or it is finished."""
+    owner = uuid.uuid4().hex
+    job = store._write(functools.partial(background.claim, job_id=job_id, owner=owner))
+    if job is None:
+        return None
+    state, result, error = "failed", None, None
+    try:
+        row = store._read(lambda c: repo.get_session(c, job.session_id))
+        if row is None:
+            raise NotFoundError(f"session {job.session_id!r} no longer exists")
+        request = compaction.background_request(job.created_at, job.started_by)
+        result = Session(store, row)._compaction(request, plugins=plugins)
+        if result is None or result.id is None:
+            state = "superseded"
+        elif result.success:
+            state = "applied"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        store._write(
+            functools.partial(
+                background.finish,
+                job=job,
+                owner=owner,
+                state=state,
+                at=time.time(),
+                compaction_id=None if result is None else result.id,
+                error=error,
+            )
+        )
+    if result is not None and result.id is not None:
+        store._notify(result)
+    ended = store._read(lambda c: repo.get_job(c, job_id))
+    return None if ended is None else jobs.info(ended)
