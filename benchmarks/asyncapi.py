@@ -73,7 +73,9 @@ def sync_summary(messages: list[Any], previous: str | None, instructions: Any) -
 SUMMARY_SECONDS = 0.2
 
 
-async def run_async(url: str, sessions: int, steps: int, pool: int) -> dict[str, Any]:
+async def run_async(
+    url: str, sessions: int, steps: int, pool: int, cache_sessions: int = 64
+) -> dict[str, Any]:
     lags: list[float] = []
     done = False
 
@@ -96,7 +98,11 @@ async def run_async(url: str, sessions: int, steps: int, pool: int) -> dict[str,
         return compactions
 
     store = await AsyncCompactStore.open(
-        url, summarizer=async_summary, pool_size=pool, max_overflow=pool
+        url,
+        summarizer=async_summary,
+        pool_size=pool,
+        max_overflow=pool,
+        cache_sessions=cache_sessions,
     )
     tick = asyncio.create_task(ticker())
     started = time.perf_counter()
@@ -117,8 +123,16 @@ async def run_async(url: str, sessions: int, steps: int, pool: int) -> dict[str,
     }
 
 
-def run_sync(url: str, sessions: int, steps: int, threads: int, pool: int) -> dict[str, Any]:
-    store = CompactStore.open(url, summarizer=sync_summary, pool_size=pool, max_overflow=pool)
+def run_sync(
+    url: str, sessions: int, steps: int, threads: int, pool: int, cache_sessions: int = 64
+) -> dict[str, Any]:
+    store = CompactStore.open(
+        url,
+        summarizer=sync_summary,
+        pool_size=pool,
+        max_overflow=pool,
+        cache_sessions=cache_sessions,
+    )
     lock = threading.Lock()
     total = 0
 
@@ -163,6 +177,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=100, help="sync: threads at a time")
     parser.add_argument("--pool", type=int, default=10, help="pool_size (and max_overflow)")
     parser.add_argument("--summary-ms", type=float, default=200)
+    parser.add_argument(
+        "--cache-sessions",
+        type=int,
+        default=64,
+        help="open(cache_sessions=) of both stores (default: the library's 64)",
+    )
     parser.add_argument("--db", default=None, help="a PostgreSQL admin URL (default: SQLite)")
     args = parser.parse_args()
     SUMMARY_SECONDS = args.summary_ms / 1000
@@ -170,10 +190,21 @@ def main() -> None:
         where = Path(directory)
         results = {
             "async": asyncio.run(
-                run_async(fresh_url(args.db, where, "a"), args.sessions, args.steps, args.pool)
+                run_async(
+                    fresh_url(args.db, where, "a"),
+                    args.sessions,
+                    args.steps,
+                    args.pool,
+                    args.cache_sessions,
+                )
             ),
             "sync_threads": run_sync(
-                fresh_url(args.db, where, "s"), args.sessions, args.steps, args.threads, args.pool
+                fresh_url(args.db, where, "s"),
+                args.sessions,
+                args.steps,
+                args.threads,
+                args.pool,
+                args.cache_sessions,
             ),
         }
     results["args"] = vars(args)

@@ -1,27 +1,37 @@
 """The async driver (SPEC §9.3): :class:`AsyncCompactStore` and :class:`AsyncSession`.
 
-One core, two drivers. An async call runs the very code the sync :class:`Session` runs, in
-a greenlet (SQLAlchemy's ``greenlet_spawn``, what ``AsyncConnection.run_sync`` is made of)
-on a :class:`CompactStore` whose engine is an ``AsyncEngine``'s ``sync_engine``: every
-read and write transaction awaits the async driver (aiosqlite, psycopg's async mode)
-instead of blocking, and the store's three driver hooks are the async ones:
+One core, two drivers. An async call runs the very code the sync :class:`Session` runs, on
+a :class:`CompactStore` over the ordinary (sync) engine, and keeps the event loop free by
+running each *step* of it in a worker thread:
 
-- ``_compute`` (the engines of a compaction, counting a new message's tokens, a replay's
-  decide step) runs in a bounded thread pool, off the event loop;
-- ``_sleep`` (retry back-off, waiting for another caller's lease) is ``asyncio.sleep``;
-- an async summarizer is awaited on the loop; a sync one runs in the summarizer pool.
+- Every transaction (a whole ``Read`` or ``Write`` step: the SQL, SQLAlchemy's row handling,
+  building the context) runs in the store's bounded pool of :data:`STEP_THREADS` threads.
+  A call that is nothing but checks, CPU work and transactions (``append``, ``extend``,
+  ``active_context``, ``rollback``, ...) runs whole in one such thread: one hop.
+- A call that compacts (``process_request``, ``compact``, ``reactive_recover``,
+  ``replay``, a background job) may wait: for another caller's lease, for a summary. Its
+  driver code (:func:`compactstore.core.compaction.drive` over ``compaction_steps``) runs on
+  the loop, in a greenlet (SQLAlchemy's ``greenlet_spawn``), where the store's driver hooks
+  hop: ``Read``/``Write`` go to the step pool, ``Compute`` (the engines and the summarizer
+  behind them) to a pool of :data:`DECIDE_THREADS` threads of its own, so a decide step
+  waiting for a slow summary never holds a thread the other sessions' transactions need,
+  and ``Wait`` (and a retry's back-off) is ``asyncio.sleep``.
+- An async summarizer is awaited on the loop (``Plugins.loop``); a sync one runs in the
+  summarizer pool.
 
 So there is no second copy of the rules: the checks, plan -> decide -> commit, the lease
 and the re-plans are the sync ones. A store belongs to the event loop it was opened on.
-Needs the ``async`` extra (``sqlalchemy[asyncio]``, ``aiosqlite``).
+Needs the ``async`` extra for greenlet (``sqlalchemy[asyncio]``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import os
 import threading
+import time
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -36,14 +46,17 @@ from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from sqlalchemy import Connection, Engine
+
 from compactstore.context import ActiveContext
 from compactstore.core import compaction
 from compactstore.core.checks import check_pool
 from compactstore.core.summarizing import Redactor, check_summarizer
-from compactstore.db.engine import create_async_engine_for, describe, normalize_url
+from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
 from compactstore.engines.base import AsyncSummarizer, Summarizer
 from compactstore.engines.session_memory import MemoryProvider
+from compactstore.errors import MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     BreakerState,
@@ -67,16 +80,19 @@ from compactstore.tokens import TokenCounter
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["COMPUTE_THREADS", "AsyncCompactStore", "AsyncSession"]
+__all__ = ["DECIDE_THREADS", "STEP_THREADS", "AsyncCompactStore", "AsyncSession"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# Threads that run CPU work off the event loop (engines, token counting): bounded, so 100
-# sessions compacting at once queue here instead of starting 100 threads.
-COMPUTE_THREADS = 4
+# Threads that run transactions and whole simple calls off the event loop. Few on purpose:
+# they share one GIL with the loop, and each thread busy with Python code adds up to a
+# switch interval (5 ms) to how long the loop waits for it; SQLite writes one at a time.
+STEP_THREADS = 2
+# Threads that run compaction decide steps (the engines, then waiting for the summary):
+# mostly waiting, so more of them, apart from the step threads.
+DECIDE_THREADS = 16
 
 
 def _await(awaitable: Awaitable[T]) -> T:
@@ -86,50 +102,79 @@ def _await(awaitable: Awaitable[T]) -> T:
     return await_only(awaitable)
 
 
-class _BridgedStore(CompactStore):
-    """The sync store on an AsyncEngine's ``sync_engine``, with the async driver's hooks.
-    Its methods run only inside ``greenlet_spawn`` on the store's event loop."""
+class _ThreadedStore(CompactStore):
+    """The sync store with the async driver's hooks. Called from a worker thread, a hook
+    runs its work right there (the sync driver); called from the store's event loop (a
+    compaction's driver code, in a greenlet), it hands the work to a thread and awaits it."""
 
     _async_summarizers = True
 
     def __init__(
-        self, engine: AsyncEngine, location: str, loop: asyncio.AbstractEventLoop, **kw: Any
+        self, engine: Engine, location: str, loop: asyncio.AbstractEventLoop, **kw: Any
     ) -> None:
-        super().__init__(engine.sync_engine, location, **kw)
-        self.async_engine = engine
+        super().__init__(engine, location, **kw)
         self.loop = loop
-        self._compute_pool = ThreadPoolExecutor(
-            COMPUTE_THREADS, thread_name_prefix="compactstore-compute"
-        )
+        self._loop_thread = threading.get_ident()
+        self.steps = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="compactstore-step")
+        self.decides = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="compactstore-decide")
         # Background compactions this store started: tasks on its loop (close() awaits them).
         self.tasks: set[asyncio.Task[None]] = set()
 
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
     def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
-        task = self.loop.create_task(_run(self._run_job_quietly, job_id, plugins))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        def start() -> None:
+            task = self.loop.create_task(_glue(self._run_job_quietly, job_id, plugins))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        if self.on_loop():
+            start()
+        else:
+            self.loop.call_soon_threadsafe(start)
 
     @property
     def plugins(self) -> compaction.Plugins:
         return replace(super().plugins, loop=self.loop)
 
-    def _backoff(self, seconds: float) -> None:
-        self._sleep(seconds)
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        if not self.on_loop():
+            return super()._read(fn)
+        return _await(self.loop.run_in_executor(self.steps, super()._read, fn))
+
+    def _write(self, fn: Callable[[Connection], T]) -> T:
+        if not self.on_loop():
+            return super()._write(fn)
+        return _await(self.loop.run_in_executor(self.steps, super()._write, fn))
 
     def _compute(self, fn: Callable[[], T]) -> T:
-        return _await(self.loop.run_in_executor(self._compute_pool, fn))
+        if not self.on_loop():
+            return fn()
+        return _await(self.loop.run_in_executor(self.decides, fn))
 
     def _sleep(self, seconds: float) -> None:
+        if not self.on_loop():
+            time.sleep(seconds)
+            return
         _await(asyncio.sleep(seconds))
 
     def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
         value = callback(result)
-        if inspect.isawaitable(value):
-            _await(value)  # an async on_compaction is awaited on the loop
+        if inspect.isawaitable(value):  # an async on_compaction is awaited on the loop
+            if self.on_loop():
+                _await(value)
+            else:
+                asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
 
 
-async def _run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run sync core code in a greenlet: its database I/O awaits instead of blocking."""
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def _glue(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a compaction call's driver code on the loop, in a greenlet: the store's hooks
+    await its steps (each in a thread) instead of blocking."""
     from sqlalchemy.util import greenlet_spawn
 
     return await greenlet_spawn(partial(fn, *args, **kwargs))
@@ -143,11 +188,17 @@ class AsyncCompactStore:
     :meth:`CompactStore.open`); close it with ``await store.close()`` or ``async with``.
     """
 
-    def __init__(self, core: _BridgedStore) -> None:
+    def __init__(self, core: _ThreadedStore) -> None:
         self._core = core
         self.location = core.location
         self._closed = False
         self._close_lock = threading.Lock()
+
+    async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a whole call that only checks, computes and runs transactions in a step
+        thread (one hop)."""
+        core = self._core
+        return await core.loop.run_in_executor(core.steps, partial(fn, *args, **kwargs))
 
     @classmethod
     async def open(
@@ -176,6 +227,11 @@ class AsyncCompactStore:
             InvalidInputError, SchemaError, DatabaseError, NotFoundError: as
                 :meth:`CompactStore.open`.
         """
+        if importlib.util.find_spec("greenlet") is None:  # SQLAlchemy's greenlet bridge
+            raise MissingExtraError(
+                "AsyncCompactStore needs the async extra (greenlet is missing): "
+                "pip install 'compactstore[async]'"
+            )
         url = normalize_url(
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
         )
@@ -184,20 +240,23 @@ class AsyncCompactStore:
         check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         pool = check_pool(pool_size, max_overflow, pool_timeout)
-        # The schema is checked (and created or upgraded) by the sync code, in a thread,
-        # before the async engine is made.
-        checked = await asyncio.to_thread(
-            open_engine, url, location=location, auto_migrate=auto_migrate, read_only=read_only
+        # Opening (checking, creating or upgrading the schema) is sync code: in a thread.
+        engine = await asyncio.to_thread(
+            open_engine,
+            url,
+            location=location,
+            auto_migrate=auto_migrate,
+            read_only=read_only,
+            pool=pool,
         )
-        checked.dispose()
-        engine = create_async_engine_for(url, read_only=read_only, pool=pool)
         try:
-            core = _BridgedStore(
+            core = _ThreadedStore(
                 engine,
                 location,
                 asyncio.get_running_loop(),
                 token_counter=token_counter,
-                summarizer=summarizer,
+                # The threaded store takes async summarizers too (its _async_summarizers).
+                summarizer=cast(Summarizer | None, summarizer),
                 memory_provider=memory_provider,
                 on_compaction=on_compaction,
                 redactor=redactor,
@@ -205,13 +264,13 @@ class AsyncCompactStore:
                 allow_block_types=allow_block_types,
             )
         except BaseException:
-            await engine.dispose()
+            engine.dispose()
             raise
         return cls(core)
 
     async def close(self) -> None:
         """Wait for the background compactions this store started and for calls in flight
-        to finish their CPU work, then release the pool."""
+        to finish their steps, then stop the threads and release the pool."""
         core = self._core
         with self._close_lock:
             if self._closed:
@@ -219,9 +278,14 @@ class AsyncCompactStore:
             self._closed = True
         while core.tasks:
             await asyncio.gather(*list(core.tasks), return_exceptions=True)
-        await asyncio.to_thread(core._compute_pool.shutdown, wait=True)
-        core.shutdown_summarizers()
-        await core.async_engine.dispose()
+
+        def stop() -> None:
+            core.decides.shutdown(wait=True)
+            core.steps.shutdown(wait=True)
+            core.shutdown_summarizers()
+            core.engine.dispose()
+
+        await asyncio.to_thread(stop)
 
     async def __aenter__(self) -> AsyncCompactStore:
         return self
@@ -233,8 +297,8 @@ class AsyncCompactStore:
         return f"AsyncCompactStore({self.location!r})"
 
     @property
-    def sync_engine(self) -> Any:
-        """The SQLAlchemy Engine under the async one (for SQLAlchemy's own async tools)."""
+    def sync_engine(self) -> Engine:
+        """The SQLAlchemy Engine the store's threads use."""
         return self._core.engine
 
     async def session(
@@ -250,7 +314,7 @@ class AsyncCompactStore:
     ) -> AsyncSession:
         """Open a session, creating it when it does not exist (see
         :meth:`CompactStore.session`); ``summarizer`` may be ``async def``."""
-        sess = await _run(
+        sess = await self._step(
             self._core.session,
             session_id,
             context_window=context_window,
@@ -258,14 +322,14 @@ class AsyncCompactStore:
             config=config,
             now=now,
             cwd=cwd,
-            # The bridged store takes async summarizers too (its _async_summarizers).
+            # The threaded store takes async summarizers too (its _async_summarizers).
             summarizer=cast(Summarizer | None, summarizer),
         )
         return AsyncSession(self, sess)
 
     async def get_session(self, session_id: str) -> AsyncSession:
         """Open an existing session; NotFoundError when there is none."""
-        return AsyncSession(self, await _run(self._core.get_session, session_id))
+        return AsyncSession(self, await self._step(self._core.get_session, session_id))
 
     async def import_session(
         self,
@@ -278,7 +342,7 @@ class AsyncCompactStore:
     ) -> AsyncSession:
         """Create a session from a transcript in one transaction (see
         :meth:`CompactStore.import_session`)."""
-        sess = await _run(
+        sess = await self._step(
             self._core.import_session,
             session_id,
             items,
@@ -290,25 +354,26 @@ class AsyncCompactStore:
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session and every row it owns, in one transaction."""
-        await _run(self._core.delete_session, session_id)
+        await self._step(self._core.delete_session, session_id)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
-        return await _run(self._core.sessions)
+        return await self._step(self._core.sessions)
 
     async def pending_jobs(self) -> list[JobInfo]:
         """See :meth:`CompactStore.pending_jobs`."""
-        return await _run(self._core.pending_jobs)
+        return await self._step(self._core.pending_jobs)
 
     async def run_job(self, job_id: int) -> JobInfo | None:
         """See :meth:`CompactStore.run_job`."""
-        return await _run(self._core.run_job, job_id)
+        return await _glue(self._core.run_job, job_id)
 
 
 class AsyncSession:
     """One agent conversation, for asyncio: every public :class:`Session` method as a
     coroutine with the same name and arguments (``iter_messages`` is an async iterator).
-    The work is the sync Session's own (see the module docstring)."""
+    The work is the sync Session's own, in the store's threads (see the module
+    docstring)."""
 
     def __init__(self, store: AsyncCompactStore, session: Session) -> None:
         self.store = store
@@ -317,6 +382,9 @@ class AsyncSession:
         self.format = session.format
         self.context_window = session.context_window
         self.created_at = session.created_at
+
+    async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.store._step(fn, *args, **kwargs)
 
     @property
     def config(self) -> CompactionConfig:
@@ -338,7 +406,7 @@ class AsyncSession:
         pinned: bool = False,
     ) -> int:
         """See :meth:`Session.append`."""
-        return await _run(self._session.append, message, timestamp, pinned)
+        return await self._step(self._session.append, message, timestamp, pinned)
 
     async def extend(
         self,
@@ -346,7 +414,7 @@ class AsyncSession:
         timestamps: Sequence[float | None] | None = None,
     ) -> list[int]:
         """See :meth:`Session.extend`."""
-        return await _run(self._session.extend, messages, timestamps)
+        return await self._step(self._session.extend, messages, timestamps)
 
     async def append_tool_result(
         self,
@@ -359,7 +427,7 @@ class AsyncSession:
         timestamp: float | None = None,
     ) -> int:
         """See :meth:`Session.append_tool_result`."""
-        return await _run(
+        return await self._step(
             self._session.append_tool_result,
             tool_use_id,
             content,
@@ -371,39 +439,39 @@ class AsyncSession:
 
     async def invalidate(self, file_path: str) -> bool:
         """See :meth:`Session.invalidate`."""
-        return await _run(self._session.invalidate, file_path)
+        return await self._step(self._session.invalidate, file_path)
 
     # -- reading ------------------------------------------------------------------------
 
     async def context(self) -> ActiveContext:
         """See :meth:`Session.context` (the store's cached object: read it, never change it)."""
-        return await _run(self._session.context)
+        return await self._step(self._session.context)
 
     async def active_context(self) -> list[dict[str, Any]]:
         """See :meth:`Session.active_context`."""
-        return await _run(self._session.active_context)
+        return await self._step(self._session.active_context)
 
     async def context_view(self) -> tuple[Mapping[str, Any], ...]:
         """See :meth:`Session.context_view` (read-only and shared: never change it)."""
-        return await _run(self._session.context_view)
+        return await self._step(self._session.context_view)
 
     async def token_usage(self) -> int:
         """See :meth:`Session.token_usage`."""
-        return await _run(self._session.token_usage)
+        return await self._step(self._session.token_usage)
 
     async def message_count(self) -> int:
         """See :meth:`Session.message_count`."""
-        return await _run(self._session.message_count)
+        return await self._step(self._session.message_count)
 
     async def messages(self) -> list[dict[str, Any]]:
         """See :meth:`Session.messages`."""
-        return await _run(self._session.messages)
+        return await self._step(self._session.messages)
 
     async def iter_messages(self, *, page: int = 100) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`Session.iter_messages`: the log ``page`` messages at a time."""
         pages = self._session.iter_messages(page=page)
         while True:
-            chunk = await _run(lambda: list(islice(pages, max(page, 1))))
+            chunk = await self._step(lambda: list(islice(pages, max(page, 1))))
             if not chunk:
                 return
             for message in chunk:
@@ -411,17 +479,19 @@ class AsyncSession:
 
     async def record_usage(self, input_tokens: int, *, now: float | None = None) -> bool:
         """See :meth:`Session.record_usage`."""
-        return await _run(self._session.record_usage, input_tokens, now=now)
+        return await self._step(self._session.record_usage, input_tokens, now=now)
 
     async def append_response(
         self, response: Any, *, timestamp: float | None = None, now: float | None = None
     ) -> list[int]:
         """See :meth:`Session.append_response`."""
-        return await _run(self._session.append_response, response, timestamp=timestamp, now=now)
+        return await self._step(
+            self._session.append_response, response, timestamp=timestamp, now=now
+        )
 
     async def request_params(self, cache_control: bool = False) -> dict[str, Any]:
         """See :meth:`Session.request_params`."""
-        return await _run(self._session.request_params, cache_control)
+        return await self._step(self._session.request_params, cache_control)
 
     # -- compaction ---------------------------------------------------------------------
 
@@ -437,7 +507,7 @@ class AsyncSession:
     ) -> CompactionResult:
         """See :meth:`Session.process_request` (with ``background=True`` the summary is
         written by a task on this loop)."""
-        return await _run(
+        return await _glue(
             self._session.process_request,
             now=now,
             enable_tool_budget=enable_tool_budget,
@@ -451,7 +521,7 @@ class AsyncSession:
         self, error_message: str, *, now: float | None = None
     ) -> CompactionResult | None:
         """See :meth:`Session.reactive_recover`."""
-        return await _run(self._session.reactive_recover, error_message, now=now)
+        return await _glue(self._session.reactive_recover, error_message, now=now)
 
     async def compact(
         self,
@@ -461,7 +531,7 @@ class AsyncSession:
         now: float | None = None,
     ) -> CompactionResult:
         """See :meth:`Session.compact`."""
-        return await _run(
+        return await _glue(
             self._session.compact, instructions=instructions, up_to_seq=up_to_seq, now=now
         )
 
@@ -475,21 +545,25 @@ class AsyncSession:
         now: float | None = None,
     ) -> list[CompactBoundary]:
         """See :meth:`Session.rollback`."""
-        return await _run(self._session.rollback, boundary_id, compaction_id=compaction_id, now=now)
+        return await self._step(
+            self._session.rollback, boundary_id, compaction_id=compaction_id, now=now
+        )
 
     async def clear(self, *, now: float | None = None) -> int:
         """See :meth:`Session.clear`."""
-        return await _run(self._session.clear, now=now)
+        return await self._step(self._session.clear, now=now)
 
     async def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
         """See :meth:`Session.pop`."""
-        return await _run(self._session.pop, now=now)
+        return await self._step(self._session.pop, now=now)
 
     async def rollback_plan(
         self, boundary_id: int | None = None, *, compaction_id: int | None = None
     ) -> list[CompactBoundary]:
         """See :meth:`Session.rollback_plan`."""
-        return await _run(self._session.rollback_plan, boundary_id, compaction_id=compaction_id)
+        return await self._step(
+            self._session.rollback_plan, boundary_id, compaction_id=compaction_id
+        )
 
     async def replay(
         self,
@@ -501,7 +575,7 @@ class AsyncSession:
         resummarize: bool = False,
     ) -> CompactionResult:
         """See :meth:`Session.replay`."""
-        return await _run(
+        return await _glue(
             self._session.replay,
             boundary_id,
             config=config,
@@ -516,40 +590,40 @@ class AsyncSession:
         self, kind: str, text: str, *, scope: str = "session", now: float | None = None
     ) -> int:
         """See :meth:`Session.remember`."""
-        return await _run(self._session.remember, kind, text, scope=scope, now=now)
+        return await self._step(self._session.remember, kind, text, scope=scope, now=now)
 
     async def memories(self) -> list[MemoryEntry]:
         """See :meth:`Session.memories`."""
-        return await _run(self._session.memories)
+        return await self._step(self._session.memories)
 
     async def breaker(self) -> BreakerState:
         """See :meth:`Session.breaker`."""
-        return await _run(self._session.breaker)
+        return await self._step(self._session.breaker)
 
     async def reset_breaker(self) -> None:
         """See :meth:`Session.reset_breaker`."""
-        await _run(self._session.reset_breaker)
+        await self._step(self._session.reset_breaker)
 
     async def get_blob(self, blob_id: int) -> str:
         """See :meth:`Session.get_blob`."""
-        return await _run(self._session.get_blob, blob_id)
+        return await self._step(self._session.get_blob, blob_id)
 
     # -- recall -------------------------------------------------------------------------
 
     async def recall_tool(self) -> dict[str, Any]:
         """See :meth:`Session.recall_tool`."""
-        return await _run(self._session.recall_tool)
+        return await self._step(self._session.recall_tool)
 
     async def recall(self, arguments: dict[str, Any] | str) -> str:
         """See :meth:`Session.recall`."""
-        return await _run(self._session.recall, arguments)
+        return await self._step(self._session.recall, arguments)
 
     # -- history ------------------------------------------------------------------------
 
     async def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
         """See :meth:`Session.boundaries`."""
-        return await _run(self._session.boundaries, include_rolled_back)
+        return await self._step(self._session.boundaries, include_rolled_back)
 
     async def compactions(self) -> list[CompactionResult]:
         """See :meth:`Session.compactions`."""
-        return await _run(self._session.compactions)
+        return await self._step(self._session.compactions)

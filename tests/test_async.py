@@ -1,5 +1,5 @@
-"""The async API (SPEC §9.3): AsyncCompactStore / AsyncSession run the sync core through
-the async drivers (aiosqlite, psycopg's async mode), on SQLite and PostgreSQL."""
+"""The async API (SPEC §9.3): AsyncCompactStore / AsyncSession run the sync core, each
+transaction and each compute step in a worker thread, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from compactstore import (
     AsyncCompactStore,
     AsyncSession,
     CompactionConfig,
+    CompactionResult,
     CompactStore,
     DatabaseError,
     InvalidInputError,
@@ -24,8 +26,8 @@ from compactstore import (
     Session,
     SummaryResult,
 )
+from compactstore.aio import STEP_THREADS
 
-pytest.importorskip("aiosqlite", reason="the async extra (aiosqlite) is not installed")
 pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
 
 SMALL = CompactionConfig(summarizer_timeout_seconds=5)
@@ -240,6 +242,71 @@ def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Pa
     assert asyncio.run(main()) < 0.2
 
 
+def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
+    # The memory provider runs in the plan step (a read transaction). It waits until the
+    # loop answers: the loop can only answer while that step runs in another thread.
+    loop_answered = threading.Event()
+    ran_in: list[int] = []
+
+    def provider(session_id: str, entries: Any, max_tokens: int) -> str:
+        ran_in.append(threading.get_ident())
+        loop.call_soon_threadsafe(planning.set)
+        assert loop_answered.wait(10), "the event loop was blocked by the plan step"
+        return ""
+
+    async def main() -> CompactionResult:
+        nonlocal loop, planning
+        loop, planning = asyncio.get_running_loop(), asyncio.Event()
+        async with await AsyncCompactStore.open(db_url, memory_provider=provider) as store:
+            sess = await store.session("s", context_window=20_000)
+            await sess.append(user("hi"))
+            call = asyncio.create_task(sess.process_request(now=1.0))
+            await planning.wait()
+            loop_answered.set()
+            return await call
+
+    loop: asyncio.AbstractEventLoop
+    planning: asyncio.Event
+    result = asyncio.run(main())
+    assert result.strategy is None and ran_in and threading.get_ident() not in ran_in
+
+
+def test_slow_async_summaries_hold_no_thread_the_other_sessions_need(tmp_path: Path) -> None:
+    # More summaries in flight than the store has step threads (each ends when the test
+    # says so); meanwhile the other sessions' transactions go on.
+    slow_count = STEP_THREADS + 1
+    release = asyncio.Event()
+    all_summarizing = asyncio.Event()
+    calls: list[int] = []
+
+    async def summarize(messages: Any, *_: Any) -> str:
+        calls.append(len(messages))
+        if len(calls) == slow_count:
+            all_summarizing.set()
+        await release.wait()
+        return "the summary"
+
+    async def main() -> tuple[list[CompactionResult], list[int]]:
+        async with await AsyncCompactStore.open(tmp_path / "a.db", summarizer=summarize) as s:
+            slow = [
+                await s.session(f"slow{k}", context_window=20_000, config=SMALL)
+                for k in range(slow_count)
+            ]
+            for sess in slow:
+                await sess.extend(fill(10))
+            compactions = [asyncio.create_task(sess.compact(now=5.0)) for sess in slow]
+            await asyncio.wait_for(all_summarizing.wait(), 10)
+            others = [await s.session(f"o{k}") for k in range(8)]
+            steps = asyncio.gather(*(o.extend(fill(2)) for o in others))
+            counts = [len(seqs) for seqs in await asyncio.wait_for(steps, 10)]
+            release.set()
+            return list(await asyncio.gather(*compactions)), counts
+
+    results, counts = asyncio.run(main())
+    assert counts == [4] * 8
+    assert all(r.summary is not None and r.summary.source == "summarizer" for r in results)
+
+
 def test_a_pool_timeout_is_a_database_error_saying_busy(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "s.db", pool_size=1, max_overflow=0, pool_timeout=0.1) as s:
         sess = s.session("s")
@@ -252,12 +319,12 @@ def test_a_pool_timeout_is_a_database_error_saying_busy(tmp_path: Path) -> None:
             tmp_path / "a.db", pool_size=1, max_overflow=0, pool_timeout=0.1
         ) as store:
             sess = await store.session("s")
-            hold = await store._core.async_engine.connect()
+            hold = store._core.engine.connect()
             try:
                 with pytest.raises(DatabaseError, match="busy"):
                     await sess.append(user("waits"))
             finally:
-                await hold.close()
+                hold.close()
             assert await sess.message_count() == 0
 
     asyncio.run(main())
@@ -285,7 +352,7 @@ def test_cache_sessions_bounds_the_context_cache(tmp_path: Path) -> None:
 def test_without_the_async_extra_open_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "aiosqlite", None)  # import aiosqlite -> ImportError
+    monkeypatch.setitem(sys.modules, "greenlet", None)  # as if greenlet were not installed
     with pytest.raises(MissingExtraError, match=r"compactstore\[async\]"):
         asyncio.run(AsyncCompactStore.open(tmp_path / "a.db"))
 

@@ -9,17 +9,18 @@ session queue up instead of failing half-way. PostgreSQL writers lock the sessio
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import random
 import sqlite3
+import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -27,13 +28,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from compactstore.errors import DatabaseError, InvalidInputError, MissingExtraError, NotFoundError
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 
 __all__ = [
-    "create_async_engine_for",
     "create_engine_for",
     "database_errors",
     "describe",
@@ -47,6 +44,11 @@ __all__ = [
 
 _WRITE = "compactstore_write"
 BUSY_TIMEOUT_MS = 30_000
+# Per SQLite engine: the threads of one process take turns here before BEGIN IMMEDIATE. A
+# thread waiting on this lock wakes the moment the writer before it is done; one waiting
+# in SQLite's busy handler polls with sleeps of 1, 2, 5, ... up to 100 ms, and may lose
+# the race again each time (measured: a pool of 2 threads idled a third of the time).
+_WRITERS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
 T = TypeVar("T")
 
 
@@ -143,57 +145,6 @@ def create_engine_for(
         ) from None
 
 
-def create_async_engine_for(
-    url: str, *, read_only: bool = False, pool: dict[str, Any] | None = None
-) -> AsyncEngine:
-    """An AsyncEngine on a database :func:`create_engine_for` already opened (created, its
-    schema at head): SQLite through aiosqlite, PostgreSQL through psycopg's async mode, with
-    the same connection setup (the pragmas and BEGIN IMMEDIATE act on its ``sync_engine``).
-
-    Raises:
-        MissingExtraError: the ``async`` extra (sqlalchemy[asyncio], aiosqlite) is missing.
-    """
-    try:
-        if importlib.util.find_spec("greenlet") is None:  # SQLAlchemy's asyncio bridge
-            raise ImportError(name="greenlet")
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        if make_url(url).get_backend_name() == "sqlite":
-            import aiosqlite
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"AsyncCompactStore needs the async extra ({exc.name} is missing): "
-            f"pip install 'compactstore[async]'"
-        ) from None
-    path = sqlite_path(url)
-    sizing = pool or {}
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        timeout = BUSY_TIMEOUT_MS / 1000
-        async_url = parsed.set(drivername="sqlite+aiosqlite")
-        if path is None:
-            sizing = {}  # in-memory SQLite has a single-connection pool of its own
-        if read_only and path is not None:
-            uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
-
-            async def connect() -> Any:
-                return await aiosqlite.connect(uri, uri=True, timeout=timeout)
-
-            engine = create_async_engine(async_url, async_creator=connect, **sizing)
-        else:
-            engine = create_async_engine(async_url, connect_args={"timeout": timeout}, **sizing)
-        _setup_sqlite(engine.sync_engine, read_only=read_only)
-        return engine
-    connect_args = {"options": "-c default_transaction_read_only=on"} if read_only else {}
-    try:
-        return create_async_engine(url, pool_pre_ping=True, connect_args=connect_args, **sizing)
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"cannot open {parsed.render_as_string(hide_password=True)!r}: its database "
-            f"driver is not installed: {exc} (pip install 'compactstore[postgres,async]')"
-        ) from None
-
-
 # How SQLite says it cannot create the -shm file a WAL database is read through.
 _NO_SIDE_FILES = ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY")
 
@@ -224,6 +175,9 @@ def _read_only_sqlite(path: Path, timeout: float) -> Callable[[], sqlite3.Connec
 
 
 def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
+    if not read_only:
+        _WRITERS[engine] = threading.RLock()
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event decide how transactions start (pysqlite recipe).
@@ -250,11 +204,22 @@ def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
 
 @contextmanager
 def write_tx(engine: Engine) -> Iterator[Connection]:
-    """One write transaction: committed when the block ends, rolled back if it raises."""
-    with engine.connect() as connection:
-        connection.execution_options(**{_WRITE: True})
-        with connection.begin():
-            yield connection
+    """One write transaction: committed when the block ends, rolled back if it raises.
+
+    On SQLite the threads of this process queue for their turn first (without holding a
+    pooled connection meanwhile); SQLite's own lock still decides between processes."""
+    turn = _WRITERS.get(engine)
+    # Past the busy timeout, go on anyway: SQLite's busy handler then decides (and fails).
+    held = turn is not None and turn.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        with engine.connect() as connection:
+            connection.execution_options(**{_WRITE: True})
+            with connection.begin():
+                yield connection
+    finally:
+        if held:
+            assert turn is not None
+            turn.release()
 
 
 @contextmanager
