@@ -248,15 +248,15 @@ def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
     loop_answered = threading.Event()
     ran_in: list[int] = []
 
-    def provider(session_id: str, entries: Any, max_tokens: int) -> str:
-        ran_in.append(threading.get_ident())
-        loop.call_soon_threadsafe(planning.set)
-        assert loop_answered.wait(10), "the event loop was blocked by the plan step"
-        return ""
-
     async def main() -> CompactionResult:
-        nonlocal loop, planning
         loop, planning = asyncio.get_running_loop(), asyncio.Event()
+
+        def provider(session_id: str, entries: Any, max_tokens: int) -> str:
+            ran_in.append(threading.get_ident())
+            loop.call_soon_threadsafe(planning.set)
+            assert loop_answered.wait(10), "the event loop was blocked by the plan step"
+            return ""
+
         async with await AsyncCompactStore.open(db_url, memory_provider=provider) as store:
             sess = await store.session("s", context_window=20_000)
             await sess.append(user("hi"))
@@ -265,8 +265,6 @@ def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
             loop_answered.set()
             return await call
 
-    loop: asyncio.AbstractEventLoop
-    planning: asyncio.Event
     result = asyncio.run(main())
     assert result.strategy is None and ran_in and threading.get_ident() not in ran_in
 
