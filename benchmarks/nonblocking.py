@@ -79,7 +79,8 @@ def worker(db: str, session_id: str, seconds: float, ready: str, go: str) -> Non
     @event.listens_for(store.engine, "before_cursor_execute")
     def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement == "BEGIN IMMEDIATE":
-            conn.info["begin_started"] = time.perf_counter()
+            # From the first try: a try SQLite answers "busy" is tried again.
+            conn.info.setdefault("begin_started", time.perf_counter())
 
     @event.listens_for(store.engine, "after_cursor_execute")
     def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
