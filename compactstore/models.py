@@ -305,6 +305,8 @@ class CompactionResult(BaseModel):
     # caller's summary) was in flight so this call ran the cheap stages only, "applied" when
     # one committed since this handle's last call; None otherwise.
     background: Literal["started", "running", "applied"] | None = None
+    # A background compaction's row: the id of the call's row that started it (SPEC §9.1).
+    started_by: int | None = None
 
     @property
     def effective(self) -> bool:

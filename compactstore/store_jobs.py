@@ -56,7 +56,7 @@ def run_background_job(
                 error=error,
             )
         )
-    if result is not None and result.id is not None:
-        store._notify(result)
+    # on_compaction already had the result: Session._compaction hands every recorded
+    # compaction to it once.
     ended = store._read(lambda c: repo.get_job(c, job_id))
     return None if ended is None else jobs.info(ended)

@@ -15,7 +15,13 @@ from typing import Any
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
-from compactstore import AsyncCompactStore, CompactionConfig, CompactStore, Session
+from compactstore import (
+    AsyncCompactStore,
+    CompactionConfig,
+    CompactionResult,
+    CompactStore,
+    Session,
+)
 from compactstore.cli import cli
 from compactstore.db.schema import compaction_jobs, compactions
 
@@ -71,7 +77,8 @@ def wait_for_jobs(store: CompactStore) -> None:
 
 def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
     gate = Gate()
-    with CompactStore.open(db_url, summarizer=gate) as store:
+    notified: list[CompactionResult] = []
+    with CompactStore.open(db_url, summarizer=gate, on_compaction=notified.append) as store:
         sess = store.session("bg", context_window=WINDOW, config=CONFIG)
         statuses = []
         i = 0
@@ -113,6 +120,10 @@ def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
         assert len(background) == 1
         assert background[0].started_by == starter.id and background[0].trigger == "auto"
         recorded = {c.id: c for c in sess.compactions()}
+        # CompactionResult.started_by says the same, read back and as handed to the callback.
+        assert [c.id for c in recorded.values() if c.started_by is not None] == [background[0].id]
+        assert recorded[background[0].id].started_by == starter.id
+        assert [r.started_by for r in notified if r.id == background[0].id] == [starter.id]
         summary = recorded[background[0].id].summary
         assert summary is not None and summary.source == "summarizer"
         assert "background summary" in recorded[background[0].id].summary_text

@@ -199,6 +199,7 @@ def record_outcome(
         instructions=instructions,
         error=error,
         summary=info,
+        started_by=started_by,
     )
 
 
@@ -401,6 +402,7 @@ def compaction_model(
         blob_ids=json.loads(row.blob_ids),
         instructions=row.instructions,
         error=row.error,
+        started_by=row.started_by,
         summary=None
         if row.summary_source is None
         else SummaryInfo.model_validate(

@@ -111,6 +111,7 @@ class CompactionRow(NamedTuple):
     inputs: str
     rolled_back_at: float | None
     rolled_back_after: int | None
+    started_by: int | None
     summary_source: str | None
     summarizer: str | None
     summarizer_model: str | None
