@@ -144,6 +144,37 @@ def test_a_dedup_stub_of_a_removed_seq_appended_meanwhile_makes_the_call_plan_ag
         assert len(chat.sess.compactions()) == 1
 
 
+def test_a_result_appended_meanwhile_answering_a_removed_call_makes_the_call_plan_again(
+    db_url: str, reopen: Callable[[], CompactStore]
+) -> None:
+    other = reopen()
+    open_call: list[str] = []
+
+    def answer(_: int) -> None:
+        # The tool finished while the summary was written: its result arrives meanwhile.
+        other.session("s").append_tool_result(
+            open_call[0], "2 tests failed", tool_name="bash", timestamp=T0 + 500
+        )
+
+    summarizer = Interfering(answer)
+    with opened(db_url, summarizer=summarizer) as store:
+        chat = over_threshold(store)
+        call_seq, ids = chat.calls([("bash", {"command": "make test"})])
+        open_call.extend(ids)
+
+        # Up to the open call: the first plan's cut removes it (no result yet).
+        result = chat.sess.compact(up_to_seq=call_seq, now=T0 + 1_000)
+
+        assert len(summarizer.calls) == 2, "planned again, on what the result left"
+        assert result.effective and result.boundary is not None
+        assert call_seq not in result.removed_seqs, "the call stays with its result"
+        assert result.boundary.preserved_segment == (call_seq, call_seq + 1)
+        context = chat.sess.context()
+        assert [item.seq for item in context.kept][-2:] == [call_seq, call_seq + 1]
+        assert chat.sess.breaker().consecutive_failures == 0, "a re-plan is not a failure"
+        assert len(chat.sess.compactions()) == 1
+
+
 def test_a_config_change_meanwhile_plans_again_reusing_the_summary_text(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
