@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
+    bindparam,
     func,
     insert,
     select,
@@ -203,16 +204,19 @@ def last_compaction_id(connection: Connection, session_id: str) -> int:
     return 0 if current is None else int(current)
 
 
+# Built once: building a statement costs more than running it (every compaction's plan
+# runs this one).
+_SUMMARIZER_CALLS = select(func.count()).where(
+    compactions.c.session_id == SID,
+    compactions.c.summarizer_latency_ms.is_not(None),
+    compactions.c.created_at > bindparam("since"),
+)
+
+
 def summarizer_calls_since(connection: Connection, session_id: str, since: float) -> int:
     """Recorded compactions whose summarizer was called after ``since`` (calls' now)."""
     return int(
-        connection.execute(
-            select(func.count()).where(
-                compactions.c.session_id == session_id,
-                compactions.c.summarizer_latency_ms.is_not(None),
-                compactions.c.created_at > since,
-            )
-        ).scalar_one()
+        connection.execute(_SUMMARIZER_CALLS, {"sid": session_id, "since": since}).scalar_one()
     )
 
 

@@ -28,11 +28,27 @@ class LeaseRow(NamedTuple):
         return self.expires_at > self.now
 
 
+# Epoch seconds on the database's clock, per dialect.
+_NOW = {
+    "postgresql": func.extract("epoch", func.clock_timestamp()),
+    "sqlite": (func.julianday(literal("now")) - 2440587.5) * 86400.0,
+}
+# Built once per dialect: building a statement costs more than running it (every
+# compaction's plan reads the lease).
+_LEASE = {
+    dialect: select(
+        compaction_leases.c.owner,
+        compaction_leases.c.acquired_at,
+        compaction_leases.c.expires_at,
+        now.label("now"),
+    ).where(compaction_leases.c.session_id == SID)
+    for dialect, now in _NOW.items()
+}
+
+
 def _now_expression(connection: Connection) -> Any:
     """Epoch seconds on the database's clock."""
-    if connection.dialect.name == "postgresql":
-        return func.extract("epoch", func.clock_timestamp())
-    return (func.julianday(literal("now")) - 2440587.5) * 86400.0
+    return _NOW["postgresql" if connection.dialect.name == "postgresql" else "sqlite"]
 
 
 def database_now(connection: Connection) -> float:
@@ -42,15 +58,8 @@ def database_now(connection: Connection) -> float:
 
 def get_lease(connection: Connection, session_id: str) -> LeaseRow | None:
     """The session's lease (live or lapsed), with the database clock; None when free."""
-    row = connection.execute(
-        select(
-            compaction_leases.c.owner,
-            compaction_leases.c.acquired_at,
-            compaction_leases.c.expires_at,
-            _now_expression(connection).label("now"),
-        ).where(compaction_leases.c.session_id == SID),
-        {"sid": session_id},
-    ).one_or_none()
+    dialect = "postgresql" if connection.dialect.name == "postgresql" else "sqlite"
+    row = connection.execute(_LEASE[dialect], {"sid": session_id}).one_or_none()
     if row is None:
         return None
     return LeaseRow(row.owner, float(row.acquired_at), float(row.expires_at), float(row.now))
