@@ -70,6 +70,7 @@ COMPACTION_KEYS = {
     "effective",
     "summary",
     "background",
+    "started_by",
 }
 BOUNDARY_KEYS = {
     "id",
