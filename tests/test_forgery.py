@@ -376,6 +376,7 @@ ALLOWED_RAW_SQL = {
     ("compactstore/db/engine.py", "PRAGMA foreign_keys=ON"),
     ("compactstore/db/engine.py", "PRAGMA synchronous=NORMAL"),
     ("compactstore/db/engine.py", "PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"),  # a module int
+    ("compactstore/db/engine.py", "PRAGMA busy_timeout={_BEGIN_POLL_MS}"),  # a module int
     # A read-only connection's probe: can SQLite read the file here (see _read_only_sqlite)?
     ("compactstore/db/engine.py", "SELECT count(*) FROM sqlite_master"),
     ("compactstore/db/engine.py", "BEGIN IMMEDIATE"),
@@ -390,6 +391,7 @@ ALLOWED_RAW_SQL = {
 # constants of the code, never data: (file, start of the assembled text).
 ALLOWED_BUILT_SQL = {
     ("compactstore/db/engine.py", "PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"),
+    ("compactstore/db/engine.py", "PRAGMA busy_timeout={_BEGIN_POLL_MS}"),
     ("migrations/versions/*", "\nCREATE VIEW compaction_history AS"),
 }
 SQL_WORDS = re.compile(
