@@ -46,6 +46,7 @@ __all__ = [
     "media_blocks",
     "media_note",
     "media_tokens",
+    "note_bad_media",
     "pdf_pages",
     "sniff_image_type",
     "without_media",
@@ -431,6 +432,40 @@ def decoded_single_media(content: str) -> tuple[str, bytes] | None:
         return None
     raw = _b64decode(data)
     return None if raw is None else (media_type, raw)
+
+
+def note_bad_media(message: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``message`` with each media block the provider would refuse (base64 that does not
+    decode, image bytes that are not the declared type) replaced by a text note saying
+    why, and the problems; the message itself when there are none. For importers: a
+    transcript keeps what the agent saw, and one bad image does not refuse the file."""
+    problems: list[str] = []
+    for block in media_blocks(message):
+        try:
+            check_media_block(block)
+        except InvalidMessageError as exc:
+            problems.append(str(exc))
+    if not problems:
+        return message, []
+    return _replace_bad(message), problems
+
+
+def _replace_bad(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_replace_bad(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if value.get("type") in MEDIA_BLOCK_TYPES:
+        try:
+            check_media_block(value)
+        except InvalidMessageError as exc:
+            text_type = "input_text" if str(value.get("type")).startswith("input_") else "text"
+            return {"type": text_type, "text": f"[{value.get('type')} left out: {exc}]"}
+        return value
+    return {
+        key: _replace_bad(item) if key in ("content", "output") else item
+        for key, item in value.items()
+    }
 
 
 # -- checks -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from compactstore import CompactionConfig, CompactStore, InvalidInputError
+from compactstore import CompactionConfig, CompactStore, CompactStoreWarning, InvalidInputError
 from compactstore.cli import cli
 from compactstore.engines import microcompact, tool_budget
 from compactstore.engines.base import EngineInputs
@@ -439,20 +439,22 @@ def test_responses_input_image_works(store: CompactStore) -> None:
 # -- imports -------------------------------------------------------------------------------------
 
 
-def test_claude_code_import_keeps_image_blocks_in_tool_results(tmp_path: Path) -> None:
-    def record(kind: str, content: Any, uuid: str) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": kind, "content": content}
-        if kind == "assistant":
-            message["id"] = f"m-{uuid}"
-        return {
-            "type": kind,
-            "uuid": uuid,
-            "sessionId": "s",
-            "isSidechain": False,
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "message": message,
-        }
+def _cc_record(kind: str, content: Any, uuid: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message["id"] = f"m-{uuid}"
+    return {
+        "type": kind,
+        "uuid": uuid,
+        "sessionId": "s",
+        "isSidechain": False,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": message,
+    }
 
+
+def test_claude_code_import_keeps_image_blocks_in_tool_results(tmp_path: Path) -> None:
+    record = _cc_record
     result = {"type": "tool_result", "tool_use_id": "t1", "content": [image_block()]}
     lines = [
         record("user", "what is on screen?", "u1"),
@@ -469,3 +471,25 @@ def test_claude_code_import_keeps_image_blocks_in_tool_results(tmp_path: Path) -
     assert transcript.messages[-1] == {"role": "user", "content": [result]}
     fmt = get_format("anthropic")
     assert message_tokens(fmt, transcript.messages[-1], estimate_tokens) == PIXEL_TOKENS
+
+
+def test_an_import_notes_an_image_the_provider_would_refuse(tmp_path: Path) -> None:
+    """A PNG labelled image/jpeg (the API refuses it): the import keeps the rest and says
+    what was left out, with one warning."""
+    bad = image_block(media_type="image/jpeg")
+    call = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/s.jpg"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": [bad, image_block()]}
+    lines = [
+        _cc_record("user", "what is on screen?", "u1"),
+        _cc_record("assistant", [call], "a1"),
+        _cc_record("user", [result], "u2"),
+    ]
+    path = tmp_path / "cc.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.warns(CompactStoreWarning, match="replaced by a text note") as caught:
+        transcript = read_transcript(path)
+    assert len(caught) == 1
+    content = transcript.messages[-1]["content"][0]["content"]
+    assert content[0]["type"] == "text"
+    assert "image data is image/png but the block declares image/jpeg" in content[0]["text"]
+    assert content[1] == image_block()

@@ -43,6 +43,7 @@ from compactstore.importers.files import (
     open_transcript,
     parse_json,
 )
+from compactstore.media import note_bad_media
 from compactstore.models import ImportedBoundary, ImportedMessage
 
 if TYPE_CHECKING:
@@ -284,7 +285,23 @@ class TranscriptBuilder:
         self._boundaries = []
         return self.drain()
 
+    def note_media(self, where: str, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` with each image or document the provider would refuse (base64 that
+        does not decode, bytes that are not the declared type) replaced by a text note
+        saying why; one warning per file. The rest of the transcript imports."""
+        message, problems = note_bad_media(message)
+        if problems and "<bad media>" not in self._noted:
+            self._noted.add("<bad media>")
+            warnings.warn(
+                f"{self.name} {where}: an image or document the provider would refuse was "
+                f"replaced by a text note ({problems[0]})",
+                CompactStoreWarning,
+                stacklevel=3,
+            )
+        return message
+
     def _check(self, entry: Entry) -> None:
+        entry.message = self.note_media(entry.where, entry.message)
         # A block its role may not carry becomes a short text note (SPEC §9.0), once a
         # warning per type and file.
         entry.message, replaced = note_unlisted(self.format, entry.message)

@@ -304,6 +304,7 @@ def _user(state: _State, where: str, record: dict[str, Any]) -> None:
         kept.append(block)
     if not kept:
         return
+    kept = state.out.note_media(where, {"role": "user", "content": kept})["content"]
     _check(state, where, "user", kept)
     # A read path belongs to a message that carries exactly one result: that read's.
     read_path = reads[0] if len(reads) == 1 and len(kept) == 1 else None
