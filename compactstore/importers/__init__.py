@@ -301,9 +301,8 @@ class TranscriptBuilder:
         return message
 
     def _check(self, entry: Entry) -> None:
-        entry.message = self.note_media(entry.where, entry.message)
         # A block its role may not carry becomes a short text note (SPEC §9.0), once a
-        # warning per type and file.
+        # warning per type and file; then so does media the provider would refuse.
         entry.message, replaced = note_unlisted(self.format, entry.message)
         for kind in replaced:
             if kind not in self._noted:
@@ -315,6 +314,7 @@ class TranscriptBuilder:
                     CompactStoreWarning,
                     stacklevel=2,
                 )
+        entry.message = self.note_media(entry.where, entry.message)
         try:
             self._adapter.validate(entry.message)
         except InvalidMessageError as exc:
