@@ -9,7 +9,7 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
@@ -33,6 +33,7 @@ __all__ = [
     "json_copy",
     "legal_cuts",
     "logged_message",
+    "match_pairs",
     "pairing_problems",
 ]
 
@@ -179,17 +180,19 @@ class ActiveContext:
         newest assistant turn, followed by tool results only, may still be running.
         """
         newest = _newest_turn(self.kept)
-        if all(index >= newest for index in self.unanswered.values()):
+        if all(index >= newest for indexes in self.unanswered.values() for index in indexes):
             return self  # the usual case, seen without a pass over the whole context
         kept = [item for item in self.kept if item.state != "synthetic"]
-        answered = {result.tool_use_id for item in kept for result in item.results}
         newest = _newest_turn(kept)
-        orphaned: list[tuple[int, list[ToolCall]]] = []
-        for index, item in enumerate(kept[:newest]):
-            if item.calls:
-                orphans = [call for call in item.calls if call.id not in answered]
-                if orphans:
-                    orphaned.append((index, orphans))
+        open_ids: dict[int, set[str]] = {}  # index of the calling message -> its open ids
+        for call_id, indexes in match_pairs(kept).open.items():
+            for index in indexes:
+                if index < newest:
+                    open_ids.setdefault(index, set()).add(call_id)
+        orphaned: list[tuple[int, list[ToolCall]]] = [
+            (index, [call for call in kept[index].calls if call.id in ids])
+            for index, ids in sorted(open_ids.items())
+        ]
         for index, orphans in reversed(orphaned):  # from the end, so indexes stay valid
             answers = self.fmt.answer_orphans(kept[index].message, orphans, SYNTHETIC_RESULT_TEXT)
             if answers is None:
@@ -229,14 +232,11 @@ class ActiveContext:
         return self.config.fixed_overhead_tokens + raw + self.usage_offset
 
     @cached_property
-    def unanswered(self) -> dict[str, int]:
+    def unanswered(self) -> dict[str, tuple[int, ...]]:
         """Calls of the kept part that no message of it answers (a synthetic result counts),
-        by tool-use id, with the index in ``kept`` of the message that made them."""
-        calls = {call.id: index for index, item in enumerate(self.kept) for call in item.calls}
-        for item in self.kept:
-            for result in item.results:
-                calls.pop(result.tool_use_id, None)
-        return calls
+        by tool-use id, with the indexes in ``kept`` of the messages that made them (an id
+        may be used again once its earlier call is closed: calls are keyed by (id, seq))."""
+        return match_pairs(self.kept).open
 
     @cached_property
     def newest_assistant_at(self) -> float | None:
@@ -283,12 +283,9 @@ class ActiveContext:
         if "raw_tokens" in known:
             derived["raw_tokens"] = known["raw_tokens"] + sum(item.tokens for item in added)
         if "unanswered" in known:
-            unanswered = dict(known["unanswered"])
-            for index, item in enumerate(added, start=len(self.kept)):
-                unanswered.update((call.id, index) for call in item.calls)
-                for result in item.results:
-                    unanswered.pop(result.tool_use_id, None)
-            derived["unanswered"] = unanswered
+            derived["unanswered"] = _advance(
+                dict(known["unanswered"]), enumerate(added, start=len(self.kept))
+            )
         if "newest_assistant_at" in known:
             times = [known["newest_assistant_at"], _newest_assistant_at(added)]
             derived["newest_assistant_at"] = max((t for t in times if t is not None), default=None)
@@ -328,20 +325,50 @@ class ActiveContext:
         """Seq where the kept part starts (one past the log when nothing is kept)."""
         return next((item.seq for item in self.kept if item.seq is not None), self.last_seq + 1)
 
-    def tool_names(self, ids: Collection[str] | None = None) -> dict[str, str]:
-        """Tool name of every call in the context (or of the calls ``ids`` name), by tool-use
-        id; an id used twice names its newest call. With ``ids`` the context is read from
-        the newest message back, only as far as the oldest of those calls."""
-        if ids is None:
-            return {call.id: call.name for item in self.items for call in item.calls}
-        names: dict[str, str] = {}
-        wanted = set(ids)
-        for item in reversed(self.items):
-            for call in reversed(item.calls):
-                if call.id in wanted and call.id not in names:
-                    names[call.id] = call.name
-            if len(names) == len(wanted):
+    def cleared_calls(self, results: Iterable[tuple[int, Iterable[str]]]) -> list[tuple[str, int]]:
+        """(tool-use id, call seq) of the calls whose results are named by (seq of the
+        result's message, its tool-use ids), in that order: what a compaction records as
+        lost (SPEC §9.0). A result whose call is not in the context is left out."""
+        items = self.items
+        index_of = {item.seq: i for i, item in enumerate(items) if item.seq is not None}
+        answers = match_pairs(items).answers
+        found: list[tuple[str, int]] = []
+        for seq, ids in results:
+            index = index_of.get(seq)
+            for call_id in ids:
+                call = None if index is None else answers.get((index, call_id))
+                call_seq = None if call is None else items[call].seq
+                if call_seq is not None:
+                    found.append((call_id, call_seq))
+        return found
+
+    def call_names(self, results: Collection[tuple[int, str]]) -> dict[tuple[int, str], str]:
+        """Tool name of the call each result answers, by (index in ``kept``, tool-use id):
+        the newest call of that id before the result (calls are keyed by (id, seq); an id
+        may be used again once its earlier call is closed). The context is read from the
+        newest of those results back, only as far as the oldest call they answer."""
+        offset = len(self.head)
+        waiting: dict[str, list[int]] = {}
+        for index, call_id in results:
+            waiting.setdefault(call_id, []).append(index + offset)
+        names: dict[tuple[int, str], str] = {}
+        items = self.items
+        start = max((i for indexes in waiting.values() for i in indexes), default=0)
+        for position in range(start - 1, -1, -1):
+            if not waiting:
                 break
+            for call in items[position].calls:
+                indexes = waiting.get(call.id)
+                if not indexes:
+                    continue
+                for index in indexes:
+                    if index > position:
+                        names[(index - offset, call.id)] = call.name
+                rest = [index for index in indexes if index <= position]
+                if rest:
+                    waiting[call.id] = rest
+                else:
+                    del waiting[call.id]
         return names
 
 
@@ -379,51 +406,89 @@ def _newest_turn(kept: Sequence[ContextMessage]) -> int:
     return index
 
 
+class Pairs(NamedTuple):
+    """How the results of a run of messages pair with its calls (see :func:`match_pairs`)."""
+
+    # (index of a result's message, tool-use id) -> index of the message of the call it answers.
+    answers: dict[tuple[int, str], int]
+    # Calls no result answers: tool-use id -> indexes of the messages that made them.
+    open: dict[str, tuple[int, ...]]
+    # Results that answer no call (none is open with their id): (index, tool-use id).
+    stray: list[tuple[int, str]]
+
+
+def match_pairs(items: Sequence[ContextMessage]) -> Pairs:
+    """Pair results with calls keyed by (id, call seq), as the store does on append
+    (SPEC §9.0): a result answers the newest unanswered call of its id before it (a
+    message's results are read before its calls). One pass, O(n)."""
+    answers: dict[tuple[int, str], int] = {}
+    stray: list[tuple[int, str]] = []
+    open_calls = _advance({}, enumerate(items), answers, stray)
+    return Pairs(answers, open_calls, stray)
+
+
+def _advance(
+    open_calls: dict[str, tuple[int, ...]],
+    items: Iterable[tuple[int, ContextMessage]],
+    answers: dict[tuple[int, str], int] | None = None,
+    stray: list[tuple[int, str]] | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """``open_calls`` (changed in place, and returned) after the (index, message) pairs."""
+    for index, item in items:
+        for result in item.results:
+            waiting = open_calls.get(result.tool_use_id)
+            if waiting:
+                if answers is not None:
+                    answers[(index, result.tool_use_id)] = waiting[-1]
+                if len(waiting) > 1:
+                    open_calls[result.tool_use_id] = waiting[:-1]
+                else:
+                    del open_calls[result.tool_use_id]
+            elif stray is not None:
+                stray.append((index, result.tool_use_id))
+        for call in item.calls:
+            open_calls[call.id] = (*open_calls.get(call.id, ()), index)
+    return open_calls
+
+
 def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
     """Why these messages would be refused by an API that pairs tool calls with results.
 
-    Every result must follow its call (matched by id); every call must have a result,
-    except those of the newest assistant turn while only tool results follow it (they may
-    still be running). Empty when the context is valid.
+    Every result must follow its call (the newest unanswered call of its id); every call
+    must have a result, except those of the newest assistant turn while only tool results
+    follow it (they may still be running). Empty when the context is valid.
     """
     problems: list[str] = []
-    open_calls: dict[str, int] = {}
-    answered: set[str] = set()
-    newest = _newest_turn(items)
+    pairs = match_pairs(items)
+    first_call: dict[str, int] = {}
     for index, item in enumerate(items):
-        for result in item.results:
-            if result.tool_use_id not in open_calls:
-                problems.append(f"result for {result.tool_use_id!r} has no earlier call")
-            elif result.tool_use_id in answered:
-                problems.append(f"call {result.tool_use_id!r} has two results")
-            answered.add(result.tool_use_id)
         for call in item.calls:
-            open_calls[call.id] = index
-    for call_id, index in open_calls.items():
-        if call_id not in answered and index < newest:
-            problems.append(f"call {call_id!r} has no result")
+            first_call.setdefault(call.id, index)
+    for index, call_id in pairs.stray:
+        if first_call.get(call_id, index) < index:
+            problems.append(f"call {call_id!r} has two results")
+        else:
+            problems.append(f"result for {call_id!r} has no earlier call")
+    newest = _newest_turn(items)
+    for call_id, indexes in pairs.open.items():
+        late = [index for index in indexes if index < newest]
+        problems.extend(f"call {call_id!r} (message {index}) has no result" for index in late)
     return problems
 
 
 def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
     """For each index i (0..len), whether starting a context at items[i] keeps pairs whole.
 
-    A cut at i is legal when no tool call before i has its result at or after i, and
-    items[i - 1] is not glued to items[i].
-    Computed once in O(n) and shared by every stage that cuts.
+    A cut at i is legal when no tool call before i has its result at or after i (pairs
+    keyed by (id, call seq): :func:`match_pairs`), and items[i - 1] is not glued to
+    items[i]. Computed once in O(n) and shared by every stage that cuts.
     """
-    position: dict[str, int] = {}
-    for index, item in enumerate(items):
-        for call in item.calls:
-            position[call.id] = index
     # spans[i] counts the pairs open across the gap just before index i.
     delta = [0] * (len(items) + 2)
-    for index, item in enumerate(items):
-        for result in item.results:
-            start = position.get(result.tool_use_id)
-            if start is not None and start < index:
-                delta[start + 1] += 1
-                delta[index + 1] -= 1
+    for (index, _), start in match_pairs(items).answers.items():
+        if start < index:
+            delta[start + 1] += 1
+            delta[index + 1] -= 1
     legal: list[bool] = []
     open_pairs = 0
     for index in range(len(items) + 1):

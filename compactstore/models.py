@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 
 from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
 
@@ -294,7 +301,9 @@ class CompactionResult(BaseModel):
     created_at: float | None = None
     rolled_back_at: float | None = None
     removed_seqs: list[int] = Field(default_factory=list)
-    cleared_tool_use_ids: list[str] = Field(default_factory=list)
+    # (tool-use id, call seq) of each tool result cleared or persisted: an id may be used
+    # again once its earlier call is answered (SPEC §9.0), so the id alone is not enough.
+    cleared_tool_calls: list[tuple[str, int]] = Field(default_factory=list)
     blob_ids: list[int] = Field(default_factory=list)
     instructions: str | None = None
     error: str | None = None
@@ -312,6 +321,12 @@ class CompactionResult(BaseModel):
     def effective(self) -> bool:
         """True when the call succeeded and actually freed tokens."""
         return self.success and self.tokens_freed > 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cleared_tool_use_ids(self) -> list[str]:
+        """The tool-use ids of ``cleared_tool_calls``, in order."""
+        return [tool_use_id for tool_use_id, _ in self.cleared_tool_calls]
 
 
 class JobInfo(BaseModel):

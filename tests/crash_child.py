@@ -378,8 +378,8 @@ def check_rows(store: CompactStore) -> list[str]:
             problems.append(f"compaction {r.id}: blob_ids {r.blob_ids} but blob rows {own_blobs}")
         own_edits = edits_of.get(r.id, [])
         edited = {i for e in own_edits for i in json.loads(e.tool_use_ids)}
-        if set(json.loads(r.cleared_tool_use_ids)) != edited:
-            problems.append(f"compaction {r.id}: cleared_tool_use_ids disagree with its edits")
+        if {pair[0] for pair in json.loads(r.cleared_tool_calls)} != edited:
+            problems.append(f"compaction {r.id}: cleared_tool_calls disagree with its edits")
         if r.success and r.boundary_id is None and not own_edits:
             problems.append(f"compaction {r.id}: successful, but no boundary and no edits")
     for bid, bnd in boundaries.items():

@@ -181,30 +181,34 @@ def result_map(fmt: str, messages: Iterable[Message]) -> dict[str, str]:
 
 
 def pair_problems(fmt: str, messages: Sequence[Message]) -> list[str]:
-    """What would make an API refuse these messages for pairing reasons (SPEC §3, §5).
+    """What would make an API refuse these messages for pairing reasons (SPEC §3, §5, §9.0).
 
-    Every result must come after its call (by id) and answer it once; every call except
-    those of the last assistant message must have a result.
+    Calls are keyed by (id, message index): a result answers the newest unanswered call of
+    its id before it, and must find one; in openai an id may be used again once its earlier
+    call has its result, in the other formats never; every call except those of the last
+    assistant message must have a result.
     """
     problems: list[str] = []
-    seen_calls: dict[str, int] = {}
-    answered: set[str] = set()
+    open_calls: dict[str, int] = {}  # id -> index of its unanswered call
+    used: set[str] = set()
     last_assistant = max(
         (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1
     )
     for index, message in enumerate(messages):
         for tool_use_id in results(fmt, message):
-            if tool_use_id not in seen_calls:
-                problems.append(f"message {index}: result {tool_use_id} has no earlier call")
-            if tool_use_id in answered:
+            if tool_use_id in open_calls:
+                del open_calls[tool_use_id]
+            elif tool_use_id in used:
                 problems.append(f"message {index}: second result for {tool_use_id}")
-            answered.add(tool_use_id)
+            else:
+                problems.append(f"message {index}: result {tool_use_id} has no earlier call")
         for cid in call_ids(fmt, message):
-            if cid in seen_calls:
+            if cid in open_calls or (cid in used and fmt != "openai"):
                 problems.append(f"message {index}: call {cid} appears twice")
-            seen_calls[cid] = index
-    for cid, index in seen_calls.items():
-        if cid not in answered and index != last_assistant:
+            open_calls[cid] = index
+            used.add(cid)
+    for cid, index in open_calls.items():
+        if index != last_assistant:
             problems.append(f"call {cid} (message {index}) has no result")
     return problems
 

@@ -63,6 +63,7 @@ COMPACTION_KEYS = {
     "created_at",
     "rolled_back_at",
     "removed_seqs",
+    "cleared_tool_calls",
     "cleared_tool_use_ids",
     "blob_ids",
     "instructions",

@@ -158,7 +158,7 @@ def record_compaction(
         "steps": "[]",
         "config": CompactionConfig().model_dump_json(),
         "removed_seqs": "[]",
-        "cleared_tool_use_ids": "[]",
+        "cleared_tool_calls": "[]",
         "blob_ids": "[]",
     }
     result = connection.execute(

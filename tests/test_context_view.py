@@ -198,12 +198,18 @@ def test_freeze_and_thaw_keep_the_json_value(value: Any) -> None:
     assert pickle.loads(pickle.dumps(frozen)) == value
 
 
-def test_tool_names_of_some_calls_are_those_of_all_calls(store: CompactStore) -> None:
+def test_call_names_of_some_results_are_those_of_all_results(store: CompactStore) -> None:
     for fmt in FORMATS:
         chat = new_session(store, fmt, sid=f"names-{fmt}")
         tool_log(chat)
         context = chat.sess.context()
-        every = context.tool_names()
-        assert len(every) >= 9
-        for ids in (list(every)[:2], list(every)[-1:], list(every), ["no-such-id"]):
-            assert context.tool_names(ids) == {i: every[i] for i in ids if i in every}, fmt
+        picks = [(i, r.tool_use_id) for i, item in enumerate(context.kept) for r in item.results]
+        names: dict[str, str] = {}  # forward: the newest call of each id so far
+        expected: dict[tuple[int, str], str] = {}
+        for i, item in enumerate(context.kept):
+            expected.update(((i, r.tool_use_id), names[r.tool_use_id]) for r in item.results)
+            names.update((call.id, call.name) for call in item.calls)
+        every = context.call_names(picks)
+        assert every == expected and len(every) >= 9, fmt
+        for some in (picks[:2], picks[-1:], picks, [(len(context.kept), "no-such-id")]):
+            assert context.call_names(some) == {p: every[p] for p in some if p in every}, fmt

@@ -71,18 +71,23 @@ def check_sdk(format_name: str, messages: list[Message]) -> None:
 
 
 def check_pairing(format_name: str, messages: list[Message]) -> None:
-    """Every tool result answers a call made earlier, once; call ids are unique."""
+    """Every tool result answers the newest unanswered call of its id, made earlier; an id
+    is used again only once its call was answered, and only where the format allows it
+    (openai, responses: SPEC §9.0)."""
     fmt = get_format(format_name)
     called: set[str] = set()
-    answered: set[str] = set()
+    open_calls: set[str] = set()
     for index, message in enumerate(messages):
         for result in fmt.tool_results(message):
             assert result.tool_use_id in called, f"message {index}: result without its call"
-            assert result.tool_use_id not in answered, f"message {index}: second result"
-            answered.add(result.tool_use_id)
+            assert result.tool_use_id in open_calls, f"message {index}: second result"
+            open_calls.discard(result.tool_use_id)
         for call in fmt.tool_calls(message):
-            assert call.id not in called, f"message {index}: duplicate call id"
+            if format_name not in ("openai", "responses"):
+                assert call.id not in called, f"message {index}: duplicate call id"
+            assert call.id not in open_calls, f"message {index}: id of an unanswered call"
             called.add(call.id)
+            open_calls.add(call.id)
 
 
 def calls_in(transcript: Transcript) -> int:

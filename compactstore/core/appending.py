@@ -90,7 +90,7 @@ def insert_messages(
     )
     rows: list[repo.MessageRow] = []
     new_calls: list[tuple[str, str, int]] = []
-    answers: list[tuple[str, int]] = []
+    answers: list[tuple[str, int, int]] = []  # (tool-use id, call seq, result seq)
     for offset, item in enumerate(pending):
         try:
             # Checked again with the stored config: another handle may have changed it.
@@ -99,7 +99,7 @@ def insert_messages(
         except InvalidMessageError as exc:
             raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None
         new_calls.extend((call.id, call.name, admitted.seq) for call in admitted.calls)
-        answers.extend((call_id, admitted.seq) for call_id in admitted.answers)
+        answers.extend((call_id, call_seq, admitted.seq) for call_id, call_seq in admitted.answers)
         rows.append(
             repo.MessageRow(
                 seq=admitted.seq,

@@ -49,7 +49,7 @@ def _compaction(
         steps=repo.dumps([]),
         config=context.config.model_dump_json(),
         removed_seqs=repo.dumps(removed),
-        cleared_tool_use_ids=repo.dumps([]),
+        cleared_tool_calls=repo.dumps([]),
         blob_ids=repo.dumps([]),
         instructions=None,
         error=None,

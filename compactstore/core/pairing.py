@@ -6,10 +6,15 @@ a whole transcript before anything is stored, starting empty). Nothing here read
 database: the caller passes what it knows and gets back what to store, or an
 :class:`InvalidMessageError` whose text the caller prefixes with where the message came from.
 
-Pairing: a tool result answers exactly one earlier call, matched by id; a call id is used
-once; a result must come before the conversation moves on past its call (a later user,
-assistant or system message means the call was abandoned and is answered as interrupted);
-a call cut away by a compaction can no longer be answered.
+Pairing (SPEC §9.0): calls are keyed by (id, call seq). A tool result answers exactly one
+earlier call: the newest call with its id, which must still be unanswered. A result must
+come before the conversation moves on past its call (a later user, assistant or system
+message means the call was abandoned and is answered as interrupted); a call cut away by a
+compaction can no longer be answered. In formats whose API allows it
+(``MessageFormat.reuses_call_ids``: openai, responses) an id may be used again once its
+earlier call is closed — answered, abandoned (answered as interrupted: a message other than
+a tool result came after it), or compacted away; the others (anthropic, minicode) refuse a
+repeated id.
 
 Pins, decided at insert and never changed: the leading system messages (``"system"``), the
 first user message written by a person and the first one that is not client boilerplate
@@ -35,7 +40,7 @@ Pin = Literal["system", "request", "user"]
 
 @dataclass(frozen=True, slots=True)
 class StoredCall:
-    """A tool call already in the session's log."""
+    """A tool call already in the session's log (the newest one of its id)."""
 
     call_seq: int
     answered: bool
@@ -89,7 +94,7 @@ class Admitted:
     kind: Kind
     pin: Pin | None
     calls: tuple[ToolCall, ...]
-    answers: tuple[str, ...]  # tool-use ids of the calls its results answer
+    answers: tuple[tuple[str, int], ...]  # (tool-use id, call seq) of the calls it answers
 
 
 @dataclass
@@ -99,7 +104,8 @@ class Conversation:
     Args:
         adapter: the session's message format.
         next_seq: seq the next message gets.
-        stored: calls already in the log that the new messages mention, by tool-use id.
+        stored: calls already in the log that the new messages mention, by tool-use id
+            (the newest call of each id).
         last_turn_seq: seq where the newest turn starts (-1: none): the newest message that
             is not a tool result, or the first of the assistant items ending there when the
             format groups them (responses).
@@ -116,8 +122,8 @@ class Conversation:
     first_kept_seq: int = 0
     pins: PinRules = field(default_factory=PinRules)
     session_id: str | None = None
-    _calls: dict[str, int] = field(default_factory=dict)  # calls seen here, by id -> seq
-    _answered: set[str] = field(default_factory=set)
+    _calls: dict[str, int] = field(default_factory=dict)  # newest call seen here: id -> seq
+    _answered: set[tuple[str, int]] = field(default_factory=set)  # (id, call seq) seen here
 
     def cut(self) -> None:
         """A compaction before the next message: every call so far is compacted away."""
@@ -131,15 +137,15 @@ class Conversation:
                 the conversation moved on or after its call was compacted, a repeated call id.
         """
         adapter, seq = self.adapter, self.next_seq
-        answers: list[str] = []
+        answers: list[tuple[str, int]] = []
         for result in adapter.tool_results(message):
-            self._check_answer(result.tool_use_id)
-            answers.append(result.tool_use_id)
-            self._answered.add(result.tool_use_id)
+            key = (result.tool_use_id, self._check_answer(result.tool_use_id))
+            answers.append(key)
+            self._answered.add(key)
         calls = tuple(adapter.tool_calls(message))
         for call in calls:
-            if call.id in self.stored or call.id in self._calls:
-                raise InvalidMessageError(f"duplicate tool call id {call.id!r}{self._in_session}")
+            self._check_call(call.id)
+        for call in calls:
             self._calls[call.id] = seq
         kind = adapter.kind(message)
         if kind != "tool":
@@ -153,16 +159,47 @@ class Conversation:
         self.next_seq += 1
         return Admitted(seq, kind, pin, calls, tuple(answers))
 
+    def _newest(self, call_id: str) -> tuple[int, bool] | None:
+        """(seq, answered) of the newest call with this id so far (None: there is none)."""
+        if call_id in self._calls:
+            call_seq = self._calls[call_id]
+            return call_seq, (call_id, call_seq) in self._answered
+        known = self.stored.get(call_id)
+        if known is None:
+            return None
+        return known.call_seq, known.answered or (call_id, known.call_seq) in self._answered
+
+    def _check_call(self, call_id: str) -> None:
+        """Whether a new call may use ``call_id``: in a format that allows it, once the
+        earlier call of that id is closed — answered, abandoned (the conversation moved on
+        past it before this message), or compacted away."""
+        newest = self._newest(call_id)
+        if newest is None:
+            return
+        call_seq, answered = newest
+        if not self.adapter.reuses_call_ids:
+            raise InvalidMessageError(
+                f"duplicate tool call id {call_id!r}{self._in_session}: the call at seq "
+                f"{call_seq} has it already, and format {self.adapter.name} refuses a "
+                f"repeated tool call id"
+            )
+        closed = answered or self.last_turn_seq > call_seq or call_seq < self.first_kept_seq
+        if not closed:
+            raise InvalidMessageError(
+                f"duplicate tool call id {call_id!r}{self._in_session}: the call at seq "
+                f"{call_seq} with that id is still unanswered (an id may be used again once "
+                f"its earlier call is answered)"
+            )
+
     @property
     def _in_session(self) -> str:
         return "" if self.session_id is None else f" in session {self.session_id!r}"
 
-    def _check_answer(self, call_id: str) -> None:
-        """Whether a result may answer the call ``call_id`` now."""
-        known = self.stored.get(call_id)
-        if call_id in self._answered or (known is not None and known.answered):
-            raise InvalidMessageError(f"tool call {call_id!r} already has a result")
-        if known is None and call_id not in self._calls:
+    def _check_answer(self, call_id: str) -> int:
+        """The seq of the call a result for ``call_id`` answers now (the newest call of that
+        id, which must be open)."""
+        newest = self._newest(call_id)
+        if newest is None:
             if self.session_id is None:
                 raise InvalidMessageError(
                     f"tool result for {call_id!r}, but no earlier tool call has that id"
@@ -171,7 +208,11 @@ class Conversation:
                 f"tool result for {call_id!r}, but no tool call with that id was made "
                 f"in session {self.session_id!r}"
             )
-        call_seq = known.call_seq if known is not None else self._calls[call_id]
+        call_seq, answered = newest
+        if answered:
+            raise InvalidMessageError(
+                f"tool call {call_id!r} already has a result (the call at seq {call_seq})"
+            )
         if self.last_turn_seq > call_seq:
             raise InvalidMessageError(
                 f"tool result for {call_id!r} arrives after the conversation moved on past "
@@ -183,3 +224,4 @@ class Conversation:
                 f"tool call {call_id!r} (seq {call_seq}) was compacted out of the active "
                 f"context; its result can no longer be paired with it"
             )
+        return call_seq

@@ -116,7 +116,7 @@ def record_outcome(
         )
     steps = outcome.steps()
     edits, blobs = outcome.edits, outcome.blobs
-    cleared = [tool_use_id for edit in edits for tool_use_id in edit.tool_use_ids]
+    cleared = start.cleared_calls((edit.seq, edit.tool_use_ids) for edit in edits)
     removed = list(cut.removed_seqs) if cut is not None else []
     strategy, trigger = outcome.strategy, outcome.trigger
     compaction_id = repo.insert_compaction(
@@ -134,7 +134,7 @@ def record_outcome(
         steps=repo.dumps([step.model_dump(mode="json") for step in steps]),
         config=final.config.model_dump_json(),
         removed_seqs=repo.dumps(removed),
-        cleared_tool_use_ids=repo.dumps(cleared),
+        cleared_tool_calls=repo.dumps(cleared),
         blob_ids=repo.dumps([blob.id for blob in blobs]),
         instructions=instructions,
         error=error,
@@ -194,7 +194,7 @@ def record_outcome(
         steps=steps,
         created_at=at,
         removed_seqs=removed,
-        cleared_tool_use_ids=cleared,
+        cleared_tool_calls=cleared,
         blob_ids=[blob.id for blob in blobs],
         instructions=instructions,
         error=error,
@@ -278,7 +278,7 @@ def record_attempt(
         steps="[]",
         config=config.model_dump_json(),
         removed_seqs="[]",
-        cleared_tool_use_ids="[]",
+        cleared_tool_calls="[]",
         blob_ids="[]",
         instructions=None,
         error=reason,
@@ -349,7 +349,9 @@ def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> 
         steps=outcome.steps(),
         created_at=at,
         removed_seqs=list(cut.removed_seqs) if cut is not None else [],
-        cleared_tool_use_ids=[i for edit in outcome.edits for i in edit.tool_use_ids],
+        cleared_tool_calls=outcome.start.cleared_calls(
+            (edit.seq, edit.tool_use_ids) for edit in outcome.edits
+        ),
         blob_ids=[blob.id for blob in outcome.blobs],
         instructions=instructions,
         summary=cut.summary if cut is not None else None,
@@ -398,7 +400,7 @@ def compaction_model(
         created_at=row.created_at,
         rolled_back_at=row.rolled_back_at,
         removed_seqs=json.loads(row.removed_seqs),
-        cleared_tool_use_ids=json.loads(row.cleared_tool_use_ids),
+        cleared_tool_calls=[tuple(pair) for pair in json.loads(row.cleared_tool_calls)],
         blob_ids=json.loads(row.blob_ids),
         instructions=row.instructions,
         error=row.error,

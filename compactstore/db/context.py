@@ -103,7 +103,7 @@ class CompactionRow(NamedTuple):
     steps: str
     config: str
     removed_seqs: str
-    cleared_tool_use_ids: str
+    cleared_tool_calls: str  # JSON [[tool-use id, call seq], ...]
     blob_ids: str
     instructions: str | None
     error: str | None

@@ -211,18 +211,24 @@ def log_page(
 # -- tool calls -----------------------------------------------------------------------------
 
 
-_KNOWN_CALLS = select(*columns(tool_calls, CallRow)).where(
-    tool_calls.c.session_id == SID,
-    tool_calls.c.tool_use_id.in_(bindparam("ids", expanding=True)),
+_KNOWN_CALLS = (
+    select(*columns(tool_calls, CallRow))
+    .where(
+        tool_calls.c.session_id == SID,
+        tool_calls.c.tool_use_id.in_(bindparam("ids", expanding=True)),
+    )
+    .order_by(tool_calls.c.call_seq)
 )
 
 
 def known_calls(connection: Connection, session_id: str, ids: Iterable[str]) -> dict[str, CallRow]:
+    """The newest call of each of ``ids`` in the log (an id may be used again once its
+    earlier call was closed: calls are keyed by (id, call seq))."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
     rows = connection.execute(_KNOWN_CALLS, {"sid": session_id, "ids": wanted}).all()
-    return {row.tool_use_id: CallRow._make(row) for row in rows}
+    return {row.tool_use_id: CallRow._make(row) for row in rows}  # the newest one wins
 
 
 _INSERT_CALLS = insert(tool_calls)
@@ -244,20 +250,30 @@ def insert_calls(
 
 _MARK_RESULT = (
     update(tool_calls)
-    .where(tool_calls.c.session_id == SID, tool_calls.c.tool_use_id == bindparam("call_id"))
+    .where(
+        tool_calls.c.session_id == SID,
+        tool_calls.c.tool_use_id == bindparam("call_id"),
+        tool_calls.c.call_seq == bindparam("the_call_seq"),
+    )
     .values(result_seq=bindparam("new_result_seq"))
 )
 
 
 def mark_results(
-    connection: Connection, session_id: str, results: Sequence[tuple[str, int]]
+    connection: Connection, session_id: str, results: Sequence[tuple[str, int, int]]
 ) -> None:
+    """Record the answers: (tool-use id, call seq, seq of the message answering it)."""
     if results:
         connection.execute(
             _MARK_RESULT,
             [
-                {"sid": session_id, "call_id": tool_use_id, "new_result_seq": seq}
-                for tool_use_id, seq in results
+                {
+                    "sid": session_id,
+                    "call_id": tool_use_id,
+                    "the_call_seq": call_seq,
+                    "new_result_seq": seq,
+                }
+                for tool_use_id, call_seq, seq in results
             ],
         )
 

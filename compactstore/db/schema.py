@@ -105,13 +105,15 @@ messages = Table(
 # Pinned messages before a boundary are fetched on their own at every rebuild.
 Index("ix_messages_pinned", messages.c.session_id, messages.c.pinned, messages.c.seq)
 
+# Calls are keyed by (id, call seq) (SPEC §9.0): in openai and responses an id may be used
+# again once its earlier call is answered. A message never carries one id twice.
 tool_calls = Table(
     "tool_calls",
     metadata,
     Column("session_id", SESSION_ID, ForeignKey("sessions.id"), primary_key=True),
     Column("tool_use_id", String(255), primary_key=True),
     Column("name", String(255), nullable=False),
-    Column("call_seq", Integer, nullable=False),
+    Column("call_seq", Integer, primary_key=True),
     Column("result_seq", Integer),
 )
 
@@ -160,9 +162,10 @@ compactions = Table(
     Column("created_at", Float, nullable=False),
     Column("steps", Text, nullable=False),
     Column("config", Text, nullable=False),
-    # What was lost: seqs that left the active context, results cleared or persisted, blobs.
+    # What was lost: seqs that left the active context, results cleared or persisted (as
+    # [tool-use id, call seq] pairs: an id may be used again, SPEC §9.0), blobs.
     Column("removed_seqs", Text, nullable=False),
-    Column("cleared_tool_use_ids", Text, nullable=False),
+    Column("cleared_tool_calls", Text, nullable=False, server_default=text("'[]'")),
     Column("blob_ids", Text, nullable=False),
     Column("instructions", Text),
     Column("error", Text),

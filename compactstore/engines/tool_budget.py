@@ -110,7 +110,7 @@ def persist_results(
     by_index: dict[int, list[str]] = {}
     for index, tool_use_id in chosen:
         by_index.setdefault(index, []).append(tool_use_id)
-    names = context.tool_names({tool_use_id for _, tool_use_id in chosen})
+    names = context.call_names(chosen)
     for index in sorted(by_index):
         item = kept[index]
         assert item.seq is not None
@@ -120,7 +120,7 @@ def persist_results(
             blob, text = new_blob(
                 results[tool_use_id],
                 seq=item.seq,
-                tool_name=names.get(tool_use_id, "unknown"),
+                tool_name=names.get((index, tool_use_id), "unknown"),
                 blob_id=next_id,
                 config=context.config,
             )
@@ -152,8 +152,8 @@ def oversized(
             and len(result.text) > min_chars
         ]
         if chosen and exempt:
-            names = context.tool_names({tool_use_id for _, tool_use_id in chosen})
-            chosen = [pick for pick in chosen if names.get(pick[1]) not in exempt]
+            names = context.call_names(chosen)
+            chosen = [pick for pick in chosen if names.get(pick) not in exempt]
         return chosen
 
     return choose

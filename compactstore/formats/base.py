@@ -116,6 +116,9 @@ class MessageFormat(ABC):
     # Whether consecutive assistant items form one turn (responses: a turn is several items,
     # reasoning, calls and messages); otherwise each assistant message is a turn of its own.
     groups_turns: bool = False
+    # Whether a tool call id may be used again once its earlier call is closed (SPEC §9.0:
+    # openai and responses; Anthropic's API refuses a repeated tool_use id).
+    reuses_call_ids: bool = False
 
     @abstractmethod
     def validate(self, message: Any) -> None:

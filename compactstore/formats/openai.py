@@ -43,6 +43,7 @@ class OpenAIFormat(ResultMessageFormat):
     name = "openai"
     result_role = "tool"
     result_id_key = "tool_call_id"
+    reuses_call_ids = True
 
     def validate(self, message: Any) -> None:
         if isinstance(message, dict) and message.get("role") == "function":

@@ -158,6 +158,7 @@ class ResponsesFormat(MessageFormat):
 
     name = "responses"
     groups_turns = True
+    reuses_call_ids = True
 
     def validate(self, message: Any) -> None:
         if not isinstance(message, dict):

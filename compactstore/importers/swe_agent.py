@@ -7,9 +7,11 @@ observation. SWE-agent's bookkeeping keys (``agent``, ``message_type``, ``though
 ``action``, ``is_demo``…) are dropped, since the API refuses unknown keys, as are tool
 results whose call is unknown or already answered. History entries have no timestamps.
 
-Some trajectories (replayed demonstrations) reuse a call id for a later, different call;
-the store needs ids unique in a session, so a reused id gets a suffix (``call_x~2``) and
-the result that follows is paired with that new id.
+Some trajectories reuse a call id for a later, different call once the earlier one was
+answered; the ``openai`` format keys calls by (id, call seq), so the id is kept as it is
+(SPEC §9.0). Only an id used again while its earlier call is still unanswered (the store
+would refuse it) gets a suffix (``call_x~2``), and the result that follows is paired with
+that new id.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[
     if not isinstance(history, list):
         raise InvalidInputError(f"{name} is not a SWE-agent trajectory: it has no 'history' list")
     out = TranscriptBuilder(name, "swe-agent", "openai")
-    reads: dict[str, str | None] = {}  # call id (as stored) -> file a view call reads
+    # Unanswered calls: id (as stored) -> the file a view call reads.
+    reads: dict[str, str | None] = {}
     aliases: dict[str, str] = {}  # call id in the file -> id of its latest call as stored
-    answered: set[str] = set()
     open_file: list[str | None] = [None]  # the windowed editor's open file
     total = len(history)
     for index, entry in enumerate(history):
@@ -65,13 +67,12 @@ def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[
                 raise out.error(where, "a tool entry needs a list of 'tool_call_ids'")
             for original in ids:
                 call_id = aliases.get(original)
-                if call_id is None or call_id in answered:
-                    continue
-                answered.add(call_id)
+                if call_id is None or call_id not in reads:
+                    continue  # unknown, or answered already
                 out.add(
                     {"role": "tool", "tool_call_id": call_id, "content": content},
                     where=where,
-                    read_path=reads[call_id],
+                    read_path=reads.pop(call_id),
                 )
         elif role == "assistant":
             message: dict[str, Any] = {"role": "assistant", "content": content}

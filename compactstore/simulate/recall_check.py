@@ -37,12 +37,19 @@ class RecallCheck:
         self.fmt = fmt
         self.report = report
         self.stored: dict[int, dict[str, Any]] = {}
-        self.result_seq: dict[str, int] = {}  # tool-use id -> seq of the message answering it
+        # Calls are keyed by (id, call seq) (an id may be used again): the newest call of
+        # each id, and the seq of the message answering each call.
+        self.call_seq: dict[str, int] = {}
+        self.result_seq: dict[tuple[str, int], int] = {}
 
     def appended(self, seq: int, message: dict[str, Any]) -> None:
         self.stored[seq] = message
         for result in self.fmt.tool_results(message):
-            self.result_seq[result.tool_use_id] = seq
+            call_seq = self.call_seq.get(result.tool_use_id)
+            if call_seq is not None:
+                self.result_seq[(result.tool_use_id, call_seq)] = seq
+        for call in self.fmt.tool_calls(message):
+            self.call_seq[call.id] = seq
 
     def _pieces(self, message: dict[str, Any]) -> list[str]:
         """What the message says: prose, each call's input, each result's whole text."""
@@ -55,7 +62,7 @@ class RecallCheck:
 
     def check(self, result: CompactionResult) -> None:
         report = self.report
-        edited = {self.result_seq[i] for i in result.cleared_tool_use_ids if i in self.result_seq}
+        edited = {self.result_seq[c] for c in result.cleared_tool_calls if c in self.result_seq}
         seqs = sorted(set(result.removed_seqs) | edited)
         if seqs:
             whole, _ = whole_recall(self.sess.recall, {"from_seq": seqs[0], "to_seq": seqs[-1]})
