@@ -22,8 +22,10 @@ from tests.helpers import (
     FORMATS,
     Chat,
     call_ids,
+    calls_message,
     new_session,
     pair_problems,
+    per_seq,
     results,
     scratch_store,
     text_of,
@@ -57,6 +59,9 @@ class World:
     request: dict[str, Any]
     recorded: int = 0
     notes: list[str] = field(default_factory=list)
+    # openai: call ids whose call was answered, used again by later calls (SPEC §9.0:
+    # calls are keyed by (id, call seq)); None: every call gets a new id.
+    free_ids: list[str] | None = None
 
     @property
     def sess(self) -> Session:
@@ -77,8 +82,11 @@ def check_context(world: World) -> None:
     fmt, sess = world.fmt, world.sess
     context = sess.active_context()
     assert pair_problems(fmt, context) == [], world.notes
-    assert [m for m in context if m in world.chat.pins] == world.chat.pins, world.notes
-    assert world.request in context
+    # Pins are messages of the log: the wire view may merge an anthropic pin with the tool
+    # results before it, so they are looked for one message per seq.
+    items = per_seq(sess)
+    assert [m for m in items if m in world.chat.pins] == world.chat.pins, world.notes
+    assert world.request in items
     validate_with_sdk(fmt, context)
 
 
@@ -117,11 +125,20 @@ def step(world: World, event: tuple[Any, Any]) -> None:
         specs = [
             ("read_file", {"file_path": f"f{size}_{n}.py"}) for n, (size, _, _) in enumerate(arg)
         ]
-        _, ids = chat.calls(specs)
+        if world.free_ids is None:
+            _, ids = chat.calls(specs)
+        else:
+            free = world.free_ids
+            ids = [free.pop(0) if free else chat.new_id() for _ in specs]
+            chat.add(
+                calls_message(world.fmt, [(i, n, a) for i, (n, a) in zip(ids, specs, strict=True)])
+            )
         for tool_use_id, (size, error, missing) in zip(ids, arg, strict=True):
             if missing == 0:
                 continue  # the agent crashed before storing this result
             chat.result(tool_use_id, words(size, f"out{size}"), is_error=error)
+            if world.free_ids is not None:
+                world.free_ids.append(tool_use_id)
     elif kind == "remember":
         world.sess.remember("decision", f"decision #{len(world.notes)}", now=chat.tick())
     else:
@@ -157,6 +174,7 @@ def step(world: World, event: tuple[Any, Any]) -> None:
     overhead=st.sampled_from([0, 150]),
     factor=st.sampled_from([1.0, 1.6]),
     events=st.lists(EVENTS, min_size=5, max_size=40),
+    reuse_ids=st.booleans(),
 )
 def test_random_conversations_keep_pairs_pins_and_honest_numbers(
     fmt: str,
@@ -167,6 +185,7 @@ def test_random_conversations_keep_pairs_pins_and_honest_numbers(
     overhead: int,
     factor: float,
     events: list[tuple[Any, Any]],
+    reuse_ids: bool,
 ) -> None:
     tail = {"session_memory_min_tail_tokens": 500, "session_memory_max_tail_tokens": 2_000}
     config = CompactionConfig(
@@ -182,6 +201,8 @@ def test_random_conversations_keep_pairs_pins_and_honest_numbers(
         request_text = "Original request: " + words(2_500, "request")
         chat.request(request_text)
         world = World(chat, fmt, overhead, factor, {"role": "user", "content": request_text})
+        if reuse_ids and fmt == "openai":
+            world.free_ids = []
         check_context(world)
         for event in events:
             step(world, event)
