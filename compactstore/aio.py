@@ -205,7 +205,7 @@ class AsyncCompactStore:
         cls,
         db: str | os.PathLike[str] | None = None,
         *,
-        auto_migrate: bool = True,
+        auto_migrate: bool | None = None,
         read_only: bool = False,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | AsyncSummarizer | None = None,

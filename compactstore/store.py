@@ -144,7 +144,7 @@ class CompactStore:
         cls,
         db: str | os.PathLike[str] | None = None,
         *,
-        auto_migrate: bool = True,
+        auto_migrate: bool | None = None,
         read_only: bool = False,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
@@ -162,7 +162,10 @@ class CompactStore:
         Args:
             db: a file path or SQLAlchemy URL; default ``$COMPACTSTORE_DB`` or
                 ``./compactstore.db``.
-            auto_migrate: upgrade an older schema; when False, refuse it instead.
+            auto_migrate: upgrade an older schema; when False, refuse it instead. Default:
+                True for a SQLite file, False for a PostgreSQL URL (a fleet upgrades its
+                shared database with ``compactstore db upgrade`` before a new version rolls
+                out). An empty database is created at head either way.
             read_only: only read: never create, migrate or write the database (writes
                 raise DatabaseError); works on a read-only file, directory or mount.
             token_counter: replaces :func:`estimate_tokens` for new messages.
@@ -191,8 +194,8 @@ class CompactStore:
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use
                 AsyncCompactStore), or a plug-in is not callable.
-            SchemaError: the schema is newer than this code, or older and auto_migrate=False
-                or read_only.
+            SchemaError: the schema is newer than this code, or older and not migrated
+                (read_only, auto_migrate False, or auto_migrate left out on PostgreSQL).
             DatabaseError: the file is not a usable database.
             NotFoundError: read_only and there is no SQLite file at the path.
         """

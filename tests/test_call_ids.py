@@ -290,7 +290,7 @@ def test_a_database_at_the_previous_head_upgrades_and_reads_back(db_url: str) ->
         ('["c1","c2"]',)
     ]
     assert _rows(db_url, "SELECT count(*) FROM tool_calls") == [(2,)]
-    with CompactStore.open(db_url) as store:  # upgrades
+    with CompactStore.open(db_url, auto_migrate=True) as store:  # PostgreSQL: on purpose
         assert current_revision(store.engine) == head_revision()
         sess = store.session("old")
         assert sess.active_context() == context

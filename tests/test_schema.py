@@ -150,33 +150,58 @@ def test_a_schema_newer_than_the_code_is_refused_naming_both_revisions(db_url: s
     assert "newer" in message
 
 
-def test_auto_migrate_false_refuses_an_empty_database_and_names_the_command(tmp_path: Path) -> None:
+def test_an_empty_database_is_created_at_head_even_with_auto_migrate_false(
+    tmp_path: Path,
+) -> None:
+    # SPEC §9.0: auto_migrate governs upgrades only; no older version can use an empty file.
     path = tmp_path / "empty.db"
     path.touch()
-    with pytest.raises(SchemaError, match=r"db upgrade") as caught:
-        CompactStore.open(path, auto_migrate=False)
-    assert str(path) in str(caught.value)
-    assert head_revision() in str(caught.value)
-    assert _table_names(str(path)) & TABLES == set()
-    # The command it names works as written.
-    command = re.search(r"`compactstore ([^`]+)`", str(caught.value))
-    assert command is not None, caught.value
-    result = CliRunner().invoke(cli, shlex.split(command.group(1)))
-    assert result.exit_code == 0, result.output
-    CompactStore.open(path, auto_migrate=False).close()
+    with CompactStore.open(path, auto_migrate=False) as store:
+        assert current_revision(store.engine) == head_revision()
+        assert _table_names(str(path)) >= TABLES
 
 
 def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(
     db_url: str,
 ) -> None:
     CompactStore.open(db_url).close()
-    _alembic_ok("downgrade", "base", db_url=db_url)
+    _alembic_ok("downgrade", "-1", db_url=db_url)
 
-    with pytest.raises(SchemaError, match=r"db upgrade"):
+    with pytest.raises(SchemaError, match=r"db upgrade") as caught:
         CompactStore.open(db_url, auto_migrate=False)
+    # The command it names works as written.
+    command = re.search(r"`compactstore ([^`]+)`", str(caught.value))
+    assert command is not None, caught.value
+    result = CliRunner().invoke(cli, shlex.split(command.group(1)))
+    assert result.exit_code == 0, result.output
+    CompactStore.open(db_url, auto_migrate=False).close()
 
-    with CompactStore.open(db_url) as upgraded:
+    _alembic_ok("downgrade", "-1", db_url=db_url)
+    with CompactStore.open(db_url, auto_migrate=True) as upgraded:
         assert current_revision(upgraded.engine) == head_revision()
+
+
+def test_by_default_sqlite_files_migrate_on_open_and_postgresql_does_not(db_url: str) -> None:
+    """SPEC §9.0 "Fleets upgrade in order": `compactstore db upgrade` first, then the new
+    version rolls out; a SQLite file is one process's and keeps migrating on open."""
+    CompactStore.open(db_url).close()  # an empty database: created at head on both
+    _alembic_ok("downgrade", "-1", db_url=db_url)
+    if "://" in db_url:
+        with pytest.raises(SchemaError, match=r"db upgrade .*a server database is not upgraded"):
+            CompactStore.open(db_url)
+        assert as_revision(db_url) != head_revision()
+        result = CliRunner().invoke(cli, ["db", "upgrade", "--db", db_url])
+        assert result.exit_code == 0, result.output
+    with CompactStore.open(db_url) as store:
+        assert current_revision(store.engine) == head_revision()
+
+
+def as_revision(url: str) -> str | None:
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        return current_revision(engine)
+    finally:
+        engine.dispose()
 
 
 def test_tables_without_a_revision_are_refused(tmp_path: Path) -> None:

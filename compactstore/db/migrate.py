@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "alembic_config",
     "current_revision",
+    "default_auto_migrate",
     "ensure_schema",
     "head_revision",
     "open_engine",
@@ -113,20 +114,32 @@ def revision_of(db: str) -> str | None:
         engine.dispose()
 
 
+def default_auto_migrate(url: str) -> bool:
+    """Whether opening ``url`` upgrades an older schema when the caller does not say (SPEC
+    §9.0 "Fleets upgrade in order"): a SQLite file is one process's, so it migrates on open;
+    a server database (PostgreSQL) is shared by a fleet, whose older versions may still be
+    running, so it is upgraded on purpose (``compactstore db upgrade``) before the new
+    version rolls out. An empty database is created at head either way."""
+    return not url.startswith("postgresql")
+
+
 def open_engine(
     url: str,
     *,
     location: str,
-    auto_migrate: bool,
+    auto_migrate: bool | None,
     read_only: bool,
     pool: dict[str, Any] | None = None,
 ) -> Engine:
-    """An Engine on a database whose schema is at head (see :func:`ensure_schema`).
+    """An Engine on a database whose schema is at head (see :func:`ensure_schema`);
+    ``auto_migrate`` None: :func:`default_auto_migrate`.
 
     Raises:
         NotFoundError: read_only and there is no SQLite file at the path.
         SchemaError, DatabaseError: as :func:`ensure_schema` and :func:`database_errors`.
     """
+    if auto_migrate is None:
+        auto_migrate = default_auto_migrate(url)
     engine = create_engine_for(url, read_only=read_only, pool=pool)
     try:
         database_errors(
@@ -182,11 +195,21 @@ def _upgrade(
     from alembic import command
 
     _check_upgradable(connection, current, head, location=location)
-    if not auto_migrate:
+    # An empty database is always created at head (no older version can be using it);
+    # auto_migrate governs upgrades only.
+    if not auto_migrate and current is not None:
+        server = (
+            ""
+            if default_auto_migrate(str(connection.engine.url))
+            else (
+                " (a server database is not upgraded on open unless auto_migrate=True: stop "
+                "the older versions first when the upgrade is breaking)"
+            )
+        )
         raise SchemaError(
-            f"the database {location} has schema revision {current or 'none'} and this "
+            f"the database {location} has schema revision {current} and this "
             f"compactstore needs {head}; run `compactstore db upgrade --db {location}` "
-            f"or open it with auto_migrate=True"
+            f"or open it with auto_migrate=True{server}"
         )
     # Alembic runs inside this transaction (it does not begin its own when one is open).
     config = alembic_config()
