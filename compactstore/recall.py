@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -307,13 +307,19 @@ class OutOfContext:
 
 
 def render(
-    fmt: MessageFormat, seq: int, message: dict[str, Any], why: Why, blob_ids: Iterable[int] = ()
+    fmt: MessageFormat,
+    seq: int,
+    message: dict[str, Any],
+    why: Why,
+    blob_ids: Iterable[int] = (),
+    call_seqs: Mapping[str, int] | None = None,
 ) -> OutOfContext:
     """A logged message as recall returns it: a header line and its original content.
 
     The body holds the message's prose, each tool call (name, id and input as stored JSON),
-    each tool result's full text, and any other block as its JSON; thinking is left out
-    (with a note), as it never leaves the agent.
+    each tool result's full text with the seq of the call it answers (``call_seqs``, by
+    tool-use id: an id may be used again, so the id alone may not say which call), and any
+    other block as its JSON; thinking is left out (with a note), as it never leaves the agent.
     """
     reason = _WHY.get(why)
     if reason is None:
@@ -333,7 +339,9 @@ def render(
         parts.append(f"→ tool call {call.name} (id {call.id}): {arguments}")
     for result in fmt.tool_results(message):
         flag = " (error)" if result.is_error else ""
-        parts.append(f"← tool result for {result.tool_use_id}{flag}:\n{result.text}")
+        call_seq = None if call_seqs is None else call_seqs.get(result.tool_use_id)
+        answers = "" if call_seq is None else f" (the call at seq {call_seq})"
+        parts.append(f"← tool result for {result.tool_use_id}{answers}{flag}:\n{result.text}")
     thinking = 1 if message.get("type") in _THINKING else 0  # a Responses reasoning item
     for block in content_blocks(message):
         kind = block.get("type")

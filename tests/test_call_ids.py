@@ -190,6 +190,8 @@ def test_a_cut_never_separates_a_call_from_its_result_when_ids_repeat(
     validate_with_sdk(fmt, context)
     if fmt == "openai":
         assert pair_problems("openai", context) == []
+    # Recall says which call of that id the removed result answered.
+    assert "← tool result for call_1 (the call at seq 1):" in sess.recall({"from_seq": 2})
 
 
 @pytest.mark.parametrize("fmt", ["openai", "responses"])

@@ -378,6 +378,7 @@ def test_a_responses_session_recalls_its_items(store: CompactStore) -> None:
     answer = recalled(chat, {"from_seq": 1, "to_seq": 12})
     assert "[seq 1 · assistant · removed" in answer and "(1 thinking block left out)" in answer
     assert (
-        '→ tool call sql (id c0): {"q": 0}' in answer and "← tool result for c0:\nplan 0" in answer
+        '→ tool call sql (id c0): {"q": 0}' in answer
+        and "← tool result for c0 (the call at seq 2):\nplan 0" in answer
     )
     assert answer.count("Step 0") == 1  # the text once, not again as its block's JSON

@@ -111,6 +111,7 @@ def _out_of_context(
         edited = [row.seq for row in rows if not row.removed]
         states = reads.edit_states(connection, session_id, edited)
         blobs = reads.live_blob_ids(connection, session_id, edited)
+        answered = reads.answered_calls(connection, session_id, [row.seq for row in rows])
         for row in rows:
             try:
                 message = json.loads(row.payload)
@@ -119,7 +120,7 @@ def _out_of_context(
                     f"message {row.seq} of session {session_id!r} is damaged: {exc}"
                 ) from None
             why = "removed" if row.removed else states.get(row.seq, "cleared")
-            yield render(fmt, row.seq, message, why, blobs.get(row.seq, ()))
+            yield render(fmt, row.seq, message, why, blobs.get(row.seq, ()), answered.get(row.seq))
         if newest_first:
             to_seq = rows[-1].seq - 1
         else:

@@ -22,9 +22,15 @@ from sqlalchemy import (
 )
 
 from compactstore.db.common import SID
-from compactstore.db.schema import compactions, message_edits, messages, tool_result_blobs
+from compactstore.db.schema import (
+    compactions,
+    message_edits,
+    messages,
+    tool_calls,
+    tool_result_blobs,
+)
 
-__all__ = ["OutRow", "edit_states", "live_blob_ids", "out_of_context"]
+__all__ = ["OutRow", "answered_calls", "edit_states", "live_blob_ids", "out_of_context"]
 
 
 class OutRow(NamedTuple):
@@ -118,6 +124,23 @@ def live_blob_ids(
     for seq, blob_id in _of_seqs(connection, _BLOBS, session_id, seqs):
         blobs.setdefault(seq, []).append(blob_id)
     return blobs
+
+
+_ANSWERED = select(tool_calls.c.result_seq, tool_calls.c.tool_use_id, tool_calls.c.call_seq).where(
+    tool_calls.c.session_id == SID,
+    tool_calls.c.result_seq.in_(bindparam("seqs", expanding=True)),
+)
+
+
+def answered_calls(
+    connection: Connection, session_id: str, seqs: Iterable[int]
+) -> dict[int, dict[str, int]]:
+    """For each of ``seqs`` that answers calls: tool-use id -> seq of the call it answers
+    (calls are keyed by (id, call seq): an id may be used again)."""
+    answered: dict[int, dict[str, int]] = {}
+    for seq, tool_use_id, call_seq in _of_seqs(connection, _ANSWERED, session_id, seqs):
+        answered.setdefault(seq, {})[tool_use_id] = call_seq
+    return answered
 
 
 def _of_seqs(
