@@ -47,7 +47,7 @@ _tool_calls = sa.table(
 def upgrade() -> None:
     bind = op.get_bind()
     # The view reads the column that is replaced; it is created again at the end.
-    op.execute("DROP VIEW compaction_history")
+    op.execute("DROP VIEW IF EXISTS compaction_history")
     op.add_column(
         "compactions",
         sa.Column("cleared_tool_calls", sa.Text(), nullable=False, server_default=sa.text("'[]'")),
@@ -79,7 +79,7 @@ def upgrade() -> None:
     # keys of the tables that reference it.
     op.drop_column("compactions", "cleared_tool_use_ids")
     _primary_key(["session_id", "tool_use_id", "call_seq"])
-    op.execute(_history_view(bind.dialect.name, "cleared_tool_calls"))
+    op.execute(_history_view(op.get_bind().dialect.name))
 
 
 def downgrade() -> None:
@@ -95,7 +95,7 @@ def downgrade() -> None:
             f"cannot downgrade: session {reused.session_id!r} uses tool call id "
             f"{reused.tool_use_id!r} more than once, which the older schema cannot hold"
         )
-    op.execute("DROP VIEW compaction_history")
+    op.execute("DROP VIEW IF EXISTS compaction_history")
     _primary_key(["session_id", "tool_use_id"])
     op.add_column(
         "compactions",
@@ -116,7 +116,7 @@ def downgrade() -> None:
             .values(cleared_tool_use_ids=json.dumps(ids, ensure_ascii=False, separators=(",", ":")))
         )
     op.drop_column("compactions", "cleared_tool_calls")
-    op.execute(_history_view(bind.dialect.name, "cleared_tool_use_ids"))
+    op.execute(_history_view(op.get_bind().dialect.name))
 
 
 def _primary_key(columns: list[str]) -> None:
@@ -127,7 +127,11 @@ def _primary_key(columns: list[str]) -> None:
         batch_op.create_primary_key("pk_tool_calls", columns)
 
 
-def _history_view(dialect: str, cleared: str) -> str:
+def _history_view(dialect: str) -> str:
+    # What was cleared: the pairs at this revision, the ids below it (downgrade).
+    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns("compactions")}
+    cleared = "cleared_tool_calls" if "cleared_tool_calls" in columns else "cleared_tool_use_ids"
+
     def readable(column: str) -> str:
         if dialect == "sqlite":
             return f"datetime({column}, 'unixepoch')"
