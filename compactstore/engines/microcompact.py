@@ -70,7 +70,7 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     kept = list(context.kept)
     edits: list[Edit] = []
     blobs: list[NewBlob] = []
-    names = context.tool_names({tool_use_id for _, tool_use_id in to_clear})
+    names = context.call_names(to_clear)
     for index, ids in sorted(by_index.items()):
         item = kept[index]
         assert item.seq is not None
@@ -81,7 +81,7 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
                 blob, text = new_blob(
                     result,
                     seq=item.seq,
-                    tool_name=names.get(result.tool_use_id, "unknown"),
+                    tool_name=names.get((index, result.tool_use_id), "unknown"),
                     blob_id=inputs.next_blob_id + len(blobs),
                     config=context.config,
                 )
