@@ -20,11 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore
 from compactstore.db.schema import metadata
+
+# Property tests keep no example database and no time limits: on a machine the suite shares
+# (two test workers, other jobs) generation and examples are slower, not wrong.
+settings.register_profile(
+    "compactstore", deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+settings.load_profile("compactstore")
 
 PG_URL = os.environ.get("COMPACTSTORE_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]

@@ -25,6 +25,8 @@ def test_without_corpus_or_server_corpus_tests_skip_and_postgres_tests_are_desel
             sys.executable,
             "-m",
             "pytest",
+            "-n",
+            "0",  # one process: the outcome lines below are pytest's own
             "-p",
             "no:cacheprovider",
             "-v",

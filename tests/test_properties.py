@@ -82,8 +82,9 @@ def check_context(world: World) -> None:
     fmt, sess = world.fmt, world.sess
     context = sess.active_context()
     assert pair_problems(fmt, context) == [], world.notes
-    # Pins are messages of the log: the wire view may merge an anthropic pin with the tool
-    # results before it, so they are looked for one message per seq.
+    # Pins are sent as they were appended: the wire view merges only what stood between
+    # the tool results of one turn (the events never put a pin there).
+    assert [m for m in context if m in world.chat.pins] == world.chat.pins, world.notes
     items = per_seq(sess)
     assert [m for m in items if m in world.chat.pins] == world.chat.pins, world.notes
     assert world.request in items

@@ -176,6 +176,22 @@ def test_parallel_tool_results_are_one_user_message_on_the_wire(store: CompactSt
     assert request_params_problems("anthropic", params) == []
 
 
+def test_a_message_after_the_last_result_stays_its_own_on_the_wire(store: CompactStore) -> None:
+    sess = _session(store, "anthropic")
+    sess.append({"role": "user", "content": "read a.py and b.py"})
+    sess.append(Message.model_validate(TOOL_TURN))
+    sess.append_tool_result("toolu_b", "B", tool_name="read_file")
+    sess.append_tool_result("toolu_a", "A", tool_name="read_file")
+    pin = {"role": "user", "content": "Never touch the migrations."}
+    sess.append(pin, pinned=True)
+
+    wire = sess.active_context()
+
+    assert len(wire) == 4 and wire[-1] == pin, "what follows the last result is not merged"
+    assert [b["tool_use_id"] for b in wire[2]["content"]] == ["toolu_a", "toolu_b"]
+    assert request_params_problems("anthropic", sess.request_params()) == []
+
+
 def test_cache_breakpoints_follow_the_pins_and_the_summary(store: CompactStore) -> None:
     sess = store.session(
         "c", format="anthropic", context_window=100_000, config=CompactionConfig(), now=T0

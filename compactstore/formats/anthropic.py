@@ -115,10 +115,11 @@ class AnthropicFormat(MessageFormat):
 
     def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
         """Tool results merged as the API wants them (SPEC §9.4): after an assistant message
-        with ``tool_use`` blocks, the user messages up to the next assistant message become
-        one user message — every ``tool_result`` block first, in the order of the calls,
-        then the other content that stood between them, in order. The log and
-        ``context().items`` keep one message per seq."""
+        with ``tool_use`` blocks, the user messages up to the last one holding a result
+        become one user message — every ``tool_result`` block first, in the order of the
+        calls, then the other content that stood between them, in order. A user message
+        after the last result stays a message of its own. The log and ``context().items``
+        keep one message per seq."""
         return merge_tool_results(messages)
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
@@ -155,9 +156,13 @@ def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         merged.append(message)
         index += 1
         calls = tool_use_calls(message)
-        end = index
-        while calls and end < len(messages) and messages[end].get("role") == "user":
-            end += 1
+        # The user messages up to the last one holding a result of these calls; what
+        # follows that one (a new instruction) stays a message of its own.
+        end = scan = index
+        while calls and scan < len(messages) and messages[scan].get("role") == "user":
+            scan += 1
+            if _has_result(messages[scan - 1]):
+                end = scan
         if end == index:
             continue
         group = messages[index:end]
@@ -177,6 +182,13 @@ def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             merged.append(_merged(group, {"role": "user", "content": results + others}))
     return merged
+
+
+def _has_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
 
 
 # Merged messages built from the store's read-only (frozen) messages, by the identity of
