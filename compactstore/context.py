@@ -329,6 +329,9 @@ class ActiveContext:
         """(tool-use id, call seq) of the calls whose results are named by (seq of the
         result's message, its tool-use ids), in that order: what a compaction records as
         lost (SPEC §9.0). A result whose call is not in the context is left out."""
+        results = [(seq, tuple(ids)) for seq, ids in results]
+        if not any(ids for _, ids in results):
+            return []  # nothing to pair: no walk over the context
         items = self.items
         index_of = {item.seq: i for i, item in enumerate(items) if item.seq is not None}
         answers = match_pairs(items).answers

@@ -99,8 +99,22 @@ class SessionReading(SessionBase):
         """
         wire = self.context().wire
         cached = self._view
-        if cached is not None and cached[0] is wire and cached[1] is self.config:
-            return cached[2]
+        if cached is not None and cached[1] is self.config:
+            old, view_before = cached[0], cached[2]
+            if old is wire:
+                return view_before
+            if len(wire) >= len(old) and all(a is b for a, b in zip(old, wire, strict=False)):
+                # Only appended since: the view of what stood before the restart point
+                # stands, and only the rest is built again.
+                start = self.adapter.wire_restart(old)
+                keep = len(view_before) if start == len(old) else _index(view_before, old[start])
+                if keep is not None:
+                    tail = self.adapter.wire_view(
+                        list(cast("tuple[dict[str, Any], ...]", wire[start:])), self.config
+                    )
+                    grown = view_before[:keep] + tuple(freeze(message) for message in tail)
+                    self._view = (wire, self.config, grown)
+                    return grown
         # The frozen messages are dicts (FrozenDict); the wire view never changes them.
         view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
         if len(view) == len(wire) and all(a is b for a, b in zip(view, wire, strict=True)):
@@ -141,3 +155,11 @@ class SessionReading(SessionBase):
             for seq, payload in rows:
                 after = seq
                 yield json.loads(payload)
+
+
+def _index(view: tuple[Mapping[str, Any], ...], message: Mapping[str, Any]) -> int | None:
+    """Where ``message`` itself (not an equal one) stands in ``view``, looking from the end."""
+    for index in range(len(view) - 1, -1, -1):
+        if view[index] is message:
+            return index
+    return None

@@ -213,3 +213,24 @@ def test_call_names_of_some_results_are_those_of_all_results(store: CompactStore
         assert every == expected and len(every) >= 9, fmt
         for some in (picks[:2], picks[-1:], picks, [(len(context.kept), "no-such-id")]):
             assert context.call_names(some) == {p: every[p] for p in some if p in every}, fmt
+
+
+def test_after_appends_the_view_is_built_again_only_from_the_last_assistant_message(
+    store: CompactStore,
+) -> None:
+    chat = new_session(store, "anthropic", sid="grow")
+    chat.request("Port the parser")
+    for n in range(3):
+        chat.tool(f"output {n}", name="bash", args={"command": f"make {n}"})
+    sess = chat.sess
+    before = sess.context_view()
+
+    chat.calls([("bash", {"command": "ls"}), ("bash", {"command": "pwd"})])
+    first = sess.context_view()
+    chat.chatter(1, tag="more")
+    after = sess.context_view()
+
+    assert list(after) == sess.active_context()
+    assert list(first) == list(after[: len(first)])
+    # What stood before the last assistant message is the very same objects, not rebuilt.
+    assert all(a is b for a, b in zip(before, after, strict=False))

@@ -12,6 +12,7 @@ The block helpers are in :mod:`compactstore.formats.blocks`, shared with the min
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compactstore.formats.base import (
@@ -121,6 +122,13 @@ class AnthropicFormat(MessageFormat):
         after the last result stays a message of its own. The log and ``context().items``
         keep one message per seq."""
         return merge_tool_results(messages)
+
+    def wire_restart(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The last assistant message: the user messages after it may merge with more."""
+        for index in range(len(messages) - 1, -1, -1):
+            if messages[index].get("role") == "assistant":
+                return index
+        return 0
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         """One user message answering every call with an error (none when there are no calls).

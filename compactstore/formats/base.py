@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,6 +183,12 @@ class MessageFormat(ABC):
         """The messages as they are sent to the provider (the active context as is, by
         default). ``messages`` are the caller's own copies; the result may reuse them."""
         return messages
+
+    def wire_restart(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The index from which the wire view of ``messages`` followed by more messages may
+        differ from the wire view of ``messages`` alone; before it, the view is built from
+        those messages only. By default each message's view is its own: the end."""
+        return len(messages)
 
     def token_text(self, message: dict[str, Any]) -> str:
         """Everything in the message that costs tokens: prose, calls and results."""
