@@ -538,3 +538,16 @@ def test_a_new_session_has_no_boundaries_and_no_compactions(store: CompactStore,
 )
 def test_estimate_tokens(text: str, tokens: int) -> None:
     assert estimate_tokens(text) == tokens
+
+
+def test_memory_means_a_database_in_memory_not_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with CompactStore.open(":memory:") as store:
+        assert store.location == "sqlite:///:memory:"
+        sess = store.session("s")
+        sess.append({"role": "user", "content": "hi"})
+        assert sess.process_request(now=1_700_000_000.0).success is False
+        assert store.get_session("s").messages() == [{"role": "user", "content": "hi"}]
+    assert list(tmp_path.iterdir()) == [], "no file named ':memory:' (or any other)"

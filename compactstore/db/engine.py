@@ -58,6 +58,8 @@ def normalize_url(db: str | os.PathLike[str]) -> str:
     raw = os.fspath(db)
     if not raw.strip():
         raise InvalidInputError("database location is empty: give a file path or a URL")
+    if raw == ":memory:":
+        return "sqlite:///:memory:"  # SQLite's own name for a database in memory, not a file
     if "://" not in raw:
         return "sqlite:///" + str(Path(raw).expanduser().resolve())
     try:
@@ -79,7 +81,12 @@ def normalize_url(db: str | os.PathLike[str]) -> str:
 def describe(url: str) -> str:
     """How errors name a database: its file path, or its URL without the password."""
     path = sqlite_path(url)
-    return str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
+    if path is not None:
+        return str(path)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return "sqlite:///:memory:"
+    return parsed.render_as_string(hide_password=True)
 
 
 def sqlite_path(url: str) -> Path | None:
