@@ -111,6 +111,13 @@ def module_database(label: str) -> Any:
 
 
 @pytest.fixture
+def sid(request: pytest.FixtureRequest) -> str:
+    """A session id of this test's own, for modules whose tests share one database
+    (:func:`module_database`)."""
+    return str(request.node.name)[-200:]
+
+
+@pytest.fixture
 def store(db_url: str) -> Iterator[CompactStore]:
     """An open store on a fresh database, on each backend."""
     opened = CompactStore.open(db_url)

@@ -35,12 +35,6 @@ def store(database: str) -> Iterator[CompactStore]:
         yield opened
 
 
-@pytest.fixture
-def sid(request: pytest.FixtureRequest) -> str:
-    """A session id of this test's own (the database is shared by the module)."""
-    return str(request.node.name)[-200:]
-
-
 def fn_call(call_id: str, path: str = "a.py") -> Message:
     return {
         "type": "function_call",
