@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
+from compactstore.media import media_blocks
 from compactstore.models import CompactionConfig, SummaryState
 from compactstore.tokens import TokenCounter, message_tokens
 
@@ -160,6 +161,14 @@ class ActiveContext:
         return self.head + self.kept
 
     @cached_property
+    def lineage(self) -> object:
+        """A token this context shares with the contexts :meth:`extended` made from it, and
+        with no other: while two contexts have the same lineage, the longer one is the
+        shorter with messages appended (any other change makes a new context by
+        ``replace``, which starts a lineage of its own)."""
+        return object()
+
+    @cached_property
     def wire(self) -> tuple[Mapping[str, Any], ...]:
         """The messages to send to the model, in order: the context's own read-only
         messages, shared by every reader (what ``Session.context_view()`` returns)."""
@@ -249,6 +258,12 @@ class ActiveContext:
         log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
         return _longest_open_result(self.kept)
 
+    @cached_property
+    def open_media_blocks(self) -> int:
+        """Media blocks in the tool results still in the kept part whole (what
+        ``max_media_in_context`` limits): see :func:`open_media`."""
+        return sum(count for _, _, count in open_media(self.kept))
+
     def extended(
         self,
         added: Sequence[ContextMessage],
@@ -276,6 +291,7 @@ class ActiveContext:
             cwd=cwd,
         )
         known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
+        derived["lineage"] = self.lineage
         if "items" in known:
             derived["items"] = known["items"] + tuple(added)
         if "wire" in known:
@@ -292,6 +308,9 @@ class ActiveContext:
         if "longest_open_result" in known:
             longest = max(known["longest_open_result"], _longest_open_result(added))
             derived["longest_open_result"] = longest
+        if "open_media_blocks" in known:
+            added_media = sum(count for _, _, count in open_media(added))
+            derived["open_media_blocks"] = known["open_media_blocks"] + added_media
         return new
 
     def message_tokens(self, message: dict[str, Any]) -> int:
@@ -386,6 +405,18 @@ def _longest_open_result(items: Sequence[ContextMessage]) -> int:
         ),
         default=0,
     )
+
+
+def open_media(items: Sequence[ContextMessage]) -> list[tuple[int, str, int]]:
+    """(index, tool-use id, media blocks) of every tool result with media still in the
+    context whole (in the log, not pinned, not persisted or cleared), oldest first."""
+    return [
+        (index, result.tool_use_id, sum(1 for _ in media_blocks(result.blocks)))
+        for index, item in enumerate(items)
+        if item.seq is not None and not item.pinned
+        for result in item.results
+        if result.has_media and result.replaceable and result.tool_use_id not in item.edited_ids
+    ]
 
 
 def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:

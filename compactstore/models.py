@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -11,12 +12,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     computed_field,
     field_validator,
     model_validator,
 )
 
 from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
+from compactstore.frozen import FrozenDict, freeze, thaw
 
 __all__ = [
     "MEMORY_KINDS",
@@ -278,11 +281,21 @@ class SummaryInfo(BaseModel):
     reason: str | None = None
 
 
+def _frozen_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    if type(message) is FrozenDict:
+        return message  # the context's own, read-only already
+    if not isinstance(message, Mapping):
+        raise TypeError(f"a message must be a JSON object, got {type(message).__name__}")
+    frozen: dict[str, Any] = freeze(dict(message))
+    return frozen
+
+
 class CompactionResult(BaseModel):
     """The outcome of one call to process_request / reactive_recover / compact / replay.
 
-    ``messages`` is the active context the call produced; it is empty when the call changed
-    nothing (``active_context()`` gives the context) and in the recorded history.
+    ``messages`` is the active context the call produced (one message per seq); it is empty
+    when the call changed nothing (``active_context()`` gives the context) and in the
+    recorded history.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -291,7 +304,6 @@ class CompactionResult(BaseModel):
     success: bool
     strategy: CompactStrategy | None
     trigger: CompactTrigger | None
-    messages: list[dict[str, Any]] = Field(default_factory=list)
     boundary: CompactBoundary | None = None
     tokens_before: int = 0
     tokens_after: int = 0
@@ -316,6 +328,21 @@ class CompactionResult(BaseModel):
     background: Literal["started", "running", "applied"] | None = None
     # A background compaction's row: the id of the call's row that started it (SPEC §9.1).
     started_by: int | None = None
+
+    # The messages, read-only (compactstore.frozen): a compaction hands over the context's
+    # own, so a call that compacts copies nothing unless the caller reads ``messages``.
+    _messages: tuple[dict[str, Any], ...] = PrivateAttr(default=())
+
+    def __init__(self, *, messages: Iterable[Mapping[str, Any]] = (), **data: Any) -> None:
+        super().__init__(**data)
+        self._messages = tuple(_frozen_message(message) for message in messages)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The active context the call produced: fresh plain dicts the caller may change,
+        copied on each read (``Session.context_view()`` is the shared read-only view)."""
+        return [thaw(message) for message in self._messages]
 
     @property
     def effective(self) -> bool:

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionBase"]
 
+# context_view()'s last view: (the context's wire tuple, the config, the view, the context's
+# lineage), so a step that only appended extends it.
+_View = tuple[Any, CompactionConfig, tuple[Mapping[str, Any], ...], object]
+
 
 class SessionBase:
     """A session handle: the store it belongs to and its stored settings."""
@@ -51,8 +55,7 @@ class SessionBase:
         self._handed_version: int | None = None
         # The newest finished background job this handle has reported (None: not looked).
         self._seen_job: int | None = None
-        # The last read-only wire view, with the context tuple and config it was built from.
-        self._view: tuple[Any, CompactionConfig, tuple[Mapping[str, Any], ...]] | None = None
+        self._view: _View | None = None
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"

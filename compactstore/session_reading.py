@@ -14,7 +14,7 @@ from compactstore.context import ActiveContext
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats.request import build_request_params
-from compactstore.frozen import freeze
+from compactstore.frozen import freeze, thaw
 from compactstore.session_base import SessionBase
 
 __all__ = ["SessionReading"]
@@ -81,7 +81,11 @@ class SessionReading(SessionBase):
         responses without stored responses, reasoning items without ``encrypted_content``
         are left out. ``context().items`` keeps one item per seq.
         """
-        return self.adapter.wire_view(self.context().messages(), self.config)
+        try:
+            # The same view context_view() keeps up to date step by step, copied.
+            return [thaw(message) for message in self.context_view()]
+        except RecursionError:  # one message nested very deep: context().messages() copes
+            return self.adapter.wire_view(self.context().messages(), self.config)
 
     def context_view(self) -> tuple[Mapping[str, Any], ...]:
         """The messages ``active_context()`` returns, read-only and shared: no copy is made.
@@ -97,13 +101,14 @@ class SessionReading(SessionBase):
         same wire view as ``active_context()``; messages the wire view builds (merged
         anthropic tool results) are frozen too.
         """
-        wire = self.context().wire
+        context = self.context()
+        wire, lineage = context.wire, context.lineage
         cached = self._view
         if cached is not None and cached[1] is self.config:
             old, view_before = cached[0], cached[2]
             if old is wire:
                 return view_before
-            if len(wire) >= len(old) and all(a is b for a, b in zip(old, wire, strict=False)):
+            if cached[3] is lineage and len(wire) >= len(old):
                 # Only appended since: the view of what stood before the restart point
                 # stands, and only the rest is built again.
                 start = self.adapter.wire_restart(old)
@@ -113,7 +118,7 @@ class SessionReading(SessionBase):
                         list(cast("tuple[dict[str, Any], ...]", wire[start:])), self.config
                     )
                     grown = view_before[:keep] + tuple(freeze(message) for message in tail)
-                    self._view = (wire, self.config, grown)
+                    self._view = (wire, self.config, grown, lineage)
                     return grown
         # The frozen messages are dicts (FrozenDict); the wire view never changes them.
         view = self.adapter.wire_view(list(cast("tuple[dict[str, Any], ...]", wire)), self.config)
@@ -121,7 +126,7 @@ class SessionReading(SessionBase):
             result = wire
         else:
             result = tuple(freeze(message) for message in view)  # frozen ones as they are
-        self._view = (wire, self.config, result)
+        self._view = (wire, self.config, result, lineage)
         return result
 
     def token_usage(self) -> int:

@@ -242,6 +242,7 @@ def derived(context: ActiveContext) -> tuple[Any, ...]:
         context.usage,
         context.unanswered,
         context.longest_open_result,
+        context.open_media_blocks,
         context.newest_assistant_at,
         context.items,
         context.wire,

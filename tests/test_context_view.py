@@ -58,6 +58,12 @@ def wire(sess: Session) -> str:
     return json.dumps(list(sess.context_view()))
 
 
+def from_scratch(sess: Session) -> list[dict[str, Any]]:
+    """The wire view built again from the whole context (what the incremental view and
+    active_context(), which copies it, must equal)."""
+    return sess.adapter.wire_view(sess.context().messages(), sess.config)
+
+
 def test_the_view_is_what_active_context_returns_through_every_stage(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -72,15 +78,15 @@ def test_the_view_is_what_active_context_returns_through_every_stage(
             assert result is not None
             view = sess.context_view()
             assert isinstance(view, tuple)
-            assert list(view) == sess.active_context(), fmt
+            assert list(view) == from_scratch(sess) == sess.active_context(), fmt
             if result.id is not None:  # a recorded result shows the context it left
                 # (the result lists one message per seq; the view is its wire view)
                 assert list(view) == sess.adapter.wire_view(result.messages, sess.config), fmt
-            assert wire(sess) == json.dumps(sess.active_context()), fmt  # key order too
+            assert wire(sess) == json.dumps(from_scratch(sess)), fmt  # key order too
             assert list(reopen().get_session(sess.id).context_view()) == list(view), fmt
             validate_with_sdk(fmt, list(view))  # type: ignore[arg-type]
             chat.tool("a result after the compaction")
-            assert list(sess.context_view()) == sess.active_context(), fmt
+            assert list(sess.context_view()) == from_scratch(sess), fmt
 
 
 def test_nothing_in_the_view_can_be_changed_and_trying_changes_nothing(
@@ -147,6 +153,34 @@ def test_a_step_that_only_appends_reuses_every_message_already_read(store: Compa
     assert len(second) == len(first) + 2
     assert all(a is b for a, b in zip(first, second, strict=False)), "no message is copied"
     assert list(second) == sess.active_context()
+
+
+def test_only_a_context_made_by_appending_shares_the_lineage_the_view_is_extended_on(
+    store: CompactStore,
+) -> None:
+    chat = new_session(store, "anthropic", sid="lineage")
+    tool_log(chat)
+    sess = chat.sess
+    before = sess.context()
+    chat.tool("one more result")
+    appended = sess.context()
+    assert appended.lineage is before.lineage
+    assert appended.wire[: len(before.wire)] == before.wire
+
+    # An edit of a message inside the context (a placeholder) in the same step as an
+    # append: a new lineage, so the view is built again rather than extended.
+    edited = appended.with_kept(appended.kept[:-1]).extended(
+        appended.kept[-1:],
+        last_seq=appended.last_seq,
+        usage_offset=appended.usage_offset,
+        token_factor=appended.token_factor,
+        config=appended.config,
+    )
+    assert edited.lineage is not appended.lineage
+    result = sess.process_request(now=T0 + HOUR)  # clears and persists old results
+    assert result.effective
+    assert sess.context().lineage is not appended.lineage
+    assert list(sess.context_view()) == from_scratch(sess)
 
 
 def test_a_crash_orphaned_call_does_not_make_every_later_step_rebuild_the_context(

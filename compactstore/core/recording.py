@@ -185,7 +185,7 @@ def record_outcome(
         success=outcome.success,
         strategy=strategy,
         trigger=trigger,
-        messages=final.messages(),
+        messages=final.wire,
         boundary=boundary,
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.tokens_after,
@@ -340,7 +340,7 @@ def unrecorded_result(outcome: Outcome, at: float, instructions: str | None) -> 
         trigger=outcome.trigger,
         # A call that changed nothing does not decode the context again: the caller asks
         # active_context() for it anyway, and this is the hot path of every model turn.
-        messages=outcome.context.messages() if outcome.leaves_row else [],
+        messages=outcome.context.wire if outcome.leaves_row else (),
         boundary=boundary,
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.tokens_after,

@@ -18,11 +18,11 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from compactstore.context import ActiveContext, ContextMessage
+from compactstore.context import ActiveContext, ContextMessage, open_media
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.formats import ToolResult
 from compactstore.formats.base import storage_json
-from compactstore.media import media_blocks, media_note
+from compactstore.media import media_note
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
 from compactstore.recall import RECALL_TOOL_NAME
 
@@ -159,27 +159,18 @@ def oversized(
     return choose
 
 
-def open_media(kept: Sequence[ContextMessage]) -> list[tuple[int, str, int]]:
-    """(kept index, tool-use id, media blocks) of every result with media still in the
-    context whole, oldest first."""
-    return [
-        (index, result.tool_use_id, sum(1 for _ in media_blocks(result.blocks)))
-        for index, item in enumerate(kept)
-        if item.seq is not None and not item.pinned
-        for result in item.results
-        if result.has_media and result.replaceable and result.tool_use_id not in item.edited_ids
-    ]
-
-
-def media_over_cap(max_media: int) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
+def media_over_cap(
+    context: ActiveContext, max_media: int
+) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
     """A chooser of the oldest results with media, until at most ``max_media`` media blocks
     are left in the context (a result leaves whole, so fewer may be left)."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
-        found = open_media(kept)
-        excess = sum(count for _, _, count in found) - max_media
+        excess = context.open_media_blocks - max_media
         chosen: list[tuple[int, str]] = []
-        for index, tool_use_id, count in found:
+        if excess <= 0:
+            return chosen  # the usual case, seen without a pass over every message
+        for index, tool_use_id, count in open_media(kept):
             if excess <= 0:
                 break
             chosen.append((index, tool_use_id))
@@ -202,7 +193,7 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     media_kept, media_edits, media_blobs = persist_results(
         after_context,
         replace(inputs, next_blob_id=inputs.next_blob_id + len(blobs)),
-        media_over_cap(config.max_media_in_context),
+        media_over_cap(after_context, config.max_media_in_context),
     )
     if media_edits:
         after_context = after_context.with_kept(media_kept)
