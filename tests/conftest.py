@@ -11,8 +11,11 @@ corpus they are skipped, saying where they looked.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,19 +71,62 @@ def _pg_admin_url() -> str:
     )
 
 
-@contextmanager
-def fresh_database(backend: str, directory: Path, label: str = "test") -> Iterator[str]:
-    """An empty database on a backend: a SQLite file in ``directory``, or a new PostgreSQL
-    database (dropped afterwards). Skips the test when PostgreSQL is not configured."""
+_templates: dict[str, str] = {}
+
+
+def _template(backend: str) -> str:
+    """A database at head made once per test process by ``CompactStore.open`` (the path of a
+    SQLite file, or the name of a PostgreSQL database): a test's new database is a copy of
+    it, which takes milliseconds where running every migration takes a few hundred."""
+    if backend in _templates:
+        return _templates[backend]
     if backend == "sqlite":
-        yield str(directory / "store.db")
+        directory = tempfile.mkdtemp(prefix="compactstore-template-")
+        atexit.register(shutil.rmtree, directory, True)
+        path = os.path.join(directory, "template.db")
+        CompactStore.open(path).close()  # closing checkpoints the WAL into the file
+        _templates[backend] = path
+        return path
+    name = f"cs_template_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    CompactStore.open(url, auto_migrate=True).close()
+
+    def drop() -> None:
+        engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
+        with engine.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+    atexit.register(drop)
+    _templates[backend] = name
+    return name
+
+
+@contextmanager
+def fresh_database(
+    backend: str, directory: Path, label: str = "test", *, empty: bool = False
+) -> Iterator[str]:
+    """A new database on a backend: a SQLite file in ``directory``, or a new PostgreSQL
+    database (dropped afterwards), at head (a copy of :func:`_template`), or with nothing in
+    it when ``empty``. Skips the test when PostgreSQL is not configured."""
+    if backend == "sqlite":
+        path = directory / "store.db"
+        if not empty:
+            shutil.copyfile(_template(backend), path)
+            path.chmod(0o600)
+        yield str(path)
         return
     if not PG_URL:
         pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
     name = f"cs_{label}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    template = "" if empty else f' TEMPLATE "{_template(backend)}"'
     admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        connection.execute(text(f'CREATE DATABASE "{name}"{template}'))
     try:
         yield make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -91,8 +137,10 @@ def fresh_database(backend: str, directory: Path, label: str = "test") -> Iterat
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database on each backend."""
-    with fresh_database(request.param, tmp_path) as url:
+    """A new database on each backend, at head; with nothing in it (not even the schema)
+    for tests marked ``empty_database`` (those about creating and migrating one)."""
+    empty = request.node.get_closest_marker("empty_database") is not None
+    with fresh_database(request.param, tmp_path, empty=empty) as url:
         yield url
 
 

@@ -1170,6 +1170,7 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
     ]
 
 
+@pytest.mark.empty_database
 def test_db_upgrade_and_current(db_url: str) -> None:
     from compactstore.db.migrate import head_revision
 

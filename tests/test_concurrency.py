@@ -332,7 +332,9 @@ def new_databases(db_url: str, tmp_path: Path) -> Iterator[list[str]]:
     with contextlib.ExitStack() as stack:
         for directory in directories:
             directory.mkdir()
-        yield [stack.enter_context(fresh_database(backend, d, "new")) for d in directories]
+        yield [
+            stack.enter_context(fresh_database(backend, d, "new", empty=True)) for d in directories
+        ]
 
 
 @pytest.mark.slow

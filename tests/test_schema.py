@@ -27,6 +27,9 @@ from compactstore.db.migrate import alembic_config, current_revision, head_revis
 from compactstore.db.schema import metadata
 from tests.helpers import TABLES
 
+# These tests are about creating and migrating a database: each gets one with nothing in it.
+pytestmark = pytest.mark.empty_database
+
 REPO = Path(__file__).resolve().parents[1]
 UNKNOWN_REVISION = "ffffffffffff"
 
