@@ -9,6 +9,7 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,9 +20,10 @@ from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
 from compactstore.media import media_blocks
 from compactstore.models import CompactionConfig, SummaryState
-from compactstore.tokens import TokenCounter, message_tokens
+from compactstore.tokens import TokenCounter, estimate_tokens, message_tokens
 
 __all__ = [
+    "PENDING_VERSION",
     "SYNTHETIC_RESULT_TEXT",
     "ActiveContext",
     "BoundaryInfo",
@@ -41,6 +43,10 @@ __all__ = [
 MessageState = Literal[
     "original", "persisted", "cleared", "deduplicated", "summary", "pinned", "synthetic", "removed"
 ]
+
+# The context version of a change an engine made and no write has recorded yet: newer than
+# every version a message answered (see ActiveContext.changes; settled() replaces it).
+PENDING_VERSION = 1 << 62
 
 SYNTHETIC_RESULT_TEXT = (
     "[Tool call interrupted: no result was recorded for this call. "
@@ -78,6 +84,12 @@ class ContextMessage:
     glued: bool = False
     # An assistant item that continues the turn of the assistant item before it (responses).
     joins_turn: bool = False
+    # An assistant message: the context version it answered (SPEC §9.0 "Thinking"); None
+    # for other messages and for messages stored before versions were recorded.
+    context_version: int | None = None
+    # The estimate of its thinking blocks (counted only while the wire view sends them);
+    # None when it carries none.
+    thinking_tokens: int | None = None
 
     @property
     def pinned(self) -> bool:
@@ -104,8 +116,10 @@ class ContextMessage:
         payload: str | None = None,
         created_at: float | None = None,
         edited_ids: frozenset[str] = frozenset(),
+        context_version: int | None = None,
     ) -> ContextMessage:
         kind = fmt.kind(message)
+        thinking = fmt.thinking_text(message) if kind == "assistant" else None
         return cls(
             seq=seq,
             message=freeze(message),
@@ -119,6 +133,9 @@ class ContextMessage:
             edited_ids=edited_ids,
             glued=fmt.glued(message),
             joins_turn=fmt.groups_turns and kind == "assistant",
+            context_version=context_version if kind == "assistant" else None,
+            # The built-in estimate: the caller's token counter never runs on a read.
+            thinking_tokens=None if thinking is None else estimate_tokens(thinking),
         )
 
 
@@ -152,6 +169,11 @@ class ActiveContext:
     real_request_seq: int | None = None
     # The agent's working directory, when the session was given one.
     cwd: str | None = None
+    # Changes to the context other than appends that may be newer than what one of its
+    # assistant messages answered: (the context version the change produced, the seq after
+    # which every message's prefix changed: an edited seq, or the seq before a cut's first
+    # removed one). An engine's own edits and cuts are PENDING_VERSION.
+    changes: tuple[tuple[int, int], ...] = ()
 
     # Derived values are computed once per context: a context never changes, and engines
     # and the store ask for its usage several times per call.
@@ -171,8 +193,109 @@ class ActiveContext:
     @cached_property
     def wire(self) -> tuple[Mapping[str, Any], ...]:
         """The messages to send to the model, in order: the context's own read-only
-        messages, shared by every reader (what ``Session.context_view()`` returns)."""
-        return tuple(item.message for item in self.items)
+        messages, shared by every reader (what ``Session.context_view()`` returns), with
+        the thinking blocks the context leaves out removed (SPEC §9.0, see
+        :attr:`thinking_cutoff`)."""
+        items = self.items
+        ranges = self.thinking_ranges
+        return tuple(
+            item.message
+            if item.thinking_tokens is None or _within(index, ranges)
+            else self._stripped(item)
+            for index, item in enumerate(items)
+        )
+
+    def _stripped(self, item: ContextMessage) -> Mapping[str, Any]:
+        stripped: Mapping[str, Any] = freeze(self.fmt.without_thinking(item.message))
+        return stripped
+
+    # -- thinking (SPEC §9.0) ---------------------------------------------------------------
+
+    @cached_property
+    def thinking_cutoff(self) -> int | None:
+        """Index in ``items`` of the first message with thinking whose prefix changed since
+        the context version it answered: a change (an edit, a cut, a rollback) newer than
+        that version at a seq before it. From there on thinking is left out of the wire
+        view (but for the turn a request continues). None when no such message."""
+        changes = sorted(self.changes, reverse=True)  # newest first
+        if not changes:
+            return None
+        versions = [-version for version, _ in changes]  # ascending, for bisect
+        lowest: list[int] = []  # lowest seq changed by the k newest changes
+        for _, seq in changes:
+            lowest.append(seq if not lowest else min(lowest[-1], seq))
+        items = self.items
+        for index in self._thinking_index.at:
+            item = items[index]
+            if item.seq is None:
+                continue
+            answered = -1 if item.context_version is None else item.context_version
+            newer = bisect_left(versions, -answered)  # changes with a version > answered
+            if newer and lowest[newer - 1] < item.seq:  # changed after a seq before it
+                return index
+        return None
+
+    @cached_property
+    def _thinking_index(self) -> ThinkingIndex:
+        return ThinkingIndex((), ()).advanced(enumerate(self.items))
+
+    @cached_property
+    def _turn(self) -> TurnState:
+        return TurnState(None, -1, -1).advanced(enumerate(self.items))
+
+    @cached_property
+    def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
+        """Index ranges of ``items`` whose thinking the wire view sends (SPEC §9.0).
+
+        With ``preserved_thinking`` (the default): every message before
+        :attr:`thinking_cutoff`. Without it: the newest assistant turn's only (the last
+        assistant message and those before it back to the last user message). In both, a
+        turn that the request continues (only tool results follow its last assistant
+        message) keeps its thinking whatever changed before it: the Messages API refuses a
+        tool-use continuation whose assistant message does not start with its thinking.
+        """
+        n = len(self.items)
+        cutoff = self.thinking_cutoff
+        end = n if cutoff is None else cutoff
+        turn = self._turn
+        start = n if turn.start is None else turn.start
+        # Without preserved thinking, only the newest assistant turn's (up to the cutoff).
+        ranges = [(0, end) if self.config.preserved_thinking else (start, max(start, end))]
+        if turn.continuing:
+            ranges.append((start, n))
+        return _merged_ranges(ranges)
+
+    @cached_property
+    def thinking_tokens(self) -> int:
+        """Estimated tokens of the thinking blocks the wire view sends."""
+        return sum(self._thinking_index.between(a, b) for a, b in self.thinking_ranges)
+
+    @property
+    def carries_thinking(self) -> bool:
+        """Whether a message of the context has thinking blocks: then an append may change
+        what the wire view sends of earlier messages (:attr:`thinking_ranges`)."""
+        return bool(self._thinking_index.at)
+
+    def sends_thinking(self, index: int) -> bool:
+        """Whether the wire view sends the thinking of ``items[index]`` (if it has any)."""
+        return _within(index, self.thinking_ranges)
+
+    def settled(self, version: int) -> ActiveContext:
+        """This context with its engines' pending changes recorded at ``version``."""
+        if not any(v == PENDING_VERSION for v, _ in self.changes):
+            return self
+        changes = tuple((version if v == PENDING_VERSION else v, s) for v, s in self.changes)
+        new = replace(self, changes=changes)
+        # Every pending change is newer than what any message answered, as is ``version``:
+        # what was derived from them stands.
+        _carry(self, new, _SETTLED)
+        return new
+
+    def _changed(self, seq: int | None) -> tuple[tuple[int, int], ...]:
+        """The changes with one made by an engine at ``seq`` (None: nothing changed)."""
+        if seq is None:
+            return self.changes
+        return (*self.changes, (PENDING_VERSION, seq))
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send to the model, in order (fresh copies the caller may change)."""
@@ -230,9 +353,15 @@ class ActiveContext:
         return self.token_factor if self.token_factor is not None else self.config.token_factor
 
     @cached_property
-    def raw_tokens(self) -> int:
-        """Sum of the stored estimates of every message (before factor and offsets)."""
+    def message_tokens_sum(self) -> int:
+        """Sum of the stored estimates of every message (thinking not included)."""
         return sum(item.tokens for item in self.items)
+
+    @cached_property
+    def raw_tokens(self) -> int:
+        """Sum of the stored estimates of every message and of the thinking blocks the wire
+        view sends (before factor and offsets)."""
+        return self.message_tokens_sum + self.thinking_tokens
 
     @cached_property
     def usage(self) -> int:
@@ -292,12 +421,27 @@ class ActiveContext:
         )
         known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
         derived["lineage"] = self.lineage
+        start = len(self.items)
         if "items" in known:
             derived["items"] = known["items"] + tuple(added)
+        if "message_tokens_sum" in known:
+            derived["message_tokens_sum"] = known["message_tokens_sum"] + sum(
+                item.tokens for item in added
+            )
+        if "_thinking_index" in known or "wire" in known:
+            derived["_thinking_index"] = self._thinking_index.advanced(
+                enumerate(added, start=start)
+            )
+        if "_turn" in known:
+            derived["_turn"] = known["_turn"].advanced(enumerate(added, start=start))
+        if "thinking_cutoff" in known:
+            # A message appended answered the current version: no change is newer.
+            derived["thinking_cutoff"] = known["thinking_cutoff"]
         if "wire" in known:
-            derived["wire"] = known["wire"] + tuple(item.message for item in added)
-        if "raw_tokens" in known:
-            derived["raw_tokens"] = known["raw_tokens"] + sum(item.tokens for item in added)
+            if not derived["_thinking_index"].at:  # no thinking anywhere: nothing to strip
+                derived["wire"] = known["wire"] + tuple(item.message for item in added)
+            else:
+                derived["wire"] = _extended_wire(self, new, added, start)
         if "unanswered" in known:
             derived["unanswered"] = _advance(
                 dict(known["unanswered"]), enumerate(added, start=len(self.kept))
@@ -322,8 +466,13 @@ class ActiveContext:
         return next((item for item in self.head if item.state == "summary"), None)
 
     def with_kept(self, kept: Sequence[ContextMessage]) -> ActiveContext:
-        """The same context with the kept part replaced (edits applied by an engine)."""
-        return replace(self, kept=tuple(kept))
+        """The same context with the kept part replaced (edits applied by an engine): a
+        message edited or taken out is a pending change at its seq (SPEC §9.0)."""
+        now = {item.seq: item for item in kept if item.seq is not None}
+        changed = [
+            item.seq for item in self.kept if item.seq is not None and now.get(item.seq) is not item
+        ]
+        return replace(self, kept=tuple(kept), changes=self._changed(min(changed, default=None)))
 
     def cut(self, index: int, summary_text: str) -> ActiveContext:
         """The context after summarising kept[:index] into a new summary message.
@@ -337,7 +486,13 @@ class ActiveContext:
         summary = ContextMessage.build(
             self.fmt, message, tokens=self.message_tokens(message), seq=None, state="summary"
         )
-        return replace(self, head=(*pinned, summary), kept=self.kept[index:])
+        # The summary stands before every kept message: each one's prefix changed.
+        return replace(
+            self,
+            head=(*pinned, summary),
+            kept=self.kept[index:],
+            changes=self._changed(self.first_kept_seq - 1),
+        )
 
     @property
     def first_kept_seq(self) -> int:
@@ -392,6 +547,115 @@ class ActiveContext:
                 else:
                     del waiting[call.id]
         return names
+
+
+class ThinkingIndex(NamedTuple):
+    """The messages of a context that carry thinking: their indexes in ``items`` and the
+    running total of their thinking tokens (``cum[k]``: the first k + 1 of them)."""
+
+    at: tuple[int, ...]
+    cum: tuple[int, ...]
+
+    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> ThinkingIndex:
+        at, cum = list(self.at), list(self.cum)
+        for index, item in items:
+            if item.thinking_tokens is not None:
+                at.append(index)
+                cum.append((cum[-1] if cum else 0) + item.thinking_tokens)
+        if len(at) == len(self.at):
+            return self
+        return ThinkingIndex(tuple(at), tuple(cum))
+
+    def between(self, start: int, end: int) -> int:
+        """Thinking tokens of the messages at indexes start <= i < end."""
+        first, last = bisect_left(self.at, start), bisect_left(self.at, end)
+        if last <= first:
+            return 0
+        return self.cum[last - 1] - (self.cum[first - 1] if first else 0)
+
+
+class TurnState(NamedTuple):
+    """Where the newest assistant turn starts (the first assistant message after the last
+    user or system message before the newest assistant message; None: no assistant
+    message yet), and the indexes of the last user-or-system and assistant messages."""
+
+    start: int | None
+    last_user: int
+    last_assistant: int
+
+    @property
+    def continuing(self) -> bool:
+        """Only tool results follow the newest assistant message: a request continues it."""
+        return self.last_assistant > self.last_user
+
+    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> TurnState:
+        start, last_user, last_assistant = self
+        for index, item in items:
+            if item.kind == "assistant":
+                if start is None or last_user > last_assistant:
+                    start = index
+                last_assistant = index
+            elif item.kind != "tool":
+                last_user = index
+        return TurnState(start, last_user, last_assistant)
+
+
+_SETTLED = (
+    "items",
+    "wire",
+    "thinking_cutoff",
+    "_thinking_index",
+    "_turn",
+    "thinking_ranges",
+    "thinking_tokens",
+    "message_tokens_sum",
+    "raw_tokens",
+)
+
+
+def _within(index: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    return any(a <= index < b for a, b in ranges)
+
+
+def _merged_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(r for r in ranges if r[0] < r[1]):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return tuple(merged)
+
+
+def _carry(old: ActiveContext, new: ActiveContext, names: Iterable[str]) -> None:
+    """Copy derived values ``old`` computed already onto ``new`` (which they still hold)."""
+    known, derived = old.__dict__, new.__dict__
+    for name in names:
+        if name in known:
+            derived[name] = known[name]
+
+
+def _extended_wire(
+    old: ActiveContext, new: ActiveContext, added: Sequence[ContextMessage], start: int
+) -> tuple[Mapping[str, Any], ...]:
+    """``new``'s wire view from ``old``'s: the added messages, and the earlier messages whose
+    thinking is sent or left out now where it was not before (the newest turn moved on)."""
+    before, after = old.thinking_ranges, new.thinking_ranges
+    wire = old.wire + tuple(
+        item.message
+        if item.thinking_tokens is None or _within(index, after)
+        else new._stripped(item)
+        for index, item in enumerate(added, start=start)
+    )
+    if before == _merged_ranges((a, min(b, start)) for a, b in after):
+        return wire
+    items, at = new.items, new._thinking_index.at
+    changed = list(wire)
+    for index in at[: bisect_left(at, start)]:
+        if _within(index, before) != _within(index, after):
+            item = items[index]
+            changed[index] = item.message if _within(index, after) else new._stripped(item)
+    return tuple(changed)
 
 
 def _longest_open_result(items: Sequence[ContextMessage]) -> int:
@@ -544,6 +808,7 @@ class LoggedMessage(NamedTuple):
     created_at: float
     pinned: str | None  # why it is pinned (system, request, user), None when it is not
     dedup_of_seq: int | None
+    context_version: int | None  # an assistant message: the context version it answered
 
 
 class LiveEdit(NamedTuple):
@@ -586,6 +851,7 @@ def logged_message(fmt: MessageFormat, row: LoggedMessage, edit: LiveEdit | None
         state=state,
         created_at=row.created_at,
         edited_ids=edited,
+        context_version=row.context_version,
     )
 
 

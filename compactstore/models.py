@@ -120,6 +120,11 @@ class CompactionConfig(BaseModel):
     # item_reference items and reasoning items without encrypted_content resolve.
     responses_store: bool = False
 
+    # Thinking (SPEC §9.0): signed thinking blocks of earlier turns are sent (while nothing
+    # before them changed); with False only the newest assistant turn's thinking is sent
+    # and counted.
+    preserved_thinking: bool = True
+
     # Stage 4: microcompact.
     microcompact_interval_seconds: float = Field(3_600.0, gt=0)
     microcompact_keep_recent: int = Field(5, ge=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
@@ -110,8 +111,15 @@ class SessionReading(SessionBase):
                 return view_before
             if cached[3] is lineage and len(wire) >= len(old):
                 # Only appended since: the view of what stood before the restart point
-                # stands, and only the rest is built again.
-                start = self.adapter.wire_restart(old)
+                # stands, and only the rest is built again. With thinking, an append may
+                # also leave out the thinking of earlier messages (the newest turn moved on,
+                # SPEC §9.0): then the view stands up to the first message that changed.
+                same = len(old)
+                if context.carries_thinking and not all(map(operator.is_, old, wire)):
+                    same = next(
+                        i for i, (a, b) in enumerate(zip(old, wire, strict=False)) if a is not b
+                    )
+                start = self.adapter.wire_restart(old if same == len(old) else old[:same])
                 keep = len(view_before) if start == len(old) else _index(view_before, old[start])
                 if keep is not None:
                     tail = self.adapter.wire_view(

@@ -287,6 +287,22 @@ def test_chat_anthropic_thinking_survives_the_round_trip(tmp_path: Path) -> None
         assert back[1] == thinking
         assert back == result["messages"]
 
+    # Once its thinking is left out (here: not the newest turn, without preserved
+    # thinking), the model gets it without, as the wire view sends it (SPEC §9.0); the
+    # stored original keeps the block.
+    with CompactStore.open(db) as store:
+        sess = store.session("claude", config=CompactionConfig(preserved_thinking=False))
+        sess.append({"role": "user", "content": "And 3 + 4?"})
+        sess.append({"role": "assistant", "content": [{"type": "text", "text": "7"}]})
+        ai = next(
+            m for m in CompactStoreMiddleware(store, "claude").messages() if m.id == thinking.id
+        )
+        assert isinstance(ai, AIMessage) and ai.content == thinking.content[1:]
+        assert ai.tool_calls == thinking.tool_calls
+        assert sess.messages()[1]["content"][0]["signature"] == SIGNATURE
+        sent = sess.request_params()["messages"][1]["content"]
+        assert [block["type"] for block in sent] == ["text", "tool_use"]
+
 
 def test_recall_tool_is_registered_when_recall_is_on(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "lc.db") as store:

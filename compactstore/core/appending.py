@@ -110,6 +110,9 @@ def insert_messages(
                 created_at=item.created_at,
                 pinned=admitted.pin,
                 dedup_of_seq=item.dedup_of_seq,
+                # The context it answered (SPEC §9.0 "Thinking"): the session is locked, so
+                # this is the version every message of the batch was written against.
+                context_version=(session.context_version if admitted.kind == "assistant" else None),
             )
         )
     repo.insert_messages(connection, sid, rows)

@@ -33,6 +33,7 @@ def _compaction(
     tokens_after: int,
     removed: list[int],
     boundary_id: int | None,
+    changed_after: int,
 ) -> int:
     return repo.insert_compaction(
         connection,
@@ -55,6 +56,7 @@ def _compaction(
         error=None,
         inputs=EditRun(call=strategy.value, now=at, last_seq=context.last_seq).model_dump_json(),
         replay_of=None,
+        changed_after_seq=changed_after,  # SPEC §9.0 "Thinking"
     )
 
 
@@ -86,6 +88,7 @@ def clear(connection: Connection, context: ActiveContext, at: float) -> int:
         tokens_after=0,
         removed=removed,
         boundary_id=boundary_id,
+        changed_after=-1,  # nothing is kept: every message's prefix changed
     )
     repo.update_session(
         connection, context.session_id, structural=True, real_tokens=None, real_estimate=None
@@ -113,6 +116,7 @@ def pop(connection: Connection, context: ActiveContext, at: float) -> dict[str, 
         tokens_after=max(0, context.usage - newest.tokens),
         removed=[newest.seq],
         boundary_id=None,
+        changed_after=newest.seq,
     )
     repo.insert_edits(
         connection,

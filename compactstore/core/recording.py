@@ -119,6 +119,12 @@ def record_outcome(
     cleared = start.cleared_calls((edit.seq, edit.tool_use_ids) for edit in edits)
     removed = list(cut.removed_seqs) if cut is not None else []
     strategy, trigger = outcome.strategy, outcome.trigger
+    # Where the prefixes of later messages changed (SPEC §9.0 "Thinking"): an edited seq,
+    # or, for a cut, every kept message (as ActiveContext.cut() has it).
+    changed_after = min(
+        [edit.seq for edit in edits] + ([start.first_kept_seq - 1] if cut is not None else []),
+        default=None,
+    )
     compaction_id = repo.insert_compaction(
         connection,
         session_id,
@@ -141,6 +147,7 @@ def record_outcome(
         inputs=inputs.model_dump_json(),
         replay_of=replay_of,
         started_by=started_by,
+        changed_after_seq=changed_after,
         **summary_columns(info),
     )
     repo.insert_edits(
@@ -307,10 +314,12 @@ def cache_entry_after(
             cut.summary_state,
         )
         final = replace(final, boundary=boundary)
-    base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
     versions = repo.session_versions(connection, session_id)
     assert versions is not None, "the session is locked by this transaction"
     version, context_version = versions
+    # The engines' changes happened at the version this transaction wrote.
+    final = final.settled(context_version)
+    base = final.with_kept([item for item in final.kept if item.state != "synthetic"])
     # The outcome's context already answers crash-orphaned calls (a cut never orphans one),
     # so nothing is counted again here: the token counter never runs in a write transaction.
     return CachedContext(context_version, version, base, final)

@@ -34,6 +34,7 @@ from compactstore.context import (
     logged_message,
 )
 from compactstore.db.common import SID, columns
+from compactstore.db.history import next_context_version
 from compactstore.db.schema import (
     compact_boundaries,
     compactions,
@@ -55,6 +56,7 @@ __all__ = [
     "cleared_before",
     "compaction_of_boundary",
     "compaction_rows",
+    "context_changes",
     "extend_context",
     "get_boundary",
     "get_compaction",
@@ -230,7 +232,8 @@ def load_context(
             summary = StoredSummary(
                 boundary, boundary_row.summary_message, boundary_row.summary_tokens
             )
-    head, kept = assemble(fmt, [LoggedMessage._make(row) for row in rows], edits, summary)
+    logged = [LoggedMessage._make(row) for row in rows]
+    head, kept = assemble(fmt, logged, edits, summary)
     return ActiveContext(
         session_id=sid,
         fmt=fmt,
@@ -245,7 +248,47 @@ def load_context(
         config=session.config if as_of is None else as_of.config,
         real_request_seq=session.real_request_seq,
         cwd=session.cwd,
+        changes=context_changes(connection, sid, logged, as_of),
     )
+
+
+def context_changes(
+    connection: Connection,
+    session_id: str,
+    rows: Sequence[LoggedMessage],
+    as_of: AsOf | None = None,
+) -> tuple[tuple[int, int], ...]:
+    """The changes to the context newer than what its oldest assistant message answered
+    (SPEC §9.0 "Thinking"): (context version, seq after which prefixes changed) of every
+    compaction that changed messages, and again of its rollback. With ``as_of``, those
+    recorded before that compaction. Empty when no message records a version."""
+    answered = [row.context_version for row in rows if row.context_version is not None]
+    if not answered:
+        return ()
+    oldest = min(answered)
+    c = compactions.c
+    query = select(
+        c.changed_after_seq, c.context_version, c.rolled_back_version, c.rolled_back_after
+    ).where(
+        c.session_id == session_id,
+        c.changed_after_seq.is_not(None),
+        or_(c.context_version > oldest, c.rolled_back_version > oldest),
+    )
+    if as_of is not None:
+        query = query.where(c.id < as_of.compaction_id)
+    found: list[tuple[int, int]] = []
+    for row in connection.execute(query):
+        if row.context_version is not None and row.context_version > oldest:
+            found.append((row.context_version, row.changed_after_seq))
+        undone = row.rolled_back_version
+        # As of a compaction: only a rollback made before that compaction was recorded.
+        if (
+            undone is not None
+            and undone > oldest
+            and (as_of is None or row.rolled_back_after < as_of.compaction_id)
+        ):
+            found.append((undone, row.changed_after_seq))
+    return tuple(found)
 
 
 _APPENDED = (
@@ -416,7 +459,12 @@ def _roll_back_compactions(
             compactions.c.id >= compaction_id,
             compactions.c.rolled_back_at.is_(None),
         )
-        .values(rolled_back_at=now, rolled_back_after=latest)
+        .values(
+            rolled_back_at=now,
+            rolled_back_after=latest,
+            # The rollback changes the context back: a change too (SPEC §9.0 "Thinking").
+            rolled_back_version=next_context_version(session_id),
+        )
     )
 
 

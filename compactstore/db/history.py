@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
+    ScalarSelect,
     bindparam,
     func,
     insert,
@@ -22,6 +23,7 @@ from compactstore.db.schema import (
     memory_entries,
     message_edits,
     messages,
+    sessions,
     tool_calls,
     tool_result_blobs,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "last_compaction_id",
     "memories",
     "next_blob_id",
+    "next_context_version",
     "set_breaker",
     "summarizer_calls_since",
 ]
@@ -173,10 +176,23 @@ def insert_boundary(connection: Connection, session_id: str, **values: Any) -> i
 
 
 def insert_compaction(connection: Connection, session_id: str, **values: Any) -> int:
+    """Insert a compactions row; one that changed messages of the context
+    (``changed_after_seq``) records the context version its transaction produces."""
+    if values.get("changed_after_seq") is not None:
+        values["context_version"] = next_context_version(session_id)
     result = connection.execute(
         insert(compactions).values(session_id=session_id, **values).returning(compactions.c.id)
     )
     return int(result.scalar_one())
+
+
+def next_context_version(session_id: str) -> ScalarSelect[Any]:
+    """The session's context_version after the structural write the caller's transaction
+    makes (SPEC §9.0 "Thinking"): any value above the current one and at most the final
+    one says the same, as no message is appended within that transaction."""
+    return (
+        select(sessions.c.context_version + 1).where(sessions.c.id == session_id).scalar_subquery()
+    )
 
 
 def insert_edits(connection: Connection, session_id: str, rows: Sequence[dict[str, Any]]) -> None:

@@ -59,6 +59,8 @@ class MessageRow:
     created_at: float
     pinned: str | None = None
     dedup_of_seq: int | None = None
+    # An assistant message: the session's context_version it answered (SPEC §9.0).
+    context_version: int | None = None
 
 
 # Statements that run on every step are built once, with bind parameters: building a Core
@@ -119,6 +121,7 @@ def insert_messages(connection: Connection, session_id: str, rows: Sequence[Mess
                 "created_at": row.created_at,
                 "pinned": row.pinned,
                 "dedup_of_seq": row.dedup_of_seq,
+                "context_version": row.context_version,
             }
             for row in rows
         ],

@@ -101,6 +101,9 @@ messages = Table(
     Column("pinned", String(16)),
     # Seq of the message whose content a read-dedup stub in this one points at.
     Column("dedup_of_seq", Integer),
+    # An assistant message: the session's context_version when it was stored, the context
+    # it answered (SPEC §9.0 "Thinking"); null for other messages and rows stored before.
+    Column("context_version", Integer),
 )
 # Pinned messages before a boundary are fetched on their own at every rebuild.
 Index("ix_messages_pinned", messages.c.session_id, messages.c.pinned, messages.c.seq)
@@ -192,6 +195,15 @@ compactions = Table(
     # A background compaction (SPEC §9.1): the compaction row of the process_request call
     # that started it (no foreign key: added to an existing table; see db/transfer.py).
     Column("started_by", Integer),
+    # What the compaction changed in the active context (SPEC §9.0 "Thinking"): the seq
+    # after which every message's prefix changed (its lowest edited seq, or the seq before
+    # the first one a cut removed; null: it changed no message), the session
+    # context_version its write produced, and that of the rollback that undid it. A
+    # thinking block is sent only while no change after a seq before its message is newer
+    # than the version its message answered.
+    Column("changed_after_seq", Integer),
+    Column("context_version", Integer),
+    Column("rolled_back_version", Integer),
 )
 Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
 

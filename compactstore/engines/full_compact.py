@@ -87,8 +87,11 @@ def summarise(
     answer = inputs.summarizer(
         SummaryRequest(
             # Copies: a summarizer that changes what it is given must not change the context.
-            # Images and documents become a text note each: no base64 leaves for a summary.
-            messages=[without_media(item.copy_message()) for item in removed],
+            # Images and documents become a text note each: no base64 leaves for a summary;
+            # nor does thinking (SPEC §9.0): each block or reasoning item becomes a note.
+            messages=[
+                without_media(context.fmt.thinking_noted(item.copy_message())) for item in removed
+            ],
             previous_summary=previous,
             instructions=inputs.instructions,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),

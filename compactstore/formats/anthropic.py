@@ -39,6 +39,7 @@ class AnthropicFormat(MessageFormat):
     """Messages as the Anthropic Messages API takes them (roles ``user`` and ``assistant``)."""
 
     name = "anthropic"
+    thinking_block_types = frozenset({"thinking", "redacted_thinking"})
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)
@@ -119,8 +120,9 @@ class AnthropicFormat(MessageFormat):
         with ``tool_use`` blocks, the user messages up to the last one holding a result
         become one user message — every ``tool_result`` block first, in the order of the
         calls, then the other content that stood between them, in order. A user message
-        after the last result stays a message of its own. The log and ``context().items``
-        keep one message per seq."""
+        after the last result stays a message of its own. An assistant message left with
+        no content (it held only thinking the context leaves out, SPEC §9.0) is not sent.
+        The log and ``context().items`` keep one message per seq."""
         return merge_tool_results(messages)
 
     def wire_restart(self, messages: Sequence[Mapping[str, Any]]) -> int:
@@ -161,8 +163,10 @@ def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     index = 0
     while index < len(messages):
         message = messages[index]
-        merged.append(message)
         index += 1
+        if message.get("role") == "assistant" and message.get("content") == []:
+            continue  # it held only thinking the wire view leaves out: nothing to send
+        merged.append(message)
         calls = tool_use_calls(message)
         # The user messages up to the last one holding a result of these calls; what
         # follows that one (a new instruction) stays a message of its own.

@@ -19,6 +19,7 @@ from compactstore.media import MEDIA_BLOCK_TYPES, has_media
 
 __all__ = [
     "MAX_NESTING",
+    "THINKING_NOTE",
     "Kind",
     "MessageFormat",
     "ResultContent",
@@ -42,6 +43,9 @@ __all__ = [
 # levels; far deeper values could not be encoded, decoded or compared without running out of
 # Python's recursion limit, so they are refused before anything is stored.
 MAX_NESTING = 256
+
+# What a summarizer is given in place of a thinking block or reasoning item.
+THINKING_NOTE = "[thinking left out]"
 
 # A tool result's content as append_tool_result takes it: text, or content blocks in the
 # session format's own dialect (SPEC §9.4).
@@ -119,6 +123,9 @@ class MessageFormat(ABC):
     # Whether a tool call id may be used again once its earlier call is closed (SPEC §9.0:
     # openai and responses; Anthropic's API refuses a repeated tool_use id).
     reuses_call_ids: bool = False
+    # Assistant content blocks that are the model's signed thinking (SPEC §9.0 "Thinking"):
+    # sent only while nothing before their message changed since the context it answered.
+    thinking_block_types: frozenset[str] = frozenset()
 
     @abstractmethod
     def validate(self, message: Any) -> None:
@@ -189,6 +196,55 @@ class MessageFormat(ABC):
         differ from the wire view of ``messages`` alone; before it, the view is built from
         those messages only. By default each message's view is its own: the end."""
         return len(messages)
+
+    def thinking_text(self, message: Mapping[str, Any]) -> str | None:
+        """The text of the message's thinking blocks (a redacted block's ``data``), what
+        they cost when sent; None when it carries none (SPEC §9.0 "Thinking")."""
+        if not self.thinking_block_types or message.get("role") != "assistant":
+            return None
+        content = message.get("content")
+        if not isinstance(content, list):
+            return None
+        found = [
+            block
+            for block in content
+            if isinstance(block, dict) and block.get("type") in self.thinking_block_types
+        ]
+        if not found:
+            return None
+        return "\n".join(
+            str(block.get("thinking" if block.get("type") == "thinking" else "data") or "")
+            for block in found
+        )
+
+    def without_thinking(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of the message without its thinking blocks (the wire view leaves them
+        out once their prefix changed); the other blocks are the message's own."""
+        content = message.get("content")
+        assert isinstance(content, list), "only messages with thinking blocks are stripped"
+        kept = [
+            block
+            for block in content
+            if not (isinstance(block, dict) and block.get("type") in self.thinking_block_types)
+        ]
+        return {**message, "content": kept}
+
+    def thinking_noted(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The message with each thinking block replaced by the text block
+        ``[thinking left out]``: what a summarizer is given (SPEC §9.0: thinking is never
+        sent to a summarizer). ``message`` is the caller's copy; it may be returned."""
+        if self.thinking_text(message) is None:
+            return message
+        content = message["content"]
+        return {
+            **message,
+            "content": [
+                {"type": "text", "text": THINKING_NOTE}
+                if isinstance(block, dict) and block.get("type") in self.thinking_block_types
+                else block
+                for block in content
+            ],
+        }
 
     def token_text(self, message: dict[str, Any]) -> str:
         """Everything in the message that costs tokens: prose, calls and results."""

@@ -31,6 +31,7 @@ class MiniCodeFormat(ResultMessageFormat):
     """Messages with roles ``system``, ``user``, ``assistant`` and ``tool_result``."""
 
     name = "minicode"
+    thinking_block_types = frozenset({"thinking", "redacted_thinking"})
     result_role = "tool_result"
     result_id_key = "toolUseId"
 

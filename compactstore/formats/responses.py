@@ -30,6 +30,7 @@ import copy
 from typing import Any, Literal
 
 from compactstore.formats.base import (
+    THINKING_NOTE,
     Kind,
     MessageFormat,
     ResultContent,
@@ -413,6 +414,17 @@ class ResponsesFormat(MessageFormat):
         """Stand-ins for the orphan calls of ``message``; None when it must be dropped."""
         stand_in = self.stand_in(message, text)
         return None if stand_in is None else [stand_in]
+
+    def thinking_noted(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A reasoning item becomes an assistant message saying it was left out: its summary
+        and encrypted content never reach a summarizer (SPEC §9.0)."""
+        if item_type(message) != "reasoning":
+            return message
+        return {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": THINKING_NOTE}],
+        }
 
     def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
         """Without stored responses, reasoning items that carry no ``encrypted_content``

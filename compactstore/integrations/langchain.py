@@ -71,6 +71,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 __all__ = ["ID_PREFIX", "SOURCE", "CompactStoreMiddleware", "format_for_model"]
 
+# Anthropic's signed thinking blocks, as ChatAnthropic keeps them in an AIMessage's content.
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
 # The value of message_origins.source for messages stored by this middleware.
 SOURCE = "langchain"
 # Ids of the messages the middleware makes (summary, synthetic results, messages stored
@@ -350,7 +353,7 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._parsed[seq] = message
         boundary = context.boundary.id if context.boundary is not None else 0
         view: list[BaseMessage] = []
-        for item in context.items:
+        for index, item in enumerate(context.items):
             if item.state == "summary":
                 view.append(
                     HumanMessage(
@@ -377,6 +380,8 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 view.append(
                     original.model_copy(update={"content": item.results[0].text}, deep=True)
                 )
+            elif item.thinking_tokens is not None and not context.sends_thinking(index):
+                view.extend(_without_thinking(original))
             else:
                 view.append(original.model_copy(deep=True))
         return view
@@ -488,3 +493,19 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with self._lock:
             session = self.session
             return [] if session is None else self._view(session)
+
+
+def _without_thinking(message: BaseMessage) -> list[BaseMessage]:
+    """``message`` without its thinking blocks, which the context leaves out (SPEC §9.0, as
+    the wire view does); nothing when that leaves it empty."""
+    content = message.content
+    if not isinstance(content, list):
+        return [message.model_copy(deep=True)]
+    kept = [
+        block
+        for block in content
+        if not (isinstance(block, dict) and block.get("type") in _THINKING_BLOCKS)
+    ]
+    if not kept and not getattr(message, "tool_calls", None):
+        return []
+    return [message.model_copy(update={"content": kept}, deep=True)]

@@ -1,0 +1,393 @@
+"""Thinking blocks (SPEC §9.0 "Thinking"): stored verbatim, sent while nothing before them
+changed since the context version their message answered, counted exactly as sent, and
+never given to a summarizer.
+
+Every test goes through the public API on a real SQLite file and on PostgreSQL; what a
+session shows is compared with a fresh handle (a new store reading the rows), so the cached
+context and the one rebuilt from the rows agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from compactstore import CompactionConfig, CompactStore, Session
+from compactstore.db.migrate import alembic_config, current_revision, head_revision
+from compactstore.tokens import estimate_tokens
+from tests.helpers import T0, plain, validate_with_sdk
+from tests.test_validation import wrong
+
+HOUR = 3_600
+SIGNATURE = "EqQBCkgIARABGAIiQL2W" * 4  # opaque: compactstore never reads it
+
+
+def thinking(n: int) -> dict[str, Any]:
+    return {
+        "type": "thinking",
+        "thinking": f"Step {n}: " + "weigh the options " * 20,
+        "signature": f"{SIGNATURE}{n}",
+    }
+
+
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFu" * 3}
+
+
+class Agent:
+    """An anthropic tool loop whose every assistant message starts with signed thinking."""
+
+    def __init__(self, sess: Session) -> None:
+        self.sess, self.clock, self.n = sess, T0, 0
+
+    def tick(self) -> float:
+        self.clock += 1
+        return self.clock
+
+    def user(self, content: str) -> int:
+        return self.sess.append({"role": "user", "content": content}, timestamp=self.tick())
+
+    def turn(self, *, redacted: bool = False, output: str = "line\n" * 40) -> int:
+        """An assistant message (thinking, a tool call) and the call's result."""
+        self.n += 1
+        call_id = f"toolu_{self.n}"
+        blocks = [thinking(self.n), *([REDACTED] if redacted else [])]
+        call = {"type": "tool_use", "id": call_id, "name": "read", "input": {"n": self.n}}
+        seq = self.sess.append(
+            {"role": "assistant", "content": [*blocks, call]}, timestamp=self.tick()
+        )
+        self.sess.append_tool_result(call_id, output, tool_name="read", timestamp=self.tick())
+        return seq
+
+
+def new_agent(store: CompactStore, sid: str, **config: Any) -> Agent:
+    sess = store.session(sid, format="anthropic", config=plain(**config), now=T0)
+    agent = Agent(sess)
+    agent.user("Port the parser to the new API")
+    return agent
+
+
+def sent_thinking(view: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Signatures (or data) of the thinking blocks a view sends, in order."""
+    return [
+        block.get("signature", block.get("data"))
+        for message in view
+        if message["role"] == "assistant"
+        for block in message["content"]
+        if block["type"] in ("thinking", "redacted_thinking")
+    ]
+
+
+def thinking_cost(view: Sequence[Mapping[str, Any]]) -> int:
+    """What the store's estimate charges for the thinking a view sends: per message, its
+    thinking text (a redacted block's data) estimated together."""
+    total = 0
+    for message in view:
+        if message["role"] != "assistant":
+            continue
+        texts = [
+            block["thinking"] if block["type"] == "thinking" else block["data"]
+            for block in message["content"]
+            if block["type"] in ("thinking", "redacted_thinking")
+        ]
+        if texts:
+            total += estimate_tokens("\n".join(texts))
+    return total
+
+
+def check(sess: Session, reopen: Callable[[], CompactStore]) -> list[str]:
+    """What a session sends, checked every way it can be read; returns the signatures sent."""
+    view = sess.context_view()
+    assert list(view) == sess.active_context()
+    assert sess.request_params()["messages"] == list(view)
+    validate_with_sdk("anthropic", sess.active_context())
+    context = sess.context()
+    # Usage counts exactly the thinking the wire view sends (plain config: factor 1).
+    assert context.raw_tokens == sum(i.tokens for i in context.items) + thinking_cost(view)
+    assert sess.token_usage() == context.usage
+    fresh = reopen().get_session(sess.id)  # rebuilt from the rows, not the cache
+    assert list(fresh.context_view()) == list(view)
+    assert fresh.token_usage() == sess.token_usage()
+    # The log and context().items keep every block verbatim.
+    logged = sess.messages()
+    for item in context.items:
+        if item.seq is not None and item.state in ("original", "pinned"):
+            assert item.message == logged[item.seq]
+    return sent_thinking(view)
+
+
+def signatures(*numbers: int) -> list[str]:
+    return [f"{SIGNATURE}{n}" for n in numbers]
+
+
+def test_thinking_is_sent_verbatim_while_nothing_before_it_changed(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "kept")
+    for _ in range(4):
+        agent.turn()
+    agent.user("Now the tests")
+    agent.turn(redacted=True)
+    before = agent.sess.token_usage()
+    assert check(agent.sess, reopen) == [*signatures(1, 2, 3, 4, 5), REDACTED["data"]]
+    # The thinking is counted: the same conversation without it costs less by exactly that.
+    assert agent.sess.context().thinking_tokens == thinking_cost(agent.sess.context_view()) > 0
+    assert before - agent.sess.context().thinking_tokens == sum(
+        item.tokens for item in agent.sess.context().items
+    )
+
+
+def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "placeholders", microcompact_keep_recent=3)
+    seqs = [agent.turn() for _ in range(6)]
+    agent.user("Carry on")
+    result = agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    assert result is not None and result.strategy == "microcompact"
+    # Results of turns 1-3 became placeholders: turn 1's prefix is unchanged, turn 2's is not,
+    # and from there every later block is left out.
+    assert check(agent.sess, reopen) == signatures(1)
+    # The log keeps every block.
+    logged = agent.sess.messages()
+    assert [logged[seq]["content"][0]["signature"] for seq in seqs] == signatures(1, 2, 3, 4, 5, 6)
+    # A turn after the change answered the changed context, but it comes after the first
+    # block left out: left out as well once a user message follows it.
+    agent.turn()
+    assert check(agent.sess, reopen) == signatures(1, 7)  # still running: see below
+    agent.user("And the docs")
+    assert check(agent.sess, reopen) == signatures(1)
+
+
+def test_a_preview_before_a_message_changes_its_prefix(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "preview", tool_result_max_chars=1_000)
+    agent.turn(output="x" * 5_000)  # over the budget, but not yet previewed
+    agent.turn()
+    agent.user("Next")
+    assert check(agent.sess, reopen) == signatures(1, 2)
+    result = agent.sess.process_request(now=T0 + 10, enable_microcompact=False)
+    assert result is not None and result.strategy == "tool_budget"
+    assert check(agent.sess, reopen) == signatures(1)  # turn 2 answered the whole result
+
+
+def test_after_a_cut_only_thinking_that_answered_the_cut_context_is_sent(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "cut")
+    for _ in range(4):
+        agent.turn()
+    agent.user("Summarise and go on")
+    last = agent.user("Really")
+    agent.sess.compact(up_to_seq=last - 4, now=T0 + 100)  # turns 1-3 are summarised
+    assert check(agent.sess, reopen) == []  # turn 4 is kept, after the cut
+    # A cut that keeps no thinking message: what is appended next answered the new context.
+    agent.sess.compact(up_to_seq=last, now=T0 + 200)
+    agent.turn()
+    agent.user("Done?")
+    assert check(agent.sess, reopen) == signatures(5)
+
+
+def test_the_turn_a_request_continues_keeps_its_thinking(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    # The Messages API refuses a tool-use continuation whose last assistant message does
+    # not start with its thinking, so a cut during a tool loop leaves that turn's thinking.
+    agent = new_agent(store, "loop")
+    for _ in range(3):
+        agent.turn()
+    agent.sess.compact(up_to_seq=2, now=T0 + 100)
+    assert check(agent.sess, reopen) == signatures(2, 3)  # one turn: the loop goes on
+    agent.turn()
+    assert check(agent.sess, reopen) == signatures(2, 3, 4)
+    agent.user("Stop here")
+    assert check(agent.sess, reopen) == []
+
+
+def test_without_preserved_thinking_only_the_newest_turn_is_sent(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "newest", preserved_thinking=False)
+    agent.turn()
+    agent.turn()
+    agent.user("Next")
+    agent.turn()
+    agent.turn()
+    assert check(agent.sess, reopen) == signatures(3, 4)
+    agent.user("Again")
+    assert check(agent.sess, reopen) == signatures(3, 4)  # still the newest assistant turn
+    agent.turn()
+    assert check(agent.sess, reopen) == signatures(5)
+    # The same log with the default sends every block.
+    assert check(store.session("newest", config=plain()), reopen) == signatures(1, 2, 3, 4, 5)
+
+
+def test_a_message_of_thinking_only_is_not_sent_once_its_thinking_is_left_out(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "only", microcompact_keep_recent=0)
+    agent.turn()
+    agent.sess.append({"role": "assistant", "content": [thinking(9)]}, timestamp=agent.tick())
+    agent.user("Go on")
+    agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    assert check(agent.sess, reopen) == signatures(1)
+    assert [m["role"] for m in agent.sess.context_view()] == ["user", "assistant", "user", "user"]
+    assert len(agent.sess.context().items) == 5  # the context keeps it, the wire does not
+
+
+def test_a_rollback_counts_as_a_change(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "rollback", microcompact_keep_recent=1)
+    agent.turn()
+    agent.turn()
+    agent.user("Next")
+    agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    assert check(agent.sess, reopen) == signatures(1)
+    agent.sess.rollback(compaction_id=agent.sess.compactions()[-1].id)
+    assert check(agent.sess, reopen) == signatures(1)  # turn 2 answered the placeholder
+
+
+def test_each_assistant_message_records_the_context_version_it_answered(
+    store: CompactStore,
+) -> None:
+    agent = new_agent(store, "versions", microcompact_keep_recent=0)
+    agent.turn()
+    agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    agent.turn()
+    with store.engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT kind, context_version FROM messages WHERE session_id = 'versions' "
+                "ORDER BY seq"
+            )
+        ).all()
+        change = connection.execute(
+            text(
+                "SELECT changed_after_seq, context_version FROM compactions "
+                "WHERE session_id = 'versions'"
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("user", None),
+        ("assistant", 0),
+        ("tool", None),
+        ("assistant", 1),
+        ("tool", None),
+    ]
+    assert [tuple(r) for r in change] == [(2, 1)]  # the placeholder at seq 2, version 1
+
+
+def test_a_summarizer_never_sees_thinking(store: CompactStore) -> None:
+    seen: list[Any] = []
+
+    def summarizer(messages: list[Any], previous: str | None, instructions: str | None) -> str:
+        seen.extend(messages)
+        return "Summary: the parser is half ported."
+
+    sess = store.session("summarised", format="anthropic", summarizer=summarizer, now=T0)
+    agent = Agent(sess)
+    agent.user("Port the parser")
+    agent.turn(redacted=True)
+    agent.turn()
+    agent.user("Go on")
+    result = sess.compact(now=T0 + 100)
+    assert result.summary is not None and result.summary.source == "summarizer"
+    sent = json.dumps(seen)
+    assert "weigh the options" not in sent and SIGNATURE not in sent
+    assert REDACTED["data"] not in sent and '"thinking"' not in sent
+    assert "[thinking left out]" in sent
+    # The log still has every block.
+    assert sess.messages()[1]["content"][:2] == [thinking(1), REDACTED]
+
+
+def test_a_summarizer_never_sees_reasoning_items(store: CompactStore) -> None:
+    seen: list[Any] = []
+
+    def summarizer(messages: list[Any], previous: str | None, instructions: str | None) -> str:
+        seen.extend(messages)
+        return "Summary."
+
+    sess = store.session("reasoning", format="responses", summarizer=summarizer, now=T0)
+    sess.append({"type": "message", "role": "user", "content": "Port the parser"})
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "secret plan"}],
+        "encrypted_content": "gAAAAB-secret",
+    }
+    sess.extend(
+        [reasoning, {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}]
+    )
+    sess.append_tool_result("c1", "ok", tool_name="read")
+    sess.append({"type": "message", "role": "user", "content": "Go on"})
+    sess.compact(now=T0 + 100)
+    sent = json.dumps(seen)
+    assert "secret" not in sent and "[thinking left out]" in sent
+
+
+# -- the migration ----------------------------------------------------------------------------
+
+PREVIOUS = "e5a1c7d93b26"  # the head before assistant messages recorded a context version
+
+
+def _migrate(url: str, target: str, *, down: bool) -> None:
+    from alembic import command
+
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        with engine.begin() as connection:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            (command.downgrade if down else command.upgrade)(config, target)
+    finally:
+        engine.dispose()
+
+
+def _columns(url: str, table: str) -> set[str]:
+    from sqlalchemy import inspect
+
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        return {column["name"] for column in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def test_the_migration_goes_down_and_up_and_old_rows_send_their_thinking(db_url: str) -> None:
+    with CompactStore.open(db_url) as store:
+        agent = new_agent(store, "old", microcompact_keep_recent=0)
+        agent.turn()
+        agent.turn()
+        agent.user("Next")
+        store.get_session("old").process_request(now=T0 + HOUR, enable_auto_compact=False)
+        assert sent_thinking(agent.sess.context_view()) == signatures(1)
+    _migrate(db_url, PREVIOUS, down=True)
+    assert "context_version" not in _columns(db_url, "messages")
+    assert not {"changed_after_seq", "context_version", "rolled_back_version"} & _columns(
+        db_url, "compactions"
+    )
+    with CompactStore.open(db_url, auto_migrate=True) as store:  # PostgreSQL: on purpose
+        assert current_revision(store.engine) == head_revision()
+        sess = store.get_session("old")
+        # Rows from before the revision record no version: their thinking is sent as it
+        # was before, and usage counts it.
+        view = sess.context_view()
+        assert sent_thinking(view) == signatures(1, 2)
+        context = sess.context()
+        assert context.raw_tokens == sum(i.tokens for i in context.items) + thinking_cost(view)
+        # New messages record their version again.
+        later = Agent(sess)
+        later.n = 10
+        later.turn()
+        assert sess.context().items[-2].context_version is not None
+
+
+def test_the_config_field_is_a_plain_bool() -> None:
+    assert CompactionConfig().preserved_thinking is True
+    with pytest.raises(ValueError):
+        CompactionConfig(preserved_thinking=wrong("sometimes"))
