@@ -14,12 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore, Session
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.tokens import estimate_tokens
-from tests.helpers import T0, plain, validate_with_sdk
+from tests.helpers import T0, plain, scratch_store, validate_with_sdk
 from tests.test_validation import wrong
 
 HOUR = 3_600
@@ -391,3 +393,105 @@ def test_the_config_field_is_a_plain_bool() -> None:
     assert CompactionConfig().preserved_thinking is True
     with pytest.raises(ValueError):
         CompactionConfig(preserved_thinking=wrong("sometimes"))
+
+
+# -- a property: random loops, every compaction, compared with the prefixes themselves -------
+
+THINKING_EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.sampled_from([40, 2_000, 6_000])),
+        st.tuples(st.just("turn"), st.sampled_from([40, 2_000, 6_000])),
+        st.tuples(st.just("user"), st.none()),
+        st.tuples(st.just("user"), st.none()),
+        st.tuples(st.just("process"), st.sampled_from([1, 400, 3_600])),
+        st.tuples(st.just("compact"), st.none() | st.floats(0, 1)),
+        st.tuples(st.just("rollback"), st.none()),
+    ),
+    min_size=3,
+    max_size=24,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, database=None)
+@given(events=THINKING_EVENTS, preserved=st.booleans(), window=st.sampled_from([4_000, 50_000]))
+def test_thinking_is_never_sent_after_its_prefix_changed(
+    events: list[tuple[str, Any]], preserved: bool, window: int
+) -> None:
+    """The prefix each assistant message answered is kept aside at append; after every step
+    a block is sent only if that prefix is still exactly the context before it (or its turn
+    is the one a request continues), the first block left out leaves out every later one,
+    usage counts what is sent, and a fresh handle reads the same."""
+    config = plain(
+        preserved_thinking=preserved, microcompact_keep_recent=2, tool_result_max_chars=3_000
+    )
+    with scratch_store() as store:
+        sess = store.session("p", format="anthropic", config=config, context_window=window, now=T0)
+        agent = Agent(sess)
+        agent.user("Port the parser")
+        answered: dict[int, list[Any]] = {}  # seq -> the context before it, at append
+        rolled_back = False
+        for kind, arg in events:
+            if kind == "turn":
+                before = [item.message for item in sess.context().items]
+                seq = agent.turn(output="x" * arg)
+                answered[seq] = before
+            elif kind == "user":
+                agent.user(f"Next {len(answered)}")
+            elif kind == "process":
+                agent.clock += arg
+                sess.process_request(now=agent.tick())
+            elif kind == "compact":
+                seqs = [i.seq for i in sess.context().kept if i.seq is not None]
+                if len(seqs) < 2:
+                    continue
+                up_to = None if arg is None else seqs[min(len(seqs) - 2, int(arg * len(seqs)))]
+                sess.compact(up_to_seq=up_to, now=agent.tick())
+            else:
+                live = [
+                    c
+                    for c in sess.compactions()
+                    if c.id is not None and c.strategy and c.rolled_back_at is None
+                ]
+                if not live:
+                    continue
+                sess.rollback(compaction_id=live[-1].id)
+                rolled_back = True
+            context = sess.context()
+            items = context.items
+            view = sess.context_view()
+            assert context.raw_tokens == sum(i.tokens for i in items) + thinking_cost(view)
+            fresh = store.get_session("p")
+            store._cache.drop("p")  # read from the rows, as another process would
+            assert list(fresh.context_view()) == list(view)
+            assert fresh.token_usage() == sess.token_usage()
+            thinking_at = [i for i, item in enumerate(items) if item.thinking_tokens is not None]
+            sent = [i for i in thinking_at if context.sends_thinking(i)]
+            assert sent_thinking(view) == [
+                items[i].message["content"][0]["signature"] for i in sent
+            ]
+            turn = context._turn
+            continued = (
+                set()
+                if not turn.continuing or turn.start is None
+                else set(range(turn.start, len(items)))
+            )
+            unchanged = [
+                i
+                for i in thinking_at
+                if [item.message for item in items[:i]] == answered.get(items[i].seq or -1)
+            ]
+            # Never sent after its prefix changed, unless its turn is being continued.
+            assert set(sent) - continued <= set(unchanged)
+            if not preserved:  # the newest assistant turn's only
+                newest = len(items) if turn.start is None else turn.start
+                assert all(i >= newest for i in sent)
+                continue
+            # From the first block left out, every later one is (but the continued turn).
+            out = [i for i in thinking_at if i not in sent and i not in continued]
+            if out:
+                assert not [i for i in sent if i > out[0] and i not in continued]
+            if not rolled_back:
+                # Exactly: every block before the first changed one is sent.
+                first = next((i for i in thinking_at if i not in unchanged), len(items))
+                assert [i for i in thinking_at if i < first] == [i for i in sent if i < first]
