@@ -16,6 +16,10 @@ running each *step* of it in a worker thread:
   behind them) to a pool of :data:`DECIDE_THREADS` threads of its own, so a decide step
   waiting for a slow summary never holds a thread the other sessions' transactions need,
   and ``Wait`` (and a retry's back-off) is ``asyncio.sleep``.
+- ``process_request()`` without ``background`` (most calls: nothing to summarise) starts
+  whole in a step thread, one hop like a simple call; the driver pauses there before a
+  step that waits (a summary, another caller's lease: :class:`~compactstore.core.compaction.Paused`)
+  and the loop goes on with the rest as above.
 - An async summarizer is awaited on the loop (``Plugins.loop``); a sync one runs in the
   summarizer pool.
 
@@ -35,6 +39,7 @@ import time
 from collections.abc import (
     Awaitable,
     Callable,
+    Generator,
     Iterable,
 )
 from concurrent.futures import ThreadPoolExecutor
@@ -111,9 +116,28 @@ class _ThreadedStore(CompactStore):
         self.decides = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="compactstore-decide")
         # Background compactions this store started: tasks on its loop (close() awaits them).
         self.tasks: set[asyncio.Task[None]] = set()
+        self._pausing = threading.local()  # .on: see pausing()
 
     def on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
+
+    def pausing(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
+        that waits: :class:`~compactstore.core.compaction.Paused` then reaches the caller."""
+        self._pausing.on = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._pausing.on = False
+
+    def _drive(
+        self, steps: Generator[compaction.Op, Any, T], first: compaction.Op | None = None
+    ) -> T:
+        if self.on_loop() or not getattr(self._pausing, "on", False):
+            return super()._drive(steps, first)
+        return compaction.drive(
+            steps, self._read, self._write, self._sleep, self._compute, first=first, pause=True
+        )
 
     def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
         def start() -> None:

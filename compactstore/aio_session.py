@@ -9,6 +9,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from compactstore.context import ActiveContext
+from compactstore.core import compaction
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -175,7 +176,7 @@ class AsyncSession:
     ) -> CompactionResult:
         """See :meth:`Session.process_request` (with ``background=True`` the summary is
         written by a task on this loop)."""
-        return await glue(
+        call = partial(
             self._session.process_request,
             now=now,
             enable_tool_budget=enable_tool_budget,
@@ -184,6 +185,16 @@ class AsyncSession:
             enable_auto_compact=enable_auto_compact,
             background=background,
         )
+        if background:
+            return await glue(call)
+        # Whole in a step thread, unless it comes to a step that waits: then on the loop.
+        core = self.store._core
+        try:
+            return await self._step(core.pausing, call)
+        except compaction.Paused as paused:
+            result = await glue(self._session._resume, paused)
+            assert result is not None, "the pipeline always decides"
+            return result
 
     async def reactive_recover(
         self, error_message: str, *, now: float | None = None

@@ -459,9 +459,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             plugins if plugins is not None else self._plugins(),
             store._summarizer_executor(),
         )
-        result, cached = compaction.drive(
-            steps, store._read, store._write, store._sleep, store._compute
-        )
+        return self._committed(store._drive(steps))
+
+    def _resume(self, paused: compaction.Paused) -> CompactionResult | None:
+        """Go on with a compaction call the async store paused in a step thread (see
+        :func:`compactstore.core.compaction.drive`)."""
+        return self._committed(self.store._drive(paused.steps, first=paused.op))
+
+    def _committed(self, decision: compaction.Decision) -> CompactionResult | None:
+        store = self.store
+        result, cached = decision
         if cached is not None:
             # Only once committed: an entry for versions that were rolled back could match
             # another writer's later, different change.

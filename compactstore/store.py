@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -355,6 +355,15 @@ class CompactStore:
 
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def _drive(
+        self, steps: Generator[compaction.Op, Any, T], first: compaction.Op | None = None
+    ) -> T:
+        """Run a compaction call's steps with this store's hooks (``first``: see
+        :class:`compactstore.core.compaction.Paused`)."""
+        return compaction.drive(
+            steps, self._read, self._write, self._sleep, self._compute, first=first
+        )
 
     def session(
         self,

@@ -242,6 +242,46 @@ def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Pa
     assert asyncio.run(main()) < 0.2
 
 
+def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on_the_loop(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resumed: list[int] = []  # the threads Session._resume ran in (the rest of a paused call)
+    resume = Session._resume
+
+    def spy(self: Session, paused: Any) -> Any:
+        resumed.append(threading.get_ident())
+        return resume(self, paused)
+
+    monkeypatch.setattr(Session, "_resume", spy)
+    summarized_on: list[bool] = []
+
+    async def summarize(messages: Any, previous: str | None, instructions: str | None) -> str:
+        summarized_on.append(asyncio.get_running_loop() is main_loop)
+        await asyncio.sleep(0.01)
+        return "the async summary"
+
+    main_loop: asyncio.AbstractEventLoop | None = None
+
+    async def main() -> tuple[CompactionResult, CompactionResult, list[dict[str, Any]]]:
+        nonlocal main_loop
+        main_loop = asyncio.get_running_loop()
+        async with await AsyncCompactStore.open(db_url, summarizer=summarize) as store:
+            sess = await store.session("s", context_window=20_000, config=SMALL)
+            await sess.extend(fill(2))
+            cheap = await sess.process_request(now=5.0)  # far below the threshold
+            assert resumed == [] and summarized_on == []
+            await sess.extend(fill(20))
+            cut = await sess.process_request(now=6.0)  # past it: the summarizer writes
+            return cheap, cut, await sess.active_context()
+
+    cheap, cut, context = asyncio.run(main())
+    assert cheap.strategy is None and not cheap.success
+    assert resumed == [threading.get_ident()], "the paused call went on on the loop"
+    assert summarized_on == [True]
+    assert cut.summary is not None and cut.summary.source == "summarizer"
+    assert any("the async summary" in str(message) for message in context)
+
+
 def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
     # The memory provider runs in the plan step (a read transaction). It waits until the
     # loop answers: the loop can only answer while that step runs in another thread.

@@ -58,6 +58,7 @@ __all__ = [
     "Decide",
     "Decision",
     "Op",
+    "Paused",
     "Plugins",
     "Read",
     "Request",
@@ -382,9 +383,11 @@ class Write:
 @dataclass(frozen=True, slots=True)
 class Compute:
     """Run ``fn`` with no transaction open (the engines and the caller's summarizer; an
-    async driver runs it off the event loop)."""
+    async driver runs it off the event loop). ``waits``: it calls the caller's summarizer,
+    so it may take seconds."""
 
     fn: Callable[[], Any]
+    waits: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,22 +401,43 @@ Op = Read | Write | Compute | Wait
 Decision = tuple[CompactionResult | None, CachedContext | None]
 
 
+class Paused(Exception):  # a signal to the driver's caller, not an error
+    """Raised by :func:`drive` with ``pause=True`` before a step that waits (a Compute
+    that calls the summarizer, a Wait for another caller's lease), without running it:
+    ``drive(paused.steps, ..., first=paused.op)`` goes on from there, in another thread
+    if need be (the async store hands the rest of a call from a step thread to its loop)."""
+
+    def __init__(self, steps: Generator[Op, Any, Any], op: Op) -> None:
+        super().__init__("the compaction call paused before a step that waits")
+        self.steps = steps
+        self.op = op
+
+
 def drive(
     steps: Generator[Op, Any, T],
     read: Callable[[Callable[[Connection], Any]], Any],
     write: Callable[[Callable[[Connection], Any]], Any],
     sleep: Callable[[float], object],
     compute: Callable[[Callable[[], Any]], Any] | None = None,
+    *,
+    first: Op | None = None,
+    pause: bool = False,
 ) -> T:
     """Run a generator of steps; an error of a step is thrown into it. ``compute`` runs a
-    Compute step (default: here; the async store's runs it off its event loop)."""
+    Compute step (default: here; the async store's runs it off its event loop).
+    ``first``: the step a :class:`Paused` stopped before; ``pause``: raise :class:`Paused`
+    before a step that waits."""
     value: Any = None
     error: BaseException | None = None
+    op: Op | None = first
     while True:
-        try:
-            op = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        if op is None:
+            try:
+                op = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        if pause and (isinstance(op, Wait) or (isinstance(op, Compute) and op.waits)):
+            raise Paused(steps, op)
         value, error = None, None
         try:
             if isinstance(op, Read):
@@ -426,6 +450,7 @@ def drive(
                 sleep(op.seconds)
         except BaseException as exc:  # handed to the steps, which re-raise it
             error = exc
+        op = None
 
 
 def _take_lease(
@@ -544,7 +569,10 @@ def compaction_steps(
                 if rule_based or current.call == "reactive"
                 else summary_call(snapshot, plugins, memo, executor)
             )
-            outcome = yield Compute(partial(decide, snapshot, current, service))
+            outcome = yield Compute(
+                partial(decide, snapshot, current, service),
+                waits=service is not None and current.may_cut(snapshot),
+            )
             if outcome is None:
                 if held:
                     yield Write(partial(_release, session_id=sid, owner=owner))
