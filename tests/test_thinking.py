@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore, Session
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
+from compactstore.models import ImportedBoundary, ImportedMessage
 from compactstore.tokens import estimate_tokens
 from tests.helpers import T0, plain, scratch_store, validate_with_sdk
 from tests.test_validation import wrong
@@ -330,6 +331,46 @@ def test_a_summarizer_never_sees_reasoning_items(store: CompactStore) -> None:
     sess.compact(now=T0 + 100)
     sent = json.dumps(seen)
     assert "secret" not in sent and "[thinking left out]" in sent
+
+
+def test_an_import_records_the_version_each_message_answered_at_its_place(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """The transcript's own compactions are recorded compactions: a message after one
+    answered the compacted context, so its thinking is sent while nothing changes."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+
+    def said(n: int, words: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [thinking(n), {"type": "text", "text": words}]}
+
+    items: list[ImportedMessage | ImportedBoundary] = [
+        ImportedMessage({"role": "user", "content": "Port the parser"}, T0),
+        ImportedMessage({"role": "assistant", "content": [thinking(1), call]}, T0 + 1),
+        ImportedMessage({"role": "user", "content": [result]}, T0 + 2),
+        ImportedBoundary(first_kept_index=3, summary_text="Read the parser.", timestamp=T0 + 3),
+        ImportedMessage(said(2, "Half done."), T0 + 3),
+        ImportedMessage({"role": "user", "content": "Go on"}, T0 + 4),
+        ImportedMessage(said(3, "Done."), T0 + 5),
+        ImportedMessage({"role": "user", "content": "Thanks"}, T0 + 6),
+    ]
+    sess = store.import_session("imported", items, format="anthropic")
+    with store.engine.connect() as connection:
+        versions = (
+            connection.execute(
+                text(
+                    "SELECT context_version FROM messages WHERE session_id = 'imported' "
+                    "AND kind = 'assistant' ORDER BY seq"
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert versions == [0, 1, 1]
+    assert check(sess, reopen) == signatures(2, 3)
+    # A compaction here changes the prefix of both.
+    sess.compact(up_to_seq=4, now=T0 + 10)
+    assert check(sess, reopen) == []
 
 
 # -- the migration ----------------------------------------------------------------------------
