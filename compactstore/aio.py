@@ -10,7 +10,7 @@ running each *step* of it in a worker thread:
   ``active_context``, ``rollback``, ...) runs whole in one such thread: one hop.
 - A call that compacts (``process_request``, ``compact``, ``reactive_recover``,
   ``replay``, a background job) may wait: for another caller's lease, for a summary. Its
-  driver code (:func:`compactstore.core.compaction.drive` over ``compaction_steps``) runs on
+  driver code (:func:`compactstore.core.steps.drive` over ``compaction_steps``) runs on
   the loop, in a greenlet (SQLAlchemy's ``greenlet_spawn``), where the store's driver hooks
   hop: ``Read``/``Write`` go to the step pool, ``Compute`` (the engines and the summarizer
   behind them) to a pool of :data:`DECIDE_THREADS` threads of its own, so a decide step
@@ -18,7 +18,7 @@ running each *step* of it in a worker thread:
   and ``Wait`` (and a retry's back-off) is ``asyncio.sleep``.
 - ``process_request()`` without ``background`` (most calls: nothing to summarise) starts
   whole in a step thread, one hop like a simple call; the driver pauses there before a
-  step that waits (a summary, another caller's lease: :class:`~compactstore.core.compaction.Paused`)
+  step that waits (a summary, another caller's lease: :class:`~compactstore.core.steps.Paused`)
   and the loop goes on with the rest as above.
 - An async summarizer is awaited on the loop (``Plugins.loop``); a sync one runs in the
   summarizer pool.
@@ -52,6 +52,7 @@ from sqlalchemy import Connection, Engine
 from compactstore.aio_session import AsyncSession, glue
 from compactstore.core import compaction
 from compactstore.core.checks import check_pool
+from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
@@ -123,19 +124,17 @@ class _ThreadedStore(CompactStore):
 
     def pausing(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
-        that waits: :class:`~compactstore.core.compaction.Paused` then reaches the caller."""
+        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller."""
         self._pausing.on = True
         try:
             return fn(*args, **kwargs)
         finally:
             self._pausing.on = False
 
-    def _drive(
-        self, steps: Generator[compaction.Op, Any, T], first: compaction.Op | None = None
-    ) -> T:
+    def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
         if self.on_loop() or not getattr(self._pausing, "on", False):
             return super()._drive(steps, first)
-        return compaction.drive(
+        return drive(
             steps, self._read, self._write, self._sleep, self._compute, first=first, pause=True
         )
 

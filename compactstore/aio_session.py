@@ -9,7 +9,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from compactstore.context import ActiveContext
-from compactstore.core import compaction
+from compactstore.core.steps import Paused
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -191,7 +191,7 @@ class AsyncSession:
         core = self.store._core
         try:
             return await self._step(core.pausing, call)
-        except compaction.Paused as paused:
+        except Paused as paused:
             result = await glue(self._session._resume, paused)
             assert result is not None, "the pipeline always decides"
             return result

@@ -24,6 +24,7 @@ from compactstore.core.appending import (
     tool_result_message,
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
+from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
@@ -461,9 +462,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         )
         return self._committed(store._drive(steps))
 
-    def _resume(self, paused: compaction.Paused) -> CompactionResult | None:
+    def _resume(self, paused: Paused) -> CompactionResult | None:
         """Go on with a compaction call the async store paused in a step thread (see
-        :func:`compactstore.core.compaction.drive`)."""
+        :func:`compactstore.core.steps.drive`)."""
         return self._committed(self.store._drive(paused.steps, first=paused.op))
 
     def _committed(self, decision: compaction.Decision) -> CompactionResult | None:

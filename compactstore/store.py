@@ -30,6 +30,7 @@ from compactstore.core.sessions import (
     open_session,
     session_infos,
 )
+from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer, summarizer_name
 from compactstore.db import jobs
 from compactstore.db import repository as repo
@@ -356,14 +357,10 @@ class CompactStore:
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _drive(
-        self, steps: Generator[compaction.Op, Any, T], first: compaction.Op | None = None
-    ) -> T:
+    def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
         """Run a compaction call's steps with this store's hooks (``first``: see
-        :class:`compactstore.core.compaction.Paused`)."""
-        return compaction.drive(
-            steps, self._read, self._write, self._sleep, self._compute, first=first
-        )
+        :class:`compactstore.core.steps.Paused`)."""
+        return drive(steps, self._read, self._write, self._sleep, self._compute, first=first)
 
     def session(
         self,

@@ -13,10 +13,8 @@
   writes the outcome with the snapshot's figures and replay inputs.
 
 :func:`compaction_steps` chains them with the lease, the re-plans and ``superseded``. It
-is a generator of :data:`Op` values (read, write, compute, wait) so that one copy of those
-rules serves every driver: :func:`drive` runs it for the sync store; an async driver runs
-each ``Read``/``Write`` with ``AsyncConnection.run_sync``, each ``Compute`` in a thread and
-each ``Wait`` with ``asyncio.sleep``.
+is a generator of :data:`~compactstore.core.steps.Op` values (read, write, compute, wait)
+so that one copy of those rules serves every driver (:mod:`compactstore.core.steps`).
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from compactstore.core.recording import (
     unrecorded_result,
 )
 from compactstore.core.replay_inputs import EngineRun
+from compactstore.core.steps import Compute, Op, Read, Wait, Write
 from compactstore.core.summarizing import Redactor, SummaryCall, SummaryMemo
 from compactstore.db import repository as repo
 from compactstore.engines import auto_compact, pipeline
@@ -54,24 +53,17 @@ from compactstore.models import CompactionResult, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
-    "Compute",
     "Decide",
     "Decision",
-    "Op",
-    "Paused",
     "Plugins",
-    "Read",
     "Request",
     "Snapshot",
     "Target",
     "Verdict",
-    "Wait",
-    "Write",
     "background_request",
     "commit",
     "compaction_steps",
     "decide",
-    "drive",
     "manual_request",
     "plan",
     "process_request",
@@ -363,94 +355,7 @@ def commit(
     return Verdict("committed", result, cached)
 
 
-# -- the steps, and the sync driver ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """Run ``fn`` in a read transaction; its value is sent back."""
-
-    fn: Callable[[Connection], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """Run ``fn`` in one write transaction; its value is sent back."""
-
-    fn: Callable[[Connection], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Compute:
-    """Run ``fn`` with no transaction open (the engines and the caller's summarizer; an
-    async driver runs it off the event loop). ``waits``: it calls the caller's summarizer,
-    so it may take seconds."""
-
-    fn: Callable[[], Any]
-    waits: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Sleep this many seconds (waiting for another caller's lease)."""
-
-    seconds: float
-
-
-Op = Read | Write | Compute | Wait
 Decision = tuple[CompactionResult | None, CachedContext | None]
-
-
-class Paused(Exception):  # a signal to the driver's caller, not an error
-    """Raised by :func:`drive` with ``pause=True`` before a step that waits (a Compute
-    that calls the summarizer, a Wait for another caller's lease), without running it:
-    ``drive(paused.steps, ..., first=paused.op)`` goes on from there, in another thread
-    if need be (the async store hands the rest of a call from a step thread to its loop)."""
-
-    def __init__(self, steps: Generator[Op, Any, Any], op: Op) -> None:
-        super().__init__("the compaction call paused before a step that waits")
-        self.steps = steps
-        self.op = op
-
-
-def drive(
-    steps: Generator[Op, Any, T],
-    read: Callable[[Callable[[Connection], Any]], Any],
-    write: Callable[[Callable[[Connection], Any]], Any],
-    sleep: Callable[[float], object],
-    compute: Callable[[Callable[[], Any]], Any] | None = None,
-    *,
-    first: Op | None = None,
-    pause: bool = False,
-) -> T:
-    """Run a generator of steps; an error of a step is thrown into it. ``compute`` runs a
-    Compute step (default: here; the async store's runs it off its event loop).
-    ``first``: the step a :class:`Paused` stopped before; ``pause``: raise :class:`Paused`
-    before a step that waits."""
-    value: Any = None
-    error: BaseException | None = None
-    op: Op | None = first
-    while True:
-        if op is None:
-            try:
-                op = steps.throw(error) if error is not None else steps.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        if pause and (isinstance(op, Wait) or (isinstance(op, Compute) and op.waits)):
-            raise Paused(steps, op)
-        value, error = None, None
-        try:
-            if isinstance(op, Read):
-                value = read(op.fn)
-            elif isinstance(op, Write):
-                value = write(op.fn)
-            elif isinstance(op, Compute):
-                value = op.fn() if compute is None else compute(op.fn)
-            else:
-                sleep(op.seconds)
-        except BaseException as exc:  # handed to the steps, which re-raise it
-            error = exc
-        op = None
 
 
 def _take_lease(
