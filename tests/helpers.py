@@ -466,3 +466,21 @@ def per_seq(sess: Session) -> list[Message]:
     """The active context one message per seq (``context().items``) as plain dicts: what
     ``active_context()`` is before its wire view merges anthropic tool results."""
     return sess.context().messages()
+
+
+def migrate_to(url: str, target: str, *, down: bool) -> None:
+    """Alembic to revision ``target`` on its own connection, as `compactstore db upgrade`
+    runs it (``down``: a downgrade)."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from compactstore.db.migrate import alembic_config
+
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
+    try:
+        with engine.begin() as connection:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            (command.downgrade if down else command.upgrade)(config, target)
+    finally:
+        engine.dispose()

@@ -20,7 +20,13 @@ from compactstore.context import legal_cuts, match_pairs
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.importers import import_file, read_transcript
 from tests.conftest import CORPUS_DEV, Snapshot, module_database
-from tests.helpers import call_message, pair_problems, result_message, validate_with_sdk
+from tests.helpers import (
+    call_message,
+    migrate_to,
+    pair_problems,
+    result_message,
+    validate_with_sdk,
+)
 
 Message = dict[str, Any]
 
@@ -238,20 +244,6 @@ def test_a_swe_agent_trajectory_keeps_its_reused_ids(store: CompactStore, sid: s
 PREVIOUS = "c3f8a2e61d47"  # the head before calls were keyed by (id, call seq)
 
 
-def _migrate(url: str, target: str, *, down: bool) -> None:
-    """Alembic to ``target`` on its own connection, as `compactstore db upgrade` runs it."""
-    from alembic import command
-
-    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
-    try:
-        with engine.begin() as connection:
-            config = alembic_config()
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, target)
-    finally:
-        engine.dispose()
-
-
 def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
     engine = create_engine(url if "://" in url else f"sqlite:///{url}")
     try:
@@ -280,7 +272,7 @@ def test_a_database_at_the_previous_head_upgrades_and_reads_back(db_url: str) ->
         assert lost.cleared_tool_calls == [("c1", 1), ("c2", 3)]
         context, history = sess.active_context(), sess.compactions()
     # The previous head's shape: one call per id, what was lost as a list of ids.
-    _migrate(db_url, PREVIOUS, down=True)
+    migrate_to(db_url, PREVIOUS, down=True)
     assert _rows(db_url, "SELECT cleared_tool_use_ids FROM compactions") == [('["c1","c2"]',)]
     assert _rows(db_url, "SELECT cleared_tool_use_ids FROM compaction_history") == [
         ('["c1","c2"]',)
@@ -308,7 +300,7 @@ def test_downgrading_refuses_reused_ids_the_older_schema_cannot_hold(db_url: str
     with CompactStore.open(db_url) as store:
         store.session("s", format="openai").extend(_reuse("openai"))
     with pytest.raises(RuntimeError, match="uses tool call id 'call_1' more than once"):
-        _migrate(db_url, PREVIOUS, down=True)
+        migrate_to(db_url, PREVIOUS, down=True)
     assert _rows(db_url, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
 
 

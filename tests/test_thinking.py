@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore, Session
-from compactstore.db.migrate import alembic_config, current_revision, head_revision
+from compactstore.db.migrate import current_revision, head_revision
 from compactstore.models import ImportedBoundary, ImportedMessage
 from compactstore.tokens import estimate_tokens
-from tests.helpers import T0, plain, scratch_store, validate_with_sdk
+from tests.helpers import T0, migrate_to, plain, scratch_store, validate_with_sdk
 from tests.test_validation import wrong
 
 HOUR = 3_600
@@ -378,19 +378,6 @@ def test_an_import_records_the_version_each_message_answered_at_its_place(
 PREVIOUS = "e5a1c7d93b26"  # the head before assistant messages recorded a context version
 
 
-def _migrate(url: str, target: str, *, down: bool) -> None:
-    from alembic import command
-
-    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
-    try:
-        with engine.begin() as connection:
-            config = alembic_config()
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, target)
-    finally:
-        engine.dispose()
-
-
 def _columns(url: str, table: str) -> set[str]:
     from sqlalchemy import inspect
 
@@ -409,7 +396,7 @@ def test_the_migration_goes_down_and_up_and_old_rows_send_their_thinking(db_url:
         agent.user("Next")
         store.get_session("old").process_request(now=T0 + HOUR, enable_auto_compact=False)
         assert sent_thinking(agent.sess.context_view()) == signatures(1)
-    _migrate(db_url, PREVIOUS, down=True)
+    migrate_to(db_url, PREVIOUS, down=True)
     assert "context_version" not in _columns(db_url, "messages")
     assert not {"changed_after_seq", "context_version", "rolled_back_version"} & _columns(
         db_url, "compactions"
