@@ -15,6 +15,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from compactstore.db.engine import create_engine_for, normalize_url
+from compactstore.db.migrate import record_revision
 from compactstore.db.schema import metadata
 
 config = context.config
@@ -27,6 +28,8 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # Each revision applied or undone is recorded in schema_revisions with its kind.
+        on_version_apply=record_revision,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -41,7 +44,12 @@ given = config.attributes.get("connection")
 if given is not None:
     _run(given)
 elif context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        on_version_apply=record_revision,
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

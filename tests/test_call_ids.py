@@ -314,3 +314,10 @@ def test_every_revision_is_marked_additive_or_breaking() -> None:
     }
     assert set(marks.values()) <= {"additive", "breaking"}, marks
     assert marks["e5a1c7d93b26"] == "breaking"
+    # The first line says what the file's kind (what the database records) says.
+    kinds = {
+        script.revision: script.module.kind
+        for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+        if script.down_revision is not None
+    }
+    assert marks == kinds

@@ -27,16 +27,20 @@ def db_group() -> None:
 def db_upgrade(db: str, as_json: bool) -> None:
     """Create the database or upgrade its schema to this version's head.
 
+    A database one additive revision newer than this version is left as it is (this
+    version reads and writes it); a newer one than that is refused.
+
     Example: compactstore db upgrade --db agent.db
     """
-    from compactstore.db.migrate import head_revision
+    from compactstore.db.migrate import current_revision
 
     with CompactStore.open(db, auto_migrate=True) as store:
         location = store.location
+        revision = current_revision(store.engine)
     if as_json:
-        click.echo(render.json_text({"location": location, "revision": head_revision()}))
+        click.echo(render.json_text({"location": location, "revision": revision}))
     else:
-        click.echo(f"{location}: schema at {head_revision()}")
+        click.echo(f"{location}: schema at {revision}")
 
 
 @db_group.command("current")

@@ -4,6 +4,21 @@ The app runs Alembic on its own connection, compares the stored revision with th
 shipped in the package, and refuses a schema it cannot use with the command that fixes it.
 A database already at head is recognised without importing Alembic: opening a store is then
 two small queries.
+
+Fleets upgrade in order (SPEC §9.0): each revision file says whether it is ``"additive"``
+or ``"breaking"`` (its module-level ``kind``), and the database records each revision
+applied to it, with its parent and kind, in ``schema_revisions`` (written by
+:func:`record_revision`, Alembic's ``on_version_apply`` hook in migrations/env.py). A
+version opening a database one *additive* revision past its own head (that revision's
+parent is this version's head) reads and writes it as it is; two revisions newer, or a
+breaking one, is refused naming the newer version and ``compactstore db upgrade``.
+
+An additive revision only adds: tables, and columns that are nullable or have a server
+default; it drops, renames or retypes nothing, adds no constraint to an existing table,
+and a new table that refers to an existing one does so ``ON DELETE CASCADE`` (so an older
+version's ``delete_session`` and ``prune`` still remove a session whole). The newer code
+reads rows the older version wrote (NULL or the default in the new columns). A test checks
+the mechanical half of this rule for every additive revision.
 """
 
 from __future__ import annotations
@@ -13,8 +28,21 @@ from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, func, inspect, select
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    delete,
+    func,
+    insert,
+    inspect,
+    select,
+)
 
+from compactstore.db import schema
 from compactstore.db.engine import (
     create_engine_for,
     database_errors,
@@ -28,6 +56,8 @@ from compactstore.errors import SchemaError
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext, MigrationInfo
+    from alembic.script.revision import RevisionMap
 
 __all__ = [
     "alembic_config",
@@ -36,9 +66,16 @@ __all__ = [
     "ensure_schema",
     "head_revision",
     "open_engine",
+    "record_revision",
     "revision_of",
     "stored_revision",
 ]
+
+# The kinds a revision file may declare (its module-level ``kind``).
+KINDS = ("additive", "breaking")
+# The revision that creates schema_revisions: it and every revision after it are recorded
+# there (it records its ancestors too when it is applied).
+_FIRST_RECORDED = "6aa8b67dd6bf"
 
 # Key of the PostgreSQL advisory lock held while a schema is created or upgraded.
 _SCHEMA_LOCK = 0x636F6D70616374  # "compact"
@@ -62,6 +99,18 @@ _DOWN_REVISION = re.compile(r"""^down_revision: [^=]+= (None|["']\w+["'])$""", r
 def head_revision() -> str:
     """The newest revision this version of compactstore knows (read from the shipped
     revision files; the tests check it against Alembic's own answer)."""
+    revisions = _shipped_revisions()
+    heads = set(revisions) - set(revisions.values())
+    if len(heads) != 1:
+        raise SchemaError(
+            f"compactstore ships {len(heads)} schema heads; the installation is broken"
+        )
+    return heads.pop()
+
+
+@cache
+def _shipped_revisions() -> dict[str, str | None]:
+    """Revision -> its parent, for every revision file shipped in the package."""
     revisions: dict[str, str | None] = {}
     for entry in files("compactstore._migrations").joinpath("versions").iterdir():
         if not entry.name.endswith(".py") or entry.name.startswith("_"):
@@ -73,12 +122,7 @@ def head_revision() -> str:
                 f"cannot read the revision of {entry.name}; the installation is broken"
             )
         revisions[revision.group(1)] = None if down.group(1) == "None" else down.group(1)[1:-1]
-    heads = set(revisions) - set(revisions.values())
-    if len(heads) != 1:
-        raise SchemaError(
-            f"compactstore ships {len(heads)} schema heads; the installation is broken"
-        )
-    return heads.pop()
+    return revisions
 
 
 _version_table = Table("alembic_version", MetaData(), Column("version_num", String(32)))
@@ -166,8 +210,13 @@ def ensure_schema(
     """
     head = head_revision()
     # Retried too: switching a new SQLite file to WAL (on connect) can meet a busy lock.
-    if with_retry(lambda: current_revision(engine)) == head:
+    current = with_retry(lambda: current_revision(engine))
+    if current == head:
         return
+    if current is not None and current not in _shipped_revisions():
+        with read_tx(engine) as connection:
+            if _one_additive_step_newer(connection, stored_revision(connection), head, location):
+                return
     if read_only:
         with read_tx(engine) as connection:
             current = stored_revision(connection)
@@ -183,7 +232,9 @@ def ensure_schema(
             if connection.dialect.name == "postgresql":
                 connection.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
             current = stored_revision(connection)
-            if current != head:
+            if current != head and not _one_additive_step_newer(
+                connection, current, head, location
+            ):
                 _upgrade(connection, current, head, auto_migrate=auto_migrate, location=location)
 
     with_retry(attempt)
@@ -220,21 +271,117 @@ def _upgrade(
 def _check_upgradable(
     connection: Connection, current: str | None, head: str, *, location: str
 ) -> None:
-    """Refuse a schema that upgrading to head cannot fix (newer, or tables without a
-    revision)."""
-    from alembic.script import ScriptDirectory
-
-    known = {
-        script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
-    }
-    if current is not None and current not in known:
-        raise SchemaError(
-            f"the database {location} has schema revision {current}, which is newer than this "
-            f"compactstore (its newest is {head}); upgrade compactstore "
-            f"(pip install -U compactstore) or open another database"
-        )
+    """Refuse a schema that upgrading to head cannot fix: tables without a revision (a
+    newer revision is refused or accepted before, by :func:`_one_additive_step_newer`)."""
     if current is None and inspect(connection).has_table("sessions"):
         raise SchemaError(
             f"the database {location} has compactstore tables but no schema revision; "
             f"it was not created by compactstore's migrations and cannot be upgraded safely"
         )
+
+
+def _one_additive_step_newer(
+    connection: Connection, current: str | None, head: str, location: str
+) -> bool:
+    """Whether ``current`` is one additive revision past ``head``, which this version reads
+    and writes as it is (False for a revision this version ships, or none).
+
+    Raises:
+        SchemaError: ``current`` is newer than this version in any other way (two or more
+            revisions, a breaking one, or one the database has no record of), naming the
+            newer version and ``compactstore db upgrade``.
+    """
+    if current is None or current in _shipped_revisions():
+        return False
+    # revision -> (parent, kind), as the versions that upgraded the database recorded them.
+    recorded: dict[str, tuple[str | None, str]] = {}
+    if inspect(connection).has_table(schema.schema_revisions.name):
+        table = schema.schema_revisions
+        recorded = {
+            row.revision: (row.down_revision, row.kind)
+            for row in connection.execute(
+                select(table.c.revision, table.c.down_revision, table.c.kind)
+            )
+        }
+    newer: list[tuple[str, str]] = []  # (revision, kind) from head's child to current
+    revision: str | None = current
+    while revision is not None and revision != head and revision in recorded:
+        down, kind = recorded[revision]
+        newer.insert(0, (revision, kind))
+        revision = down
+        if len(newer) > len(recorded):
+            break  # a cycle in a damaged record
+    if revision == head and len(newer) == 1 and newer[0][1] == "additive":
+        return True
+    by_newer = (
+        "it was upgraded (`compactstore db upgrade`) by a newer compactstore; upgrade "
+        "compactstore to that version (pip install -U compactstore) or open another database"
+    )
+    base = (
+        f"the database {location} has schema revision {current}, which is newer than this "
+        f"compactstore (its newest is {head})"
+    )
+    if revision != head:
+        raise SchemaError(
+            f"{base} and the database does not record how it relates to {head}; {by_newer}"
+        )
+    breaking = [r for r, kind in newer if kind != "additive"]
+    if breaking:
+        raise SchemaError(
+            f"{base}: revision {breaking[0]} is breaking, which older versions cannot read "
+            f"or write; {by_newer}"
+        )
+    raise SchemaError(
+        f"{base}: {len(newer)} additive revisions newer, and a version reads and writes a "
+        f"schema at most one additive revision newer than its own; {by_newer}"
+    )
+
+
+def record_revision(
+    ctx: MigrationContext, step: MigrationInfo, heads: set[str], run_args: dict[str, Any]
+) -> None:
+    """Alembic's ``on_version_apply`` hook (migrations/env.py): keep ``schema_revisions``
+    in step with the revisions applied, each with its parent and its file's ``kind``.
+
+    Raises:
+        SchemaError: a revision file does not declare ``kind`` as "additive" or "breaking".
+    """
+    if step.is_stamp or step.up_revision_id is None:
+        return  # a stamp changes no schema; the record keeps what the migrations wrote
+    lineage = _lineage(step.revision_map, step.up_revision_id)
+    if _FIRST_RECORDED not in lineage:
+        return  # the table does not exist (yet, or any more)
+    table = schema.schema_revisions
+    if not step.is_upgrade:
+        if step.up_revision_id != _FIRST_RECORDED:  # undoing it drops the table
+            ctx.execute(delete(table).where(table.c.revision == step.up_revision_id))
+        return
+    # The revision that creates the table records its ancestors too.
+    revisions = lineage if step.up_revision_id == _FIRST_RECORDED else lineage[:1]
+    for revision in revisions:
+        script = step.revision_map.get_revision(revision)
+        assert script is not None
+        kind = getattr(getattr(script, "module", None), "kind", None)
+        if kind not in KINDS:
+            raise SchemaError(
+                f"migration {revision} does not say whether it is additive or breaking "
+                f'(a module-level kind = "additive" or "breaking")'
+            )
+        down = script.down_revision
+        ctx.execute(
+            insert(table).values(
+                revision=revision, down_revision=down if isinstance(down, str) else None, kind=kind
+            )
+        )
+
+
+def _lineage(revision_map: RevisionMap, revision: str) -> list[str]:
+    """``revision`` and its ancestors, newest first (the history is a single line)."""
+    found: list[str] = []
+    current: str | None = revision
+    while current is not None:
+        found.append(current)
+        script = revision_map.get_revision(current)
+        down = script.down_revision if script is not None else None
+        current = down if isinstance(down, str) or down is None else down[0]
+    return found

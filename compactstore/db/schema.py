@@ -37,6 +37,7 @@ __all__ = [
     "metadata",
     "model_calls",
     "read_dedup_entries",
+    "schema_revisions",
     "sessions",
     "tool_calls",
     "tool_result_blobs",
@@ -354,4 +355,19 @@ Index(
     message_origins.c.session_id,
     message_origins.c.source,
     message_origins.c.source_id,
+)
+
+schema_revisions = Table(
+    "schema_revisions",
+    metadata,
+    # One row per Alembic revision applied to this database (written by migrations/env.py
+    # as each revision is applied, removed as it is undone), so that a version of
+    # compactstore older than the database can tell whether the revision it does not know
+    # is one additive step past its own head, which it can read and write (SPEC §9.0
+    # "Fleets upgrade in order"; compactstore.db.migrate). Not a session's data: copies,
+    # deletes and prunes leave it alone.
+    Column("revision", String(32), primary_key=True),
+    Column("down_revision", String(32)),
+    # "additive" or "breaking" (the revision file's ``kind``).
+    Column("kind", String(16), nullable=False),
 )

@@ -1,7 +1,8 @@
 """Copy and delete whole sessions, table by table, as the schema's table list says.
 
 Nothing here names a table of its own accord: :func:`plan` walks ``schema.metadata`` (or
-the metadata it is given), so a table added later is copied and deleted with the others.
+the metadata it is given), so a table added later is copied and deleted with the others
+(except ``schema_revisions``, the database's record of its own schema).
 Every table must say which session a row belongs to (a ``session_id`` column; ``sessions``
 is the session itself), or planning fails.
 
@@ -106,7 +107,8 @@ def plan(metadata: MetaData = schema.metadata) -> list[TablePlan]:
         SchemaError: a table has no session column, or refers to a renumbered id in a way
             this module does not know how to rewrite.
     """
-    tables = metadata.sorted_tables
+    # The database's own record of its schema revisions belongs to no session.
+    tables = [t for t in metadata.sorted_tables if t.name != schema.schema_revisions.name]
     keys = {t.name: t.autoincrement_column for t in tables if t.autoincrement_column is not None}
     plans = []
     for table in tables:

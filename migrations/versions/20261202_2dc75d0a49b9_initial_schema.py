@@ -14,6 +14,8 @@ revision: str = "2dc75d0a49b9"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# The first revision: no older version has a schema to read.
+kind: str = "breaking"
 
 
 def upgrade() -> None:

@@ -1,4 +1,4 @@
-"""model_calls: one row per model call, for the usage curve of `compactstore report` (additive)
+"""model_calls: one row per model call, for the usage curve of the report (breaking)
 
 Revision ID: 5006b8f23c00
 Revises: 99c54f1405bd
@@ -14,6 +14,9 @@ revision: str = "5006b8f23c00"
 down_revision: str | None = "99c54f1405bd"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# A new table whose foreign key to sessions has no ON DELETE CASCADE: an older
+# version's delete_session and prune fail on a session with model calls.
+kind: str = "breaking"
 
 
 def upgrade() -> None:

@@ -20,6 +20,8 @@ revision: str = "99c54f1405bd"
 down_revision: str | None = "2dc75d0a49b9"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Nullable columns; NULL is what a session stored before this revision has.
+kind: str = "additive"
 
 
 def upgrade() -> None:

@@ -1,4 +1,4 @@
-"""summarizers and compaction leases (additive)
+"""summarizers and compaction leases (breaking)
 
 SPEC §9.1-9.2: ``compaction_leases`` (one compaction that may cut per session at a time, on
 the database clock), the summarizer a session was opened with, how each compaction's
@@ -19,6 +19,9 @@ revision: str = "b7e4c1d09a52"
 down_revision: str | None = "c3a9e5f17d20"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# compaction_leases refers to sessions without ON DELETE CASCADE: an older version's
+# delete_session fails while a compaction holds the lease (the columns alone are additive).
+kind: str = "breaking"
 
 _COMPACTION_COLUMNS = (
     ("summary_source", sa.String(16)),

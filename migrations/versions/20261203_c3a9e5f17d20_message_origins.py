@@ -1,4 +1,4 @@
-"""message_origins: an integration's own form of each message it stored (additive)
+"""message_origins: an integration's own form of each message it stored (breaking)
 
 Revision ID: c3a9e5f17d20
 Revises: 5006b8f23c00
@@ -14,6 +14,9 @@ revision: str = "c3a9e5f17d20"
 down_revision: str | None = "5006b8f23c00"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# message_origins refers to messages without ON DELETE CASCADE: an older version's
+# delete_session and prune fail on a session an integration wrote.
+kind: str = "breaking"
 
 
 def upgrade() -> None:

@@ -1,4 +1,4 @@
-"""background compaction jobs (additive)
+"""background compaction jobs (breaking)
 
 SPEC §9.1 "Background": ``compaction_jobs`` (pending background compactions, each with the
 snapshot it was started on, its state and its lease on the database clock) and
@@ -19,6 +19,9 @@ revision: str = "c3f8a2e61d47"
 down_revision: str | None = "b7e4c1d09a52"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# compaction_jobs refers to sessions and compactions without ON DELETE CASCADE: an older
+# version's delete_session and prune fail on a session with background jobs.
+kind: str = "breaking"
 
 
 def upgrade() -> None:

@@ -28,6 +28,8 @@ revision: str = "e5a1c7d93b26"
 down_revision: str | None = "c3f8a2e61d47"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Replaces compactions.cleared_tool_use_ids and re-keys tool_calls.
+kind: str = "breaking"
 
 _compactions = sa.table(
     "compactions",

@@ -22,6 +22,9 @@ revision: str = "f4b2d8a6c1e9"
 down_revision: str | None = "e5a1c7d93b26"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Nullable columns; NULL is what an older version writes, and this one reads it as "no
+# version recorded" (thinking sent as before).
+kind: str = "additive"
 
 _COMPACTION_COLUMNS = ("changed_after_seq", "context_version", "rolled_back_version")
 
