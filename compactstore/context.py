@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
-from compactstore.media import media_blocks
+from compactstore.media import media_blocks, user_media
 from compactstore.models import CompactionConfig, SummaryState
 from compactstore.tokens import TokenCounter, estimate_tokens, message_tokens
 
@@ -389,9 +389,9 @@ class ActiveContext:
 
     @cached_property
     def open_media_blocks(self) -> int:
-        """Media blocks in the tool results still in the kept part whole (what
-        ``max_media_in_context`` limits): see :func:`open_media`."""
-        return sum(count for _, _, count in open_media(self.kept))
+        """Media blocks in the tool results and user messages still in the kept part whole
+        (what ``max_media_in_context`` limits): see :func:`open_media`."""
+        return sum(found.blocks for found in open_media(self.kept))
 
     def extended(
         self,
@@ -453,7 +453,7 @@ class ActiveContext:
             longest = max(known["longest_open_result"], _longest_open_result(added))
             derived["longest_open_result"] = longest
         if "open_media_blocks" in known:
-            added_media = sum(count for _, _, count in open_media(added))
+            added_media = sum(found.blocks for found in open_media(added))
             derived["open_media_blocks"] = known["open_media_blocks"] + added_media
         return new
 
@@ -671,16 +671,36 @@ def _longest_open_result(items: Sequence[ContextMessage]) -> int:
     )
 
 
-def open_media(items: Sequence[ContextMessage]) -> list[tuple[int, str, int]]:
-    """(index, tool-use id, media blocks) of every tool result with media still in the
-    context whole (in the log, not pinned, not persisted or cleared), oldest first."""
-    return [
-        (index, result.tool_use_id, sum(1 for _ in media_blocks(result.blocks)))
-        for index, item in enumerate(items)
-        if item.seq is not None and not item.pinned
-        for result in item.results
-        if result.has_media and result.replaceable and result.tool_use_id not in item.edited_ids
-    ]
+class OpenMedia(NamedTuple):
+    """Media still in the context whole: in a tool result (``tool_use_id``) or at the top of
+    a user message's content (``tool_use_id`` None)."""
+
+    at: int  # index in the items given
+    tool_use_id: str | None
+    blocks: int
+    # False for a pinned message, which never changes: it counts, but stays.
+    movable: bool
+
+
+def open_media(items: Sequence[ContextMessage]) -> list[OpenMedia]:
+    """Every tool result and user message with media still in the context whole (in the
+    log, not persisted or cleared), oldest first; what ``max_media_in_context`` limits."""
+    found: list[OpenMedia] = []
+    for index, item in enumerate(items):
+        if item.seq is None:
+            continue
+        movable = not item.pinned
+        for result in item.results:
+            if (
+                result.has_media
+                and result.replaceable
+                and result.tool_use_id not in item.edited_ids
+            ):
+                count = sum(1 for _ in media_blocks(result.blocks))
+                found.append(OpenMedia(index, result.tool_use_id, count, movable))
+        if item.kind != "assistant" and (count := len(user_media(item.message))):
+            found.append(OpenMedia(index, None, count, movable))
+    return found
 
 
 def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactstore.errors import InvalidMessageError
+from compactstore.frozen import thaw
 from compactstore.tokens import (
     PDF_BYTES_PER_PAGE,
     document_tokens,
@@ -36,9 +37,11 @@ __all__ = [
     "IMAGE_MEDIA_TYPES",
     "MEDIA_BLOCK_TYPES",
     "RESPONSES_RESULT_PARTS",
+    "USER_MEDIA",
     "Media",
     "blob_text",
     "check_media_block",
+    "check_user_media",
     "decoded_single_media",
     "describe",
     "has_media",
@@ -49,7 +52,10 @@ __all__ = [
     "note_bad_media",
     "pdf_pages",
     "sniff_image_type",
+    "user_media",
+    "user_media_note",
     "without_media",
+    "without_user_media",
 ]
 
 # Block types that carry media, in every format's dialect.
@@ -60,6 +66,10 @@ IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
 # What append_tool_result takes in a list, per format (SPEC §9.4).
 ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
 RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
+
+# The tool-use id a blob holding a user message's media is stored under (the blob table
+# keys blobs by the result they came from; a user message answers no call).
+USER_MEDIA = ""
 
 _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[^;,]*)*?);base64,(.*)", re.DOTALL)
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
@@ -376,6 +386,44 @@ def media_note(blocks: Any, *, tool_name: str, blob_id: int, limit: int) -> str:
     return header
 
 
+def user_media(message: Any) -> list[dict[str, Any]]:
+    """The media blocks at the top of a user message's content (an image the user gave),
+    in order; not those inside its tool results, which are the results' own."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return []
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") in MEDIA_BLOCK_TYPES]
+
+
+def user_media_note(blocks: Any, *, blob_id: int) -> str:
+    """The text that stands for a user message's media once it is persisted."""
+    found = [m for m in (describe(b) for b in media_blocks(blocks)) if m is not None]
+    what = "; ".join(media.label() for media in found) or "media"
+    return (
+        f"[User message media persisted: {len(found)} block{'s' if len(found) != 1 else ''} "
+        f"({what}), blob {blob_id}; the model no longer sees {'them' if len(found) != 1 else 'it'}]"
+    )
+
+
+def without_user_media(message: Any, note: str) -> dict[str, Any]:
+    """A copy of a user message whose top-level media blocks are gone, the first replaced
+    by a text block holding ``note`` (in the block's dialect); its text stays as it was."""
+    content: list[Any] = []
+    noted = False
+    for block in message["content"]:
+        if isinstance(block, dict) and block.get("type") in MEDIA_BLOCK_TYPES:
+            if not noted:
+                text_type = "input_text" if str(block.get("type")).startswith("input_") else "text"
+                content.append({"type": text_type, "text": note})
+                noted = True
+            continue
+        content.append(block)
+    copy: dict[str, Any] = thaw({**message, "content": content})
+    return copy
+
+
 def _media_json(content: str) -> list[Any] | None:
     """The blocks of a blob that holds a result with media (the JSON of its blocks)."""
     if not content.startswith("["):
@@ -558,29 +606,66 @@ def check_media_block(block: dict[str, Any], at: str = "") -> None:
         url, file_id = block.get("image_url"), block.get("file_id")
         if not (isinstance(url, str) and url) and not (isinstance(file_id, str) and file_id):
             raise _fail(at, "input_image part needs a string 'image_url' or 'file_id'")
-        if isinstance(url, str) and url.startswith("data:"):
-            parsed = _data_url(url)
-            if parsed is None:
-                raise _fail(at, "input_image 'image_url' is a data URL without ';base64,'")
-            media_type, data = parsed
-            if media_type not in IMAGE_MEDIA_TYPES:
-                raise _fail(
-                    at,
-                    f"input_image data URL type {media_type!r} is not one of: "
-                    f"{', '.join(IMAGE_MEDIA_TYPES)}",
-                )
-            _check_image_bytes(_check_base64(data, at, "input_image"), media_type, at)
-        detail = block.get("detail")
-        if detail is not None and detail not in ("auto", "low", "high", "original"):
-            raise _fail(at, f"input_image 'detail' {detail!r} is not auto, low, high or original")
-    elif kind == "input_file":
-        given = [key for key in ("file_data", "file_id", "file_url") if block.get(key)]
+        if isinstance(url, str):
+            _check_image_url(url, at, "input_image 'image_url'")
+        _check_detail(block.get("detail"), at, "input_image", ("auto", "low", "high", "original"))
+    elif kind == "image_url":  # an openai chat user message part
+        inner = block.get("image_url")
+        url = inner.get("url") if isinstance(inner, dict) else None
+        if not isinstance(inner, dict) or not isinstance(url, str) or not url:
+            raise _fail(at, "image_url part needs an 'image_url' object with a string 'url'")
+        _check_image_url(url, at, "image_url 'url'")
+        _check_detail(inner.get("detail"), at, "image_url", ("auto", "low", "high"))
+    elif kind in ("input_file", "file"):
+        inner = block.get("file") if kind == "file" else block
+        if not isinstance(inner, dict):
+            raise _fail(at, "file part needs a 'file' object")
+        given = [key for key in ("file_data", "file_id", "file_url") if inner.get(key)]
         if not given:
-            raise _fail(at, "input_file part needs 'file_data', 'file_id' or 'file_url'")
+            raise _fail(at, f"{kind} part needs 'file_data', 'file_id' or 'file_url'")
         for key in given:
-            if not isinstance(block[key], str):
-                raise _fail(at, f"input_file {key!r} must be a string")
-        file_data = block.get("file_data")
+            if not isinstance(inner[key], str):
+                raise _fail(at, f"{kind} {key!r} must be a string")
+        file_data = inner.get("file_data")
         if isinstance(file_data, str) and file_data:
             parsed = _data_url(file_data)
-            _check_base64(parsed[1] if parsed else file_data, at, "input_file")
+            _check_base64(parsed[1] if parsed else file_data, at, kind)
+
+
+def _check_image_url(url: str, at: str, what: str) -> None:
+    """An image given by URL: a data URL must hold base64 of the image type it declares."""
+    if not url.startswith("data:"):
+        return
+    parsed = _data_url(url)
+    if parsed is None:
+        raise _fail(at, f"{what} is a data URL without ';base64,'")
+    media_type, data = parsed
+    if media_type not in IMAGE_MEDIA_TYPES:
+        raise _fail(
+            at,
+            f"{what} data URL type {media_type!r} is not one of: {', '.join(IMAGE_MEDIA_TYPES)}",
+        )
+    _check_image_bytes(_check_base64(data, at, what), media_type, at)
+
+
+def _check_detail(detail: Any, at: str, what: str, allowed: tuple[str, ...]) -> None:
+    if detail is not None and detail not in allowed:
+        raise _fail(at, f"{what} 'detail' {detail!r} is not one of: {', '.join(allowed)}")
+
+
+def check_user_media(message: Any, dialect: tuple[str, ...]) -> None:
+    """Check the media blocks of the format's ``dialect`` at the top of a user message's
+    content as the provider would (its tool results' media are checked with the results;
+    a block of another dialect is the block-type check's to refuse).
+
+    Raises:
+        InvalidMessageError: naming the block and the problem.
+    """
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    for i, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") in dialect:
+            check_media_block(block, f"content[{i}]: ")

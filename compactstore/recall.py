@@ -529,14 +529,22 @@ def answer_search(
 
 
 def answer_blob(
-    request: BlobRequest, seq: int, tool_name: str, content: str, count: TokenCounter, cap: int
+    request: BlobRequest,
+    seq: int,
+    tool_name: str | None,
+    content: str,
+    count: TokenCounter,
+    cap: int,
 ) -> str:
-    """A persisted tool result, from the request's offset on, paged at ``cap`` tokens."""
+    """A persisted tool result (or with ``tool_name`` None, a user message's media), from
+    the request's offset on, paged at ``cap`` tokens."""
     note = f" · continued from character {request.offset}" if request.offset else ""
-    header = (
-        f"[blob {request.blob_id} · tool result of seq {seq} ({tool_name}) · "
-        f"{len(content)} characters{note}]\n"
+    what = (
+        f"tool result of seq {seq} ({tool_name})"
+        if tool_name is not None
+        else (f"media of the user message at seq {seq}")
     )
+    header = f"[blob {request.blob_id} · {what} · {len(content)} characters{note}]\n"
     offset = request.offset
     part = _Part(header, content[offset:], lambda n: BlobRequest(request.blob_id, offset + n))
     return _page([part], count, cap)

@@ -13,6 +13,7 @@ from compactstore.engines import microcompact
 from compactstore.engines.base import NewBlob, StageResult
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.tool_budget import stub
+from compactstore.media import USER_MEDIA, user_media, without_user_media
 
 __all__ = ["rebase"]
 
@@ -72,6 +73,9 @@ def _renumber(context: ActiveContext, stages: list[StageResult], next_id: int) -
                     else microcompact.CLEARED_TEXT
                 )
             message = context.fmt.replace_tool_results(messages[edit.seq], replacements)
+            user_blob = new_ids.get((edit.seq, USER_MEDIA))
+            if user_blob is not None and edit.state == "persisted" and user_media(message):
+                message = without_user_media(message, stub(user_blob, context.config))
             messages[edit.seq] = message
             edits.append(replace(edit, message=message))
         blobs = tuple(new_ids[(blob.seq, blob.tool_use_id)] for blob in stage.blobs)

@@ -12,7 +12,7 @@ from compactstore.db import recall as reads
 from compactstore.db import repository as repo
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.media import blob_text
+from compactstore.media import USER_MEDIA, blob_text
 from compactstore.models import CompactionConfig
 from compactstore.recall import (
     BlobRequest,
@@ -59,7 +59,8 @@ def recall(
                 f"recall: the cursor is past the end of blob {request.blob_id} "
                 f"({len(content)} characters)"
             )
-        return answer_blob(request, row.seq, row.tool_name, content, count, cap)
+        tool_name = None if row.tool_use_id == USER_MEDIA else row.tool_name
+        return answer_blob(request, row.seq, tool_name, content, count, cap)
     boundary = repo.live_boundary(connection, sid)
     first_kept = boundary.first_kept_seq if boundary is not None else 0
     if isinstance(request, RangeRequest):

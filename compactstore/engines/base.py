@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.media import user_media, user_media_note, without_user_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
 __all__ = [
@@ -138,11 +139,17 @@ class Edit:
         item: ContextMessage,
         replacements: dict[str, str],
         state: Literal["persisted", "cleared"],
+        *,
+        user_media_blob: NewBlob | None = None,
     ) -> tuple[ContextMessage, Edit]:
-        """``item`` with the results of ``replacements``' call ids replaced by their texts,
-        and the edit that records it."""
+        """``item`` with the results of ``replacements``' call ids replaced by their texts
+        (and, given ``user_media_blob``, its own media by the note naming that blob), and
+        the edit that records it."""
         assert item.seq is not None, "only logged messages are edited"
         message = context.fmt.replace_tool_results(item.message, replacements)
+        if user_media_blob is not None:
+            note = user_media_note(user_media(message), blob_id=user_media_blob.id)
+            message = without_user_media(message, note)
         tokens = context.message_tokens(message)
         edited = ContextMessage.build(
             context.fmt,

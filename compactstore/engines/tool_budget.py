@@ -7,9 +7,11 @@ results, the last lines with the count of lines left out. Answers of the ``recal
 are exempt (SPEC §9.7).
 
 Results carrying media (images, documents; SPEC §9.4) are exempt from the character budget
-and never previewed: once the context holds more than ``max_media_in_context`` media blocks,
-the oldest such results are persisted whole (the JSON of their blocks) and replaced by a
-note naming the blob, until the newest ones fit.
+and never previewed: once the context holds more than ``max_media_in_context`` media blocks
+(in tool results and at the top of user messages), the oldest are persisted, until the
+newest ones fit: a tool result whole (the JSON of its blocks) behind a note naming the blob;
+a user message's media (the JSON of its media blocks) behind a note in place of the first,
+its text left as it was. A pinned message's media count but stay (pins never change).
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from compactstore.context import ActiveContext, ContextMessage, open_media
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.formats import ToolResult
 from compactstore.formats.base import storage_json
-from compactstore.media import media_note
+from compactstore.media import (
+    USER_MEDIA,
+    media_note,
+    user_media,
+    user_media_note,
+)
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
 from compactstore.recall import RECALL_TOOL_NAME
 
@@ -76,6 +84,10 @@ def stub(blob: NewBlob, config: CompactionConfig, *, blocks: object = None) -> s
     note); ``blocks`` spares parsing a media blob's JSON when the caller has them."""
     if not blob.media:
         return preview(blob.content, tool_name=blob.tool_name, blob_id=blob.id, config=config)
+    if blob.tool_use_id == USER_MEDIA:
+        return user_media_note(
+            json.loads(blob.content) if blocks is None else blocks, blob_id=blob.id
+        )
     return media_note(
         json.loads(blob.content) if blocks is None else blocks,
         tool_name=blob.tool_name,
@@ -93,9 +105,10 @@ def _clip(text: str, room: int) -> str:
 def persist_results(
     context: ActiveContext,
     inputs: EngineInputs,
-    choose: Callable[[Sequence[ContextMessage]], list[tuple[int, str]]],
+    choose: Callable[[Sequence[ContextMessage]], Sequence[tuple[int, str | None]]],
 ) -> tuple[Sequence[ContextMessage], list[Edit], list[NewBlob]]:
-    """Persist the tool results ``choose`` picks, as (kept index, tool-use id) pairs.
+    """Persist what ``choose`` picks, as (kept index, tool-use id) pairs: a tool result, or
+    with id None the media of a user message.
 
     Returns the kept part with the previews in place (``context.kept`` itself, not a copy,
     when nothing was picked: the usual step costs no pass over the context).
@@ -107,16 +120,22 @@ def persist_results(
     edits: list[Edit] = []
     blobs: list[NewBlob] = []
     next_id = inputs.next_blob_id
-    by_index: dict[int, list[str]] = {}
+    by_index: dict[int, list[str | None]] = {}
     for index, tool_use_id in chosen:
         by_index.setdefault(index, []).append(tool_use_id)
-    names = context.call_names(chosen)
+    names = context.call_names([(i, t) for i, t in chosen if t is not None])
     for index in sorted(by_index):
         item = kept[index]
         assert item.seq is not None
         results = {result.tool_use_id: result for result in item.results}
         replacements: dict[str, str] = {}
+        user_blob: NewBlob | None = None
         for tool_use_id in by_index[index]:
+            if tool_use_id is None:
+                user_blob = user_media_blob(item.message, seq=item.seq, blob_id=next_id)
+                blobs.append(user_blob)
+                next_id += 1
+                continue
             blob, text = new_blob(
                 results[tool_use_id],
                 seq=item.seq,
@@ -127,9 +146,17 @@ def persist_results(
             blobs.append(blob)
             replacements[tool_use_id] = text
             next_id += 1
-        kept[index], edit = Edit.of_results(context, item, replacements, "persisted")
+        kept[index], edit = Edit.of_results(
+            context, item, replacements, "persisted", user_media_blob=user_blob
+        )
         edits.append(edit)
     return kept, edits, blobs
+
+
+def user_media_blob(message: dict[str, Any], *, seq: int, blob_id: int) -> NewBlob:
+    """The media of a user message persisted as a blob (the JSON of its media blocks, so a
+    single image is written decoded by ``compactstore blob -o``)."""
+    return NewBlob(blob_id, seq, USER_MEDIA, "", storage_json(user_media(message)), media=True)
 
 
 def oversized(
@@ -161,20 +188,22 @@ def oversized(
 
 def media_over_cap(
     context: ActiveContext, max_media: int
-) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str]]]:
-    """A chooser of the oldest results with media, until at most ``max_media`` media blocks
-    are left in the context (a result leaves whole, so fewer may be left)."""
+) -> Callable[[Sequence[ContextMessage]], list[tuple[int, str | None]]]:
+    """A chooser of the oldest tool results and user messages with media, until at most
+    ``max_media`` media blocks are left in the context (each leaves whole, so fewer may be
+    left; a pinned message's media count but never leave)."""
 
-    def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
+    def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str | None]]:
         excess = context.open_media_blocks - max_media
-        chosen: list[tuple[int, str]] = []
+        chosen: list[tuple[int, str | None]] = []
         if excess <= 0:
             return chosen  # the usual case, seen without a pass over every message
-        for index, tool_use_id, count in open_media(kept):
+        for found in open_media(kept):
             if excess <= 0:
                 break
-            chosen.append((index, tool_use_id))
-            excess -= count
+            if found.movable:
+                chosen.append((found.at, found.tool_use_id))
+                excess -= found.blocks
         return chosen
 
     return choose
@@ -218,7 +247,13 @@ def _detail(blobs: Sequence[NewBlob]) -> str:
     media = sum(blob.media for blob in blobs)
     text = f"persisted {len(blobs) - media} tool results" if len(blobs) > media else ""
     if media:
-        text += f"{', ' if text else 'persisted '}{media} results with media over the cap"
+        user = sum(blob.media and blob.tool_use_id == USER_MEDIA for blob in blobs)
+        what = (
+            f"{media - user} results"
+            if not user
+            else f"{media - user} results and {user} user messages"
+        )
+        text += f"{', ' if text else 'persisted '}{what} with media over the cap"
     return text
 
 

@@ -29,6 +29,7 @@ from compactstore.formats.base import (
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
 from compactstore.frozen import FrozenDict, freeze
+from compactstore.media import check_user_media
 
 __all__ = ["AnthropicFormat"]
 
@@ -46,6 +47,7 @@ class AnthropicFormat(MessageFormat):
         if "content" not in message:
             raise self.fail("message has no 'content'")
         check_tool_use_content(message["content"], role, results_allowed=True)
+        check_user_media(message, ("image", "document"))
 
     def kind(self, message: dict[str, Any]) -> Kind:
         if message.get("role") == "assistant":

@@ -23,6 +23,7 @@ from compactstore.formats.base import (
     type_name,
 )
 from compactstore.formats.result_messages import ResultMessageFormat
+from compactstore.media import check_user_media
 
 __all__ = ["OpenAIFormat"]
 
@@ -75,6 +76,7 @@ class OpenAIFormat(ResultMessageFormat):
                 )
         else:
             self._check_content(message["content"], role)
+            check_user_media(message, ("image_url", "file"))
         self._check_optional_keys(message)
 
     def _check_content(self, content: Any, role: str) -> None:

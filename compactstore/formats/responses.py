@@ -43,7 +43,7 @@ from compactstore.formats.base import (
     result_blocks,
     type_name,
 )
-from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block
+from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block, check_user_media
 
 __all__ = [
     "CALLS",
@@ -234,6 +234,7 @@ class ResponsesFormat(MessageFormat):
                 f"got {type_name(content)}"
             )
         check_blocks(content, "content")
+        check_user_media(message, ("input_image", "input_file"))
 
     def check_config(self, message: dict[str, Any], config: Any) -> None:
         if item_type(message) == "item_reference" and not getattr(config, "responses_store", False):
