@@ -34,6 +34,7 @@ from compactstore.tokens import (
 
 __all__ = [
     "ANTHROPIC_RESULT_BLOCKS",
+    "GENERATED_IMAGE",
     "IMAGE_MEDIA_TYPES",
     "MEDIA_BLOCK_TYPES",
     "RESPONSES_RESULT_PARTS",
@@ -63,6 +64,8 @@ MEDIA_BLOCK_TYPES = frozenset(
     {"image", "document", "input_image", "input_file", "image_url", "file"}
 )
 IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
+# A Responses item of the hosted image generation tool: its ``result`` is the image, base64.
+GENERATED_IMAGE = "image_generation_call"
 # What append_tool_result takes in a list, per format (SPEC §9.4).
 ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
 RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
@@ -255,10 +258,13 @@ def _inline(value: Any) -> tuple[str | None, str | None]:
 
 
 def describe(block: Any) -> Media | None:
-    """The media a content block carries, or None for a block that carries none."""
+    """The media a content block carries (or a Responses ``image_generation_call`` item, whose
+    ``result`` is the generated image's base64), or None for a block that carries none."""
     if not isinstance(block, dict):
         return None
     kind = block.get("type")
+    if kind == GENERATED_IMAGE:
+        return _generated_image(block)
     if kind not in MEDIA_BLOCK_TYPES:
         return None
     if kind in ("image", "document"):
@@ -285,6 +291,15 @@ def describe(block: Any) -> Media | None:
     inner = block.get("file") if kind == "file" else block
     media_type, data = _inline(inner.get("file_data") if isinstance(inner, dict) else None)
     return _document(media_type or _media_type_of(inner), data)
+
+
+def _generated_image(item: dict[str, Any]) -> Media | None:
+    result = item.get("result")
+    if not isinstance(result, str) or not result:
+        return None  # not generated (yet): nothing but the item's JSON
+    raw = _b64decode(result)
+    media = _image(sniff_image_type(raw) if raw is not None else None, result)
+    return media
 
 
 def _media_type_of(inner: Any) -> str | None:
@@ -333,7 +348,11 @@ def has_media(value: Any) -> bool:
 
 
 def media_tokens(message: Any) -> int:
-    """Tokens of every media block in a message (its text is counted as text elsewhere)."""
+    """Tokens of every media block in a message (its text is counted as text elsewhere),
+    or of the image a Responses ``image_generation_call`` item holds."""
+    if isinstance(message, dict) and message.get("type") == GENERATED_IMAGE:
+        generated = _generated_image(message)
+        return 0 if generated is None else generated.tokens
     total = 0
     for block in media_blocks(message):
         media = describe(block)
@@ -351,6 +370,8 @@ def without_media(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     media = describe(value)
+    if media is not None and value.get("type") == GENERATED_IMAGE:
+        return {**value, "result": f"[image left out: {media.label()}]"}
     if media is not None:
         text_type = "input_text" if str(value.get("type")).startswith("input_") else "text"
         return {"type": text_type, "text": f"[{media.kind} left out: {media.label()}]"}

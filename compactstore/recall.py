@@ -31,7 +31,7 @@ from typing import Any, Literal
 from compactstore.errors import InvalidInputError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import content_blocks, storage_json, type_name
-from compactstore.media import describe
+from compactstore.media import GENERATED_IMAGE, describe
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -342,6 +342,8 @@ def render(
         call_seq = None if call_seqs is None else call_seqs.get(result.tool_use_id)
         answers = "" if call_seq is None else f" (the call at seq {call_seq})"
         parts.append(f"← tool result for {result.tool_use_id}{answers}{flag}:\n{result.text}")
+    if message.get("type") == GENERATED_IMAGE and (media := describe(message)) is not None:
+        parts.append(f"[generated {media.kind}: {media.label()}; not shown as text]")
     thinking = 1 if message.get("type") in _THINKING else 0  # a Responses reasoning item
     for block in content_blocks(message):
         kind = block.get("type")

@@ -75,7 +75,7 @@ def _session(store: CompactStore, fmt: str, **config: Any) -> Any:
 
 
 def _with_image(fmt: str, text: str) -> dict[str, Any]:
-    message = json.loads(json.dumps(USER_IMAGE[fmt]))
+    message: dict[str, Any] = json.loads(json.dumps(USER_IMAGE[fmt]))
     message["content"][0]["text"] = text
     return message
 

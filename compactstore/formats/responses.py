@@ -43,7 +43,12 @@ from compactstore.formats.base import (
     result_blocks,
     type_name,
 )
-from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block, check_user_media
+from compactstore.media import (
+    GENERATED_IMAGE,
+    MEDIA_BLOCK_TYPES,
+    check_media_block,
+    check_user_media,
+)
 
 __all__ = [
     "CALLS",
@@ -331,7 +336,10 @@ class ResponsesFormat(MessageFormat):
         item_class = self.item_class(message)
         if item_class in ("message", "call", "output"):
             return super().token_text(message)
-        # Reasoning, compaction and hosted items cost what they send: their JSON.
+        # Reasoning, compaction and hosted items cost what they send: their JSON; a generated
+        # image counts by its size (tokens.message_tokens adds it), not its base64.
+        if item_type(message) == GENERATED_IMAGE and isinstance(message.get("result"), str):
+            return json_text({key: v for key, v in message.items() if key != "result"})
         return json_text(message)
 
     def replace_tool_results(
