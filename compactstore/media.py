@@ -48,10 +48,12 @@ __all__ = [
     "has_media",
     "image_size",
     "media_blocks",
+    "media_markers",
     "media_note",
     "media_tokens",
     "note_bad_media",
     "pdf_pages",
+    "shown_text",
     "sniff_image_type",
     "user_media",
     "user_media_note",
@@ -108,6 +110,27 @@ class Media:
         if self.size:
             return max(1, math.ceil(self.size / PDF_BYTES_PER_PAGE))
         return 1
+
+    def marker(self) -> str:
+        """What stands for it where a message is shown as text (``compactstore show``, the
+        report): ``[image png 1000×800, 80 kB]``, ``[document pdf, 3 pages, 120 kB]``,
+        ``[image by reference]``."""
+        parts: list[str] = [self.kind]
+        if self.media_type:
+            parts.append(
+                "text" if self.media_type == "text/plain" else self.media_type.split("/")[-1]
+            )
+        elif self.text_tokens is None:
+            parts.append("by reference")
+        head = " ".join(parts)
+        if self.kind == "image" and self.width and self.height:
+            head += f" {self.width}×{self.height}"
+        details = []
+        if self.kind == "document" and self.text_tokens is None and (self.pages or self.size):
+            details.append(f"{self.page_count} page{'s' if self.page_count != 1 else ''}")
+        if self.size is not None:
+            details.append(f"{self.size / 1000:,.0f} kB" if self.size >= 1000 else f"{self.size} B")
+        return f"[{', '.join([head, *details])}]"
 
     def label(self) -> str:
         """A short description: ``image/png 1024x768``, ``application/pdf, 3 pages``."""
@@ -359,6 +382,22 @@ def media_tokens(message: Any) -> int:
         if media is not None:
             total += media.tokens
     return total
+
+
+def media_markers(message: Any) -> list[str]:
+    """A marker per image or document in a message (its tool results' included), or for the
+    image of a Responses ``image_generation_call`` item, in order: what a text view shows
+    instead of nothing or base64."""
+    if isinstance(message, dict) and message.get("type") == GENERATED_IMAGE:
+        generated = _generated_image(message)
+        return [] if generated is None else [generated.marker()]
+    return [m.marker() for m in (describe(b) for b in media_blocks(message)) if m is not None]
+
+
+def shown_text(text: str, message: Any) -> str:
+    """A message's text for a text view, after a marker per image or document (first, so a
+    preview cut to a width keeps them)."""
+    return "\n".join(part for part in (*media_markers(message), text) if part)
 
 
 def without_media(value: Any) -> Any:

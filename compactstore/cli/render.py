@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from compactstore.media import shown_text
 from compactstore.models import BreakerState, CompactBoundary, CompactionResult, SessionInfo
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def show_json(context: ActiveContext, *, full: bool, limit: int | None = None) -
 
 
 def _message_json(context: ActiveContext, item: ContextMessage, *, full: bool) -> dict[str, Any]:
-    text = context.fmt.token_text(item.message)
+    text = shown_text(context.fmt.token_text(item.message), item.message)
     return {
         "seq": item.seq,
         "role": item.message.get("role"),
@@ -150,7 +151,8 @@ def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) 
         )
     lines.append(f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content")
     for item in shown:
-        text = context.fmt.token_text(item.message)
+        # Images and documents as markers: [image png 1000×800, 80 kB].
+        text = shown_text(context.fmt.token_text(item.message), item.message)
         seq = "-" if item.seq is None else str(item.seq)
         role = str(item.message.get("role", item.kind))
         row = f"{seq:>6}  {role:<11}  {item.tokens:>7,}  {item.state:<12}"

@@ -18,6 +18,7 @@ from compactstore.core.recording import boundary_model, compaction_model
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
+from compactstore.media import media_markers
 from compactstore.models import BreakerState, CompactionResult, CompactTrigger
 from compactstore.store import CompactStore, Session
 
@@ -32,6 +33,8 @@ class ContextBar:
     kind: str
     state: str  # original, persisted, cleared, deduplicated, summary, pinned, synthetic
     tokens: int
+    # A marker per image or document it carries: [image png 1000×800, 80 kB].
+    media: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +186,10 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         message_count=row.last_seq + 1,
         calls=model_calls.calls_of(connection, session.id),
         compactions=views,
-        context=[ContextBar(i.seq, i.kind, i.state, i.tokens) for i in context.items],
+        context=[
+            ContextBar(i.seq, i.kind, i.state, i.tokens, tuple(media_markers(i.message)))
+            for i in context.items
+        ],
         usage=context.usage,
         breaker=breaker,
         breaker_max_failures=row.config.breaker_max_failures,

@@ -161,7 +161,7 @@ def context_chart(data: ReportData) -> str:
         where = "summary" if item.seq is None and item.state == "summary" else f"seq {item.seq}"
         if item.seq is None and item.state != "summary":
             where = "not in the log"
-        title = f"{where} · {item.kind} · {item.tokens:,} tokens · {item.state}"
+        title = " · ".join([where, item.kind, f"{item.tokens:,} tokens", item.state, *item.media])
         out.append(
             f'<rect class="bar st-{css_name(item.state)}" x="{round(LEFT + index * step, 2)}" '
             f'y="{round(_TOP + plot_h - height, 1)}" width="{width}" height="{height}">'
