@@ -282,6 +282,62 @@ def test_config_is_passed_on(store: CompactStore) -> None:
     assert session.session.config.auto_compact_threshold == 0.5
 
 
+def test_over_an_async_store(tmp_path: Path) -> None:
+    """The same runs over an AsyncCompactStore (SPEC §9.5 "over either store"): its session
+    is opened on first use and every call is awaited on the loop."""
+    pytest.importorskip("aiosqlite", reason="the 'async' extra is not installed")
+    from compactstore import AsyncCompactStore
+
+    async def main() -> None:
+        store = await AsyncCompactStore.open(str(tmp_path / "async-agents.db"))
+        try:
+            session = CompactSession("agents-async", store, context_window=WINDOW)
+            with pytest.raises(InvalidInputError, match="async_session"):
+                session.session.messages()
+            model = FakeModel(calls=CALLS_PER_TURN)
+            agent = make_agent(model, session)  # with the recall tool
+            for turn in range(TURNS):
+                await Runner.run(
+                    agent,
+                    f"task step {turn}: change file {turn}",
+                    session=session,
+                    run_config=session.run_config(),
+                    hooks=session.hooks(),
+                )
+            inner = await session.async_session()
+            assert inner.config.recall_enabled
+            compactions = await inner.compactions()
+            assert any(c.success and c.boundary is not None for c in compactions)
+            for sent in model.inputs:
+                assert estimate_tokens(json.dumps(sent)) <= WINDOW
+                assert paired(sent), sent
+                assert sdk_problems("responses", sent) == []
+            log = await inner.messages()
+            assert len(log) == TURNS * (1 + 2 * CALLS_PER_TURN + 1)
+            # pop, clear and their rollback, awaited.
+            items = await session.get_items()
+            popped = await session.pop_item()
+            assert popped == log[-1]
+            await session.clear_session()
+            assert await session.get_items() == []
+            pop = next(c.id for c in await inner.compactions() if c.strategy == "pop")
+            assert pop is not None
+            with pytest.raises(InvalidInputError, match="rollback_async"):
+                session.rollback(pop)
+            await session.rollback_async(pop)  # the pop and the clear after it
+            assert await session.get_items() == items
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    # The same session over the sync store: what the async one stored.
+    with CompactStore.open(str(tmp_path / "async-agents.db")) as sync_store:
+        again = CompactSession("agents-async", sync_store, context_window=WINDOW)
+        assert len(again.session.messages()) == TURNS * (1 + 2 * CALLS_PER_TURN + 1)
+        with pytest.raises(InvalidInputError, match="over a CompactStore"):
+            asyncio.run(again.async_session())
+
+
 @pytest.mark.slow  # a second process
 @pytest.mark.parametrize("name", ["openai_agents_session.py", "responses_loop.py"])
 def test_example_runs(name: str) -> None:

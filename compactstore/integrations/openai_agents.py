@@ -8,8 +8,10 @@
                               run_config=session.run_config(), hooks=session.hooks())
 
 ``CompactSession`` implements the SDK's ``Session`` protocol over a session of format
-``responses``. The store is the sync :class:`~compactstore.CompactStore`; its calls run off the
-event loop (``asyncio.to_thread``).
+``responses``, over either store: a sync :class:`~compactstore.CompactStore`, whose calls run
+off the event loop (``asyncio.to_thread``), or an :class:`~compactstore.AsyncCompactStore`,
+whose coroutines it awaits (its session is opened on the first call, as opening is a
+coroutine; :meth:`CompactSession.async_session` gives it).
 
 - **Verbatim**: the SDK's items are stored as the SDK gives them, its own keys included
   (``provider_data``; ``call_id`` on ``local_shell_call_output``). What goes to the model is
@@ -24,7 +26,8 @@ event loop (``asyncio.to_thread``).
   stored it appends nothing.
 - :meth:`hooks` records the usage the model reports (``input_tokens``) after every call.
 - ``clear_session`` and ``pop_item`` are recorded edits (strategies ``clear`` and ``pop``),
-  undone by :meth:`rollback` (``Session.rollback(compaction_id=...)``).
+  undone by :meth:`rollback` (``Session.rollback(compaction_id=...)``; over an async store
+  :meth:`rollback_async`).
 - :meth:`recall_tool` is the ``recall`` tool as a ``FunctionTool`` answering from the log.
 """
 
@@ -36,6 +39,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from compactstore.aio import AsyncCompactStore
+from compactstore.aio_session import AsyncSession
 from compactstore.errors import InvalidInputError, MissingExtraError
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
@@ -93,7 +98,7 @@ class _Hooks(RunHooks[Any]):
     ) -> None:
         tokens = response.usage.input_tokens
         if tokens > 0:
-            await asyncio.to_thread(self._owner.session.record_usage, tokens)
+            await self._owner._call("record_usage", tokens)
 
 
 class CompactSession:
@@ -101,8 +106,13 @@ class CompactSession:
 
     Args:
         session_id: the compactstore session id (created when new).
-        store: an open :class:`~compactstore.CompactStore`.
-        context_window, config: as :meth:`CompactStore.session` takes them.
+        store: an open :class:`~compactstore.CompactStore` or
+            :class:`~compactstore.AsyncCompactStore`.
+        context_window, config: as :meth:`CompactStore.session` takes them (over an async
+            store they are checked when the session is first used).
+
+    Raises:
+        InvalidInputError: ``store`` is neither store.
     """
 
     session_settings: Any = None
@@ -110,20 +120,27 @@ class CompactSession:
     def __init__(
         self,
         session_id: str,
-        store: CompactStore,
+        store: CompactStore | AsyncCompactStore,
         *,
         context_window: int | None = None,
         config: CompactionConfig | None = None,
     ) -> None:
-        if not isinstance(store, CompactStore):
-            raise InvalidInputError(
-                f"CompactSession takes a CompactStore, got {type(store).__name__}"
-            )
         self.session_id = session_id
         self.store = store
-        self.session: Session = store.session(
-            session_id, context_window=context_window, format="responses", config=config
-        )
+        self._sync: Session | None = None
+        self._async: AsyncSession | None = None
+        self._context_window, self._config = context_window, config
+        # recall_tool() was called: turn the recall line on when the async session opens.
+        self._recall_pending = False
+        if isinstance(store, CompactStore):
+            self._sync = store.session(
+                session_id, context_window=context_window, format="responses", config=config
+            )
+        elif not isinstance(store, AsyncCompactStore):
+            raise InvalidInputError(
+                f"CompactSession takes a CompactStore or an AsyncCompactStore, got "
+                f"{type(store).__name__}"
+            )
         # Items one path (the filter or add_items) stored that the other has not seen yet.
         self._unclaimed: Counter[str] = Counter()
         # The input items the filter knows are stored (keys), in input order: the history
@@ -134,16 +151,58 @@ class CompactSession:
     def __repr__(self) -> str:
         return f"CompactSession({self.session_id!r})"
 
+    @property
+    def session(self) -> Session:
+        """The compactstore :class:`~compactstore.Session` (over a sync store).
+
+        Raises:
+            InvalidInputError: over an AsyncCompactStore (use :meth:`async_session`).
+        """
+        if self._sync is None:
+            raise InvalidInputError(
+                "this CompactSession is over an AsyncCompactStore: use "
+                "`await session.async_session()`"
+            )
+        return self._sync
+
+    async def async_session(self) -> AsyncSession:
+        """The compactstore :class:`~compactstore.AsyncSession` (over an async store),
+        opened (created when new) on the first call.
+
+        Raises:
+            InvalidInputError: over a sync store (use :attr:`session`).
+        """
+        if not isinstance(self.store, AsyncCompactStore):
+            raise InvalidInputError("this CompactSession is over a CompactStore: use .session")
+        if self._async is None:
+            self._async = await self.store.session(
+                self.session_id,
+                context_window=self._context_window,
+                format="responses",
+                config=self._config,
+            )
+        if self._recall_pending:
+            self._recall_pending = False
+            await self._async.recall_tool()
+        return self._async
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``name`` of the compactstore session: off the loop (sync store) or awaited."""
+        if self._sync is not None:
+            return await asyncio.to_thread(getattr(self._sync, name), *args, **kwargs)
+        session = await self.async_session()
+        return await getattr(session, name)(*args, **kwargs)
+
     # -- the Session protocol -----------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The active context (compacted), newest ``limit`` items when given."""
         async with self._lock:
-            items = await asyncio.to_thread(self.session.active_context)
+            items: list[Any] = await self._call("active_context")
             if limit is not None:
                 items = items[-limit:] if limit > 0 else []
             self._known = [_key(item) for item in items]
-            return items  # type: ignore[return-value]
+            return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items the filter has not stored already."""
@@ -155,24 +214,39 @@ class CompactSession:
         there is none. A recorded edit (strategy ``pop``): ``rollback(compaction_id=...)``
         undoes it; the log keeps the item."""
         async with self._lock:
-            item = await asyncio.to_thread(self.session.pop)
+            item: TResponseInputItem | None = await self._call("pop")
             self._known = []
-            return item  # type: ignore[return-value]
+            return item
 
     async def clear_session(self) -> None:
         """Empty the context: a boundary with strategy ``clear`` that keeps nothing (no
         pins, no summary), so ``get_items()`` returns ``[]``. ``rollback(compaction_id=...)``
         undoes it; the log keeps everything."""
         async with self._lock:
-            await asyncio.to_thread(self.session.clear)
+            await self._call("clear")
             self._known = []
             self._unclaimed.clear()
 
     def rollback(self, compaction_id: int) -> None:
         """Undo compaction ``compaction_id`` (a clear, a pop or any other) and every
-        compaction recorded after it (``Session.rollback(compaction_id=...)``)."""
-        self.session.rollback(compaction_id=compaction_id)
+        compaction recorded after it (``Session.rollback(compaction_id=...)``).
+
+        Raises:
+            InvalidInputError: over an AsyncCompactStore (use :meth:`rollback_async`).
+        """
+        if self._sync is None:
+            raise InvalidInputError(
+                "this CompactSession is over an AsyncCompactStore: use "
+                "`await session.rollback_async(compaction_id)`"
+            )
+        self._sync.rollback(compaction_id=compaction_id)
         self._known = []
+
+    async def rollback_async(self, compaction_id: int) -> None:
+        """:meth:`rollback` as a coroutine, over either store."""
+        async with self._lock:
+            await self._call("rollback", compaction_id=compaction_id)
+            self._known = []
 
     # -- run configuration --------------------------------------------------------------
 
@@ -186,12 +260,16 @@ class CompactSession:
         return _Hooks(self)
 
     def recall_tool(self) -> FunctionTool:
-        """The ``recall`` tool; turns on the summary's recall line."""
-        self.session.recall_tool()
-        session = self.session
+        """The ``recall`` tool; turns on the summary's recall line (over an async store,
+        when the session is next used)."""
+        if self._sync is not None:
+            self._sync.recall_tool()
+        else:
+            self._recall_pending = True
 
         async def invoke(context: RunContextWrapper[Any], arguments: str) -> str:
-            return await asyncio.to_thread(session.recall, arguments)
+            answer: str = await self._call("recall", arguments)
+            return answer
 
         return FunctionTool(
             name=RECALL_TOOL_NAME,
@@ -218,8 +296,8 @@ class CompactSession:
                 tail = given[start:]
             await self._store_new(tail)
             self._known = keys
-            await asyncio.to_thread(self.session.process_request)
-            view = await asyncio.to_thread(self.session.active_context)
+            await self._call("process_request")
+            view: list[dict[str, Any]] = await self._call("active_context")
         sent = [wire_item(item) for item in view]
         return ModelInputData(
             input=sent,  # type: ignore[arg-type]
@@ -235,5 +313,5 @@ class CompactSession:
                 continue
             new.append(item)
         if new:
-            await asyncio.to_thread(self.session.extend, new)
+            await self._call("extend", new)
             self._unclaimed.update(_key(item) for item in new)
