@@ -1182,6 +1182,7 @@ def test_db_upgrade_and_current(db_url: str) -> None:
         "current": None,
         "head": head_revision(),
         "up_to_date": False,
+        "usable": False,
     }
     out = ok(invoke(db_url, "db", "upgrade")).stdout
     assert out.endswith(f": schema at {head_revision()}\n")

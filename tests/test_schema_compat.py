@@ -8,6 +8,7 @@ opened with this code.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,6 +282,17 @@ def test_a_schema_one_additive_revision_newer_is_read_and_written(db_url: str, n
     upgraded = CliRunner().invoke(cli, ["db", "upgrade", "--db", db_url])
     assert upgraded.exit_code == 0, upgraded.output
     assert "a0dd17e0001a" in upgraded.output
+    current = CliRunner().invoke(cli, ["db", "current", "--json", "--db", db_url])
+    assert json.loads(current.output) == {
+        "current": "a0dd17e0001a",
+        "head": head_revision(),
+        "up_to_date": False,
+        "usable": True,
+    }
+    shown = CliRunner().invoke(cli, ["db", "current", "--db", db_url])
+    assert shown.output.endswith(
+        "one additive revision newer than this version: read and written as it is\n"
+    )
 
 
 def test_a_breaking_newer_revision_is_refused_naming_the_newer_version(
@@ -314,6 +326,8 @@ def test_two_additive_revisions_newer_are_refused(db_url: str, newer: Path) -> N
     _upgrade_with(db_url, newer)
     with pytest.raises(SchemaError, match=r"2 additive revisions newer.*compactstore db upgrade"):
         CompactStore.open(db_url)
+    current = CliRunner().invoke(cli, ["db", "current", "--json", "--db", db_url])
+    assert json.loads(current.output)["usable"] is False
     result = CliRunner().invoke(cli, ["show", "s", "--db", db_url])
     assert result.exit_code == 1
     assert "2 additive revisions newer" in result.output

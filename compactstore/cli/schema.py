@@ -50,14 +50,20 @@ def db_upgrade(db: str, as_json: bool) -> None:
 def db_current(db: str, as_json: bool) -> None:
     """Show the database's schema revision and this version's head.
 
+    A database one additive revision newer than this version is marked usable: this
+    version reads and writes it as it is.
+
     Example: compactstore db current --db agent.db
     """
-    from compactstore.db.migrate import head_revision, revision_of
+    from compactstore.db.migrate import head_revision, revision_of, usable_as_is
 
     current = revision_of(db)
     head = head_revision()
+    usable = current is not None and usable_as_is(db)
     if as_json:
-        found = {"current": current, "head": head, "up_to_date": current == head}
+        found = {"current": current, "head": head, "up_to_date": current == head, "usable": usable}
         click.echo(render.json_text(found))
     else:
         click.echo(f"current: {current or 'none'}\nhead:    {head}")
+        if usable and current != head:
+            click.echo("one additive revision newer than this version: read and written as it is")

@@ -69,6 +69,7 @@ __all__ = [
     "record_revision",
     "revision_of",
     "stored_revision",
+    "usable_as_is",
 ]
 
 # The kinds a revision file may declare (its module-level ``kind``).
@@ -154,6 +155,32 @@ def revision_of(db: str) -> str | None:
     engine = create_engine_for(url, read_only=True)
     try:
         return database_errors(describe(url), lambda: current_revision(engine))
+    finally:
+        engine.dispose()
+
+
+def usable_as_is(db: str) -> bool:
+    """Whether this version reads and writes the database given by path or URL as it is:
+    its schema is at head, or one additive revision newer (read without writing).
+
+    Raises:
+        NotFoundError: there is no SQLite file at the path.
+    """
+    url = normalize_url(db)
+    engine = create_engine_for(url, read_only=True)
+
+    def check() -> bool:
+        with engine.connect() as connection:
+            current, head = stored_revision(connection), head_revision()
+            if current == head:
+                return True
+            try:
+                return _one_additive_step_newer(connection, current, head, describe(url))
+            except SchemaError:
+                return False
+
+    try:
+        return database_errors(describe(url), check)
     finally:
         engine.dispose()
 
