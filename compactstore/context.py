@@ -13,13 +13,15 @@ from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
+from compactstore.editable import longest_open_result_of, open_media
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
-from compactstore.media import media_blocks, user_media
 from compactstore.models import CompactionConfig, SummaryState
+from compactstore.pairs import advance_open_calls, match_pairs, newest_turn
+from compactstore.thinking import ThinkingIndex, TurnState, merged_ranges, within
 from compactstore.tokens import TokenCounter, estimate_tokens, message_tokens
 
 __all__ = [
@@ -28,16 +30,8 @@ __all__ = [
     "ActiveContext",
     "BoundaryInfo",
     "ContextMessage",
-    "LiveEdit",
-    "LoggedMessage",
     "MessageState",
-    "StoredSummary",
-    "assemble",
     "json_copy",
-    "legal_cuts",
-    "logged_message",
-    "match_pairs",
-    "pairing_problems",
 ]
 
 MessageState = Literal[
@@ -187,7 +181,8 @@ class ActiveContext:
         """A token this context shares with the contexts :meth:`extended` made from it, and
         with no other: while two contexts have the same lineage, the longer one is the
         shorter with messages appended (any other change makes a new context by
-        ``replace``, which starts a lineage of its own)."""
+        ``replace``, which starts a lineage of its own) — though with thinking, an append
+        may also change which earlier messages' thinking the wire view sends (SPEC §9.0)."""
         return object()
 
     @cached_property
@@ -200,7 +195,7 @@ class ActiveContext:
         ranges = self.thinking_ranges
         return tuple(
             item.message
-            if item.thinking_tokens is None or _within(index, ranges)
+            if item.thinking_tokens is None or within(index, ranges)
             else self._stripped(item)
             for index, item in enumerate(items)
         )
@@ -263,7 +258,7 @@ class ActiveContext:
         ranges = [(0, end) if self.config.preserved_thinking else (start, max(start, end))]
         if turn.continuing:
             ranges.append((start, n))
-        return _merged_ranges(ranges)
+        return merged_ranges(ranges)
 
     @cached_property
     def thinking_tokens(self) -> int:
@@ -278,7 +273,7 @@ class ActiveContext:
 
     def sends_thinking(self, index: int) -> bool:
         """Whether the wire view sends the thinking of ``items[index]`` (if it has any)."""
-        return _within(index, self.thinking_ranges)
+        return within(index, self.thinking_ranges)
 
     def settled(self, version: int) -> ActiveContext:
         """This context with its engines' pending changes recorded at ``version``."""
@@ -311,11 +306,11 @@ class ActiveContext:
         agent crashed mid-tool) would make the API refuse the request; the calls of the
         newest assistant turn, followed by tool results only, may still be running.
         """
-        newest = _newest_turn(self.kept)
+        newest = newest_turn(self.kept)
         if all(index >= newest for indexes in self.unanswered.values() for index in indexes):
             return self  # the usual case, seen without a pass over the whole context
         kept = [item for item in self.kept if item.state != "synthetic"]
-        newest = _newest_turn(kept)
+        newest = newest_turn(kept)
         open_ids: dict[int, set[str]] = {}  # index of the calling message -> its open ids
         for call_id, indexes in match_pairs(kept).open.items():
             for index in indexes:
@@ -385,7 +380,7 @@ class ActiveContext:
     def longest_open_result(self) -> int:
         """Length of the longest tool result an engine may still persist or clear: in the
         log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
-        return _longest_open_result(self.kept)
+        return longest_open_result_of(self.kept)
 
     @cached_property
     def open_media_blocks(self) -> int:
@@ -443,14 +438,14 @@ class ActiveContext:
             else:
                 derived["wire"] = _extended_wire(self, new, added, start)
         if "unanswered" in known:
-            derived["unanswered"] = _advance(
+            derived["unanswered"] = advance_open_calls(
                 dict(known["unanswered"]), enumerate(added, start=len(self.kept))
             )
         if "newest_assistant_at" in known:
             times = [known["newest_assistant_at"], _newest_assistant_at(added)]
             derived["newest_assistant_at"] = max((t for t in times if t is not None), default=None)
         if "longest_open_result" in known:
-            longest = max(known["longest_open_result"], _longest_open_result(added))
+            longest = max(known["longest_open_result"], longest_open_result_of(added))
             derived["longest_open_result"] = longest
         if "open_media_blocks" in known:
             added_media = sum(found.blocks for found in open_media(added))
@@ -549,57 +544,6 @@ class ActiveContext:
         return names
 
 
-class ThinkingIndex(NamedTuple):
-    """The messages of a context that carry thinking: their indexes in ``items`` and the
-    running total of their thinking tokens (``cum[k]``: the first k + 1 of them)."""
-
-    at: tuple[int, ...]
-    cum: tuple[int, ...]
-
-    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> ThinkingIndex:
-        at, cum = list(self.at), list(self.cum)
-        for index, item in items:
-            if item.thinking_tokens is not None:
-                at.append(index)
-                cum.append((cum[-1] if cum else 0) + item.thinking_tokens)
-        if len(at) == len(self.at):
-            return self
-        return ThinkingIndex(tuple(at), tuple(cum))
-
-    def between(self, start: int, end: int) -> int:
-        """Thinking tokens of the messages at indexes start <= i < end."""
-        first, last = bisect_left(self.at, start), bisect_left(self.at, end)
-        if last <= first:
-            return 0
-        return self.cum[last - 1] - (self.cum[first - 1] if first else 0)
-
-
-class TurnState(NamedTuple):
-    """Where the newest assistant turn starts (the first assistant message after the last
-    user or system message before the newest assistant message; None: no assistant
-    message yet), and the indexes of the last user-or-system and assistant messages."""
-
-    start: int | None
-    last_user: int
-    last_assistant: int
-
-    @property
-    def continuing(self) -> bool:
-        """Only tool results follow the newest assistant message: a request continues it."""
-        return self.last_assistant > self.last_user
-
-    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> TurnState:
-        start, last_user, last_assistant = self
-        for index, item in items:
-            if item.kind == "assistant":
-                if start is None or last_user > last_assistant:
-                    start = index
-                last_assistant = index
-            elif item.kind != "tool":
-                last_user = index
-        return TurnState(start, last_user, last_assistant)
-
-
 _SETTLED = (
     "items",
     "wire",
@@ -611,20 +555,6 @@ _SETTLED = (
     "message_tokens_sum",
     "raw_tokens",
 )
-
-
-def _within(index: int, ranges: Sequence[tuple[int, int]]) -> bool:
-    return any(a <= index < b for a, b in ranges)
-
-
-def _merged_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(r for r in ranges if r[0] < r[1]):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-        else:
-            merged.append((a, b))
-    return tuple(merged)
 
 
 def _carry(old: ActiveContext, new: ActiveContext, names: Iterable[str]) -> None:
@@ -643,64 +573,19 @@ def _extended_wire(
     before, after = old.thinking_ranges, new.thinking_ranges
     wire = old.wire + tuple(
         item.message
-        if item.thinking_tokens is None or _within(index, after)
+        if item.thinking_tokens is None or within(index, after)
         else new._stripped(item)
         for index, item in enumerate(added, start=start)
     )
-    if before == _merged_ranges((a, min(b, start)) for a, b in after):
+    if before == merged_ranges((a, min(b, start)) for a, b in after):
         return wire
     items, at = new.items, new._thinking_index.at
     changed = list(wire)
     for index in at[: bisect_left(at, start)]:
-        if _within(index, before) != _within(index, after):
+        if within(index, before) != within(index, after):
             item = items[index]
-            changed[index] = item.message if _within(index, after) else new._stripped(item)
+            changed[index] = item.message if within(index, after) else new._stripped(item)
     return tuple(changed)
-
-
-def _longest_open_result(items: Sequence[ContextMessage]) -> int:
-    return max(
-        (
-            len(result.text)
-            for item in items
-            if item.seq is not None and not item.pinned
-            for result in item.results
-            if result.replaceable and result.tool_use_id not in item.edited_ids
-        ),
-        default=0,
-    )
-
-
-class OpenMedia(NamedTuple):
-    """Media still in the context whole: in a tool result (``tool_use_id``) or at the top of
-    a user message's content (``tool_use_id`` None)."""
-
-    at: int  # index in the items given
-    tool_use_id: str | None
-    blocks: int
-    # False for a pinned message, which never changes: it counts, but stays.
-    movable: bool
-
-
-def open_media(items: Sequence[ContextMessage]) -> list[OpenMedia]:
-    """Every tool result and user message with media still in the context whole (in the
-    log, not persisted or cleared), oldest first; what ``max_media_in_context`` limits."""
-    found: list[OpenMedia] = []
-    for index, item in enumerate(items):
-        if item.seq is None:
-            continue
-        movable = not item.pinned
-        for result in item.results:
-            if (
-                result.has_media
-                and result.replaceable
-                and result.tool_use_id not in item.edited_ids
-            ):
-                count = sum(1 for _ in media_blocks(result.blocks))
-                found.append(OpenMedia(index, result.tool_use_id, count, movable))
-        if item.kind != "assistant" and (count := len(user_media(item.message))):
-            found.append(OpenMedia(index, None, count, movable))
-    return found
 
 
 def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:
@@ -712,202 +597,3 @@ def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:
         ),
         default=None,
     )
-
-
-def _newest_turn(kept: Sequence[ContextMessage]) -> int:
-    """Index where the newest turn starts (-1 for none): the newest message that is not a
-    tool result, or, where a turn is several assistant items (responses), the first of them.
-    The calls of that turn may still be running."""
-    index = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].kind != "tool"), -1)
-    while index > 0 and kept[index].joins_turn and kept[index - 1].joins_turn:
-        index -= 1
-    return index
-
-
-class Pairs(NamedTuple):
-    """How the results of a run of messages pair with its calls (see :func:`match_pairs`)."""
-
-    # (index of a result's message, tool-use id) -> index of the message of the call it answers.
-    answers: dict[tuple[int, str], int]
-    # Calls no result answers: tool-use id -> indexes of the messages that made them.
-    open: dict[str, tuple[int, ...]]
-    # Results that answer no call (none is open with their id): (index, tool-use id).
-    stray: list[tuple[int, str]]
-
-
-def match_pairs(items: Sequence[ContextMessage]) -> Pairs:
-    """Pair results with calls keyed by (id, call seq), as the store does on append
-    (SPEC §9.0): a result answers the newest unanswered call of its id before it (a
-    message's results are read before its calls). One pass, O(n)."""
-    answers: dict[tuple[int, str], int] = {}
-    stray: list[tuple[int, str]] = []
-    open_calls = _advance({}, enumerate(items), answers, stray)
-    return Pairs(answers, open_calls, stray)
-
-
-def _advance(
-    open_calls: dict[str, tuple[int, ...]],
-    items: Iterable[tuple[int, ContextMessage]],
-    answers: dict[tuple[int, str], int] | None = None,
-    stray: list[tuple[int, str]] | None = None,
-) -> dict[str, tuple[int, ...]]:
-    """``open_calls`` (changed in place, and returned) after the (index, message) pairs."""
-    for index, item in items:
-        for result in item.results:
-            waiting = open_calls.get(result.tool_use_id)
-            if waiting:
-                if answers is not None:
-                    answers[(index, result.tool_use_id)] = waiting[-1]
-                if len(waiting) > 1:
-                    open_calls[result.tool_use_id] = waiting[:-1]
-                else:
-                    del open_calls[result.tool_use_id]
-            elif stray is not None:
-                stray.append((index, result.tool_use_id))
-        for call in item.calls:
-            open_calls[call.id] = (*open_calls.get(call.id, ()), index)
-    return open_calls
-
-
-def pairing_problems(items: Sequence[ContextMessage]) -> list[str]:
-    """Why these messages would be refused by an API that pairs tool calls with results.
-
-    Every result must follow its call (the newest unanswered call of its id); every call
-    must have a result, except those of the newest assistant turn while only tool results
-    follow it (they may still be running). Empty when the context is valid.
-    """
-    problems: list[str] = []
-    pairs = match_pairs(items)
-    first_call: dict[str, int] = {}
-    for index, item in enumerate(items):
-        for call in item.calls:
-            first_call.setdefault(call.id, index)
-    for index, call_id in pairs.stray:
-        if first_call.get(call_id, index) < index:
-            problems.append(f"call {call_id!r} has two results")
-        else:
-            problems.append(f"result for {call_id!r} has no earlier call")
-    newest = _newest_turn(items)
-    for call_id, indexes in pairs.open.items():
-        late = [index for index in indexes if index < newest]
-        problems.extend(f"call {call_id!r} (message {index}) has no result" for index in late)
-    return problems
-
-
-def legal_cuts(items: Sequence[ContextMessage]) -> list[bool]:
-    """For each index i (0..len), whether starting a context at items[i] keeps pairs whole.
-
-    A cut at i is legal when no tool call before i has its result at or after i (pairs
-    keyed by (id, call seq): :func:`match_pairs`), and items[i - 1] is not glued to
-    items[i]. Computed once in O(n) and shared by every stage that cuts.
-    """
-    # spans[i] counts the pairs open across the gap just before index i.
-    delta = [0] * (len(items) + 2)
-    for (index, _), start in match_pairs(items).answers.items():
-        if start < index:
-            delta[start + 1] += 1
-            delta[index + 1] -= 1
-    legal: list[bool] = []
-    open_pairs = 0
-    for index in range(len(items) + 1):
-        open_pairs += delta[index]
-        # A glued message (a reasoning item) is never cut from the one after it.
-        legal.append(open_pairs == 0 and not (0 < index < len(items) and items[index - 1].glued))
-    return legal
-
-
-# -- assembling the context from what is stored (SPEC §4) -----------------------------------
-
-
-class LoggedMessage(NamedTuple):
-    """A message of the log as the context needs it."""
-
-    seq: int
-    payload: str
-    tokens: int
-    created_at: float
-    pinned: str | None  # why it is pinned (system, request, user), None when it is not
-    dedup_of_seq: int | None
-    context_version: int | None  # an assistant message: the context version it answered
-
-
-class LiveEdit(NamedTuple):
-    """The latest live replacement a compaction gave a message of the kept part."""
-
-    payload: str
-    tokens: int
-    state: MessageState  # persisted or cleared
-    edited_ids: frozenset[str]  # tool-use ids of its results edited so far
-
-
-class StoredSummary(NamedTuple):
-    """The live boundary: where it cuts, and the summary message standing for the rest."""
-
-    boundary: BoundaryInfo
-    payload: str
-    tokens: int
-
-
-def logged_message(fmt: MessageFormat, row: LoggedMessage, edit: LiveEdit | None) -> ContextMessage:
-    """A message of the kept part, with its live edit applied."""
-    state: MessageState
-    if edit is not None:
-        payload, tokens, state, edited = edit
-    else:
-        payload, tokens, edited = row.payload, row.tokens, frozenset[str]()
-        state = (
-            "pinned"
-            if row.pinned is not None
-            else "deduplicated"
-            if row.dedup_of_seq is not None
-            else "original"
-        )
-    return ContextMessage.build(
-        fmt,
-        json.loads(payload),
-        payload=payload,
-        tokens=tokens,
-        seq=row.seq,
-        state=state,
-        created_at=row.created_at,
-        edited_ids=edited,
-        context_version=row.context_version,
-    )
-
-
-def assemble(
-    fmt: MessageFormat,
-    rows: Sequence[LoggedMessage],
-    edits: dict[int, LiveEdit],
-    summary: StoredSummary | None,
-) -> tuple[tuple[ContextMessage, ...], tuple[ContextMessage, ...]]:
-    """The context's (head, kept) from the latest live boundary (SPEC §4).
-
-    ``rows`` are the pinned messages and every message from the boundary's first kept seq
-    on, in log order. The head is the pinned messages that precede the kept part, then the
-    boundary's summary; the kept part is the messages from the first kept seq on, each with
-    its live edit. Crash-orphaned calls are not answered here (see ActiveContext.answered).
-    """
-    first_kept = summary.boundary.first_kept_seq if summary is not None else 0
-    head: list[ContextMessage] = []
-    kept: list[ContextMessage] = []
-    for row in rows:
-        edit = edits.get(row.seq)
-        if edit is not None and edit.state == "removed":
-            continue  # pop_item took it out of the context (the log keeps it)
-        if row.seq < first_kept:  # only pinned messages are read before the kept part
-            head.append(logged_message(fmt, row, None))
-        else:
-            kept.append(logged_message(fmt, row, edit))
-    if summary is not None:
-        head.append(
-            ContextMessage.build(
-                fmt,
-                json.loads(summary.payload),
-                payload=summary.payload,
-                tokens=summary.tokens,
-                seq=None,
-                state="summary",
-            )
-        )
-    return tuple(head), tuple(kept)

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from openai.types.responses import ResponseInputItemParam
 
 from compactstore import CompactionConfig, CompactStore, InvalidMessageError, Session
-from compactstore.context import legal_cuts
 from compactstore.formats import get_format
 from compactstore.formats.responses import ITEM_CLASSES, NO_STAND_IN, ResponsesFormat
 from compactstore.formats.sdk_types import check_sdk_types, sdk_problems
+from compactstore.pairs import legal_cuts
 from tests.helpers import T0, scratch_store, words
 
 FMT = get_format("responses")

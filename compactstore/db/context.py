@@ -1,6 +1,6 @@
 """Reading the active context from the rows, and the boundaries and compactions that cut it.
 
-The rule that puts the rows together is :func:`compactstore.context.assemble`; this module
+The rule that puts the rows together is :func:`compactstore.assembly.assemble`; this module
 only reads them.
 """
 
@@ -22,17 +22,14 @@ from sqlalchemy import (
     update,
 )
 
-from compactstore.context import (
-    ActiveContext,
-    BoundaryInfo,
-    ContextMessage,
+from compactstore.assembly import (
     LiveEdit,
     LoggedMessage,
-    MessageState,
     StoredSummary,
     assemble,
     logged_message,
 )
+from compactstore.context import ActiveContext, BoundaryInfo, ContextMessage, MessageState
 from compactstore.db.common import SID, columns
 from compactstore.db.history import next_context_version
 from compactstore.db.schema import (
@@ -191,7 +188,7 @@ def load_context(
     as_of: AsOf | None = None,
 ) -> ActiveContext:
     """Read what the active context is assembled from (SPEC §4; the rule is
-    :func:`compactstore.context.assemble`): the live boundary, the pinned messages and every
+    :func:`compactstore.assembly.assemble`): the live boundary, the pinned messages and every
     message from its first kept seq on, and their live edits. With ``as_of`` the context is
     rebuilt as it stood just before a recorded compaction (for replay).
     """

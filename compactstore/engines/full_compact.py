@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from compactstore.context import ActiveContext, ContextMessage, legal_cuts
+from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines import summary
 from compactstore.engines.base import (
     Cut,
@@ -25,6 +25,7 @@ from compactstore.engines.base import (
 )
 from compactstore.media import without_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
+from compactstore.pairs import legal_cuts
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from compactstore.context import ActiveContext, ContextMessage, legal_cuts
+from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines import full_compact, summary, tool_budget
 from compactstore.engines.base import (
     Cut,
@@ -25,6 +25,7 @@ from compactstore.engines.base import (
 )
 from compactstore.engines.full_compact import rule_summary
 from compactstore.models import CompactStrategy, CompactTrigger
+from compactstore.pairs import legal_cuts
 
 __all__ = ["Recovery", "limit", "recover", "truncate"]
 

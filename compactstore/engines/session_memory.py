@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from compactstore.context import ActiveContext, legal_cuts
+from compactstore.context import ActiveContext
 from compactstore.engines import summary
 from compactstore.engines.base import Cut, EngineInputs, StageResult, nearest_legal_cut
 from compactstore.engines.full_compact import header
 from compactstore.models import CompactStrategy, CompactTrigger, MemoryEntry
+from compactstore.pairs import legal_cuts
 from compactstore.tokens import TokenCounter
 
 __all__ = ["MemoryProvider", "run", "select_memory"]

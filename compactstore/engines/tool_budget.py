@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from compactstore.context import ActiveContext, ContextMessage, open_media
+from compactstore.context import ActiveContext, ContextMessage
+from compactstore.editable import open_media
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.formats import ToolResult
 from compactstore.formats.base import storage_json

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compactstore import summary_audit as audit
-from compactstore.context import ActiveContext, pairing_problems
+from compactstore.context import ActiveContext
 from compactstore.db import model_calls
 from compactstore.engines.summary import file_actions
 from compactstore.errors import MissingExtraError
@@ -21,6 +21,7 @@ from compactstore.formats import get_format
 from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_problems
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
+from compactstore.pairs import pairing_problems
 from compactstore.simulate.real_tokens import RealTokens
 from compactstore.simulate.recall_check import RecallCheck
 from compactstore.simulate.reference import reference_agreement

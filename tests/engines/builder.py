@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.context import ActiveContext, ContextMessage, MessageState, pairing_problems
+from compactstore.context import ActiveContext, ContextMessage, MessageState
 from compactstore.formats import get_format
 from compactstore.models import CompactionConfig
+from compactstore.pairs import pairing_problems
 from compactstore.tokens import estimate_tokens, message_tokens
 from tests.helpers import assistant, call_id, calls_message, result_message, user, words
 
