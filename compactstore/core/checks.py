@@ -16,12 +16,8 @@ from compactstore.errors import InvalidInputError, InvalidMessageError, NotFound
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import ResultContent, check_nesting, storage_json
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
-from compactstore.media import (
-    ANTHROPIC_RESULT_BLOCKS,
-    MEDIA_BLOCK_TYPES,
-    RESPONSES_RESULT_PARTS,
-    check_media_block,
-)
+from compactstore.media import ANTHROPIC_RESULT_BLOCKS, MEDIA_BLOCK_TYPES, RESPONSES_RESULT_PARTS
+from compactstore.media_checks import check_media_block
 from compactstore.models import MEMORY_KINDS, CompactionConfig
 from compactstore.tokens import TokenCounter, message_tokens
 

@@ -29,7 +29,7 @@ from compactstore.formats.base import (
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
 from compactstore.frozen import FrozenDict, freeze
-from compactstore.media import check_user_media
+from compactstore.media_checks import check_user_media
 
 __all__ = ["AnthropicFormat"]
 

@@ -16,7 +16,8 @@ from compactstore.formats.base import (
     content_blocks,
     type_name,
 )
-from compactstore.media import MEDIA_BLOCK_TYPES, check_media_block
+from compactstore.media import MEDIA_BLOCK_TYPES
+from compactstore.media_checks import check_media_block
 
 __all__ = ["check_tool_use", "check_tool_use_content", "tool_use_calls"]
 

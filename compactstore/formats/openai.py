@@ -23,7 +23,7 @@ from compactstore.formats.base import (
     type_name,
 )
 from compactstore.formats.result_messages import ResultMessageFormat
-from compactstore.media import check_user_media
+from compactstore.media_checks import check_user_media
 
 __all__ = ["OpenAIFormat"]
 

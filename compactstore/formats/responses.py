@@ -43,12 +43,8 @@ from compactstore.formats.base import (
     result_blocks,
     type_name,
 )
-from compactstore.media import (
-    GENERATED_IMAGE,
-    MEDIA_BLOCK_TYPES,
-    check_media_block,
-    check_user_media,
-)
+from compactstore.media import GENERATED_IMAGE, MEDIA_BLOCK_TYPES
+from compactstore.media_checks import check_media_block, check_user_media
 
 __all__ = [
     "CALLS",

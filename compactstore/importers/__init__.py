@@ -43,7 +43,7 @@ from compactstore.importers.files import (
     open_transcript,
     parse_json,
 )
-from compactstore.media import note_bad_media
+from compactstore.media_checks import note_bad_media
 from compactstore.models import ImportedBoundary, ImportedMessage
 
 if TYPE_CHECKING:
