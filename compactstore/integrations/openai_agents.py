@@ -158,10 +158,13 @@ class CompactSession:
         Raises:
             InvalidInputError: over an AsyncCompactStore (use :meth:`async_session`).
         """
+        return self._over_sync("await session.async_session()")
+
+    def _over_sync(self, instead: str) -> Session:
+        """The sync session; over an AsyncCompactStore, an error naming ``instead``."""
         if self._sync is None:
             raise InvalidInputError(
-                "this CompactSession is over an AsyncCompactStore: use "
-                "`await session.async_session()`"
+                f"this CompactSession is over an AsyncCompactStore: use `{instead}`"
             )
         return self._sync
 
@@ -234,12 +237,8 @@ class CompactSession:
         Raises:
             InvalidInputError: over an AsyncCompactStore (use :meth:`rollback_async`).
         """
-        if self._sync is None:
-            raise InvalidInputError(
-                "this CompactSession is over an AsyncCompactStore: use "
-                "`await session.rollback_async(compaction_id)`"
-            )
-        self._sync.rollback(compaction_id=compaction_id)
+        sync = self._over_sync("await session.rollback_async(compaction_id)")
+        sync.rollback(compaction_id=compaction_id)
         self._known = []
 
     async def rollback_async(self, compaction_id: int) -> None:
