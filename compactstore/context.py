@@ -21,7 +21,7 @@ from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
 from compactstore.models import CompactionConfig, SummaryState
 from compactstore.pairs import advance_open_calls, match_pairs, newest_turn
-from compactstore.thinking import ThinkingIndex, TurnState, merged_ranges, within
+from compactstore.thinking import ThinkingIndex, TurnState, merged_ranges, sent_tokens, within
 from compactstore.tokens import TokenCounter, estimate_tokens, message_tokens
 
 __all__ = [
@@ -349,8 +349,9 @@ class ActiveContext:
 
     @cached_property
     def message_tokens_sum(self) -> int:
-        """Sum of the stored estimates of every message (thinking not included)."""
-        return sum(item.tokens for item in self.items)
+        """Sum of the stored estimates of every message the wire view sends (thinking
+        blocks not included: see :attr:`thinking_tokens`)."""
+        return sent_tokens(self.fmt, self.config, self.items)
 
     @cached_property
     def raw_tokens(self) -> int:
@@ -420,8 +421,8 @@ class ActiveContext:
         if "items" in known:
             derived["items"] = known["items"] + tuple(added)
         if "message_tokens_sum" in known:
-            derived["message_tokens_sum"] = known["message_tokens_sum"] + sum(
-                item.tokens for item in added
+            derived["message_tokens_sum"] = known["message_tokens_sum"] + sent_tokens(
+                self.fmt, config, added
             )
         if "_thinking_index" in known or "wire" in known:
             derived["_thinking_index"] = self._thinking_index.advanced(

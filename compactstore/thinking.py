@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
+    from compactstore.formats import MessageFormat
 
-__all__ = ["ThinkingIndex", "TurnState", "merged_ranges", "within"]
+__all__ = ["ThinkingIndex", "TurnState", "merged_ranges", "sent_tokens", "within"]
 
 
 class ThinkingIndex(NamedTuple):
@@ -76,3 +77,11 @@ def merged_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], .
         else:
             merged.append((a, b))
     return tuple(merged)
+
+
+def sent_tokens(fmt: MessageFormat, config: Any, items: Iterable[ContextMessage]) -> int:
+    """The stored estimates of the messages the wire view sends: a responses reasoning item
+    it leaves out (SPEC §9.4) costs nothing, as thinking left out costs nothing."""
+    if not fmt.leaves_messages_out:
+        return sum(item.tokens for item in items)
+    return sum(item.tokens for item in items if fmt.sent(item.message, config))

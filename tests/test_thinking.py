@@ -523,3 +523,30 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
                 # Exactly: every block before the first changed one is sent.
                 first = next((i for i in thinking_at if i not in unchanged), len(items))
                 assert [i for i in thinking_at if i < first] == [i for i in sent if i < first]
+
+
+def test_a_reasoning_item_the_wire_view_leaves_out_is_not_counted(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """responses without stored responses (SPEC §9.4): a reasoning item with no
+    encrypted_content is not sent, so usage does not count it either."""
+    sess = store.session("plain-reasoning", format="responses", config=plain(), now=T0)
+    sess.append({"type": "message", "role": "user", "content": "Port the parser"})
+    bare = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "a " * 400}],
+    }
+    sealed = {**bare, "id": "rs_2", "encrypted_content": "gAAAA" * 40}
+    call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
+    sess.extend([bare, call])
+    sess.append_tool_result("c1", "ok", tool_name="read")
+    sess.extend([sealed, {**call, "call_id": "c2"}])
+    sess.append_tool_result("c2", "ok", tool_name="read")
+    context = sess.context()
+    sent = [item for item in context.items if item.message.get("id") != "rs_1"]
+    assert [m.get("id") for m in sess.context_view() if m.get("type") == "reasoning"] == ["rs_2"]
+    assert context.raw_tokens == sum(item.tokens for item in sent)
+    assert reopen().get_session(sess.id).token_usage() == sess.token_usage()
+    kept = store.session("plain-reasoning", config=plain(responses_store=True))
+    assert kept.context().raw_tokens == sum(item.tokens for item in kept.context().items)

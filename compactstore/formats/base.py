@@ -191,6 +191,15 @@ class MessageFormat(ABC):
         default). ``messages`` are the caller's own copies; the result may reuse them."""
         return messages
 
+    def sent(self, message: Mapping[str, Any], config: Any) -> bool:
+        """Whether the wire view sends the message at all: its tokens count only then
+        (SPEC §9.0 "Usage counts exactly the thinking sent"). Formats whose wire view
+        leaves whole messages out say so with ``leaves_messages_out``."""
+        return True
+
+    # Whether sent() may be False for some message (responses: reasoning items).
+    leaves_messages_out: bool = False
+
     def wire_restart(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """The index from which the wire view of ``messages`` followed by more messages may
         differ from the wire view of ``messages`` alone; before it, the view is built from

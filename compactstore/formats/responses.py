@@ -27,6 +27,7 @@ exactly one class (:data:`ITEM_CLASSES`):
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from compactstore.formats.base import (
@@ -124,7 +125,7 @@ _ROLES = ("assistant", "developer", "system", "user")
 ERROR_PREFIX = "Error: "
 
 
-def item_type(item: dict[str, Any]) -> str:
+def item_type(item: Mapping[str, Any]) -> str:
     """An item's type; a message may leave ``type`` out (``EasyInputMessageParam``)."""
     value = item.get("type")
     if value is None and "role" in item:
@@ -431,16 +432,22 @@ class ResponsesFormat(MessageFormat):
             "content": [{"type": "output_text", "text": THINKING_NOTE}],
         }
 
+    leaves_messages_out = True
+
+    def sent(self, message: Mapping[str, Any], config: Any) -> bool:
+        """Without stored responses, a reasoning item that carries no ``encrypted_content``
+        cannot be resolved by the provider: it is not sent (nor counted)."""
+        return (
+            getattr(config, "responses_store", False)
+            or item_type(message) != "reasoning"
+            or bool(message.get("encrypted_content"))
+        )
+
     def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
-        """Without stored responses, reasoning items that carry no ``encrypted_content``
-        cannot be resolved by the provider: they are left out of what is sent."""
+        """The items :meth:`sent` keeps."""
         if getattr(config, "responses_store", False):
             return messages
-        return [
-            m
-            for m in messages
-            if not (item_type(m) == "reasoning" and not m.get("encrypted_content"))
-        ]
+        return [m for m in messages if self.sent(m, config)]
 
 
 def _is_text_part(part: Any) -> bool:
