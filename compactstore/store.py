@@ -483,6 +483,7 @@ class CompactStore:
                 config=stored_config,
                 count_tokens=self.token_counter,
                 location=self.location,
+                allow_block_types=self.allow_block_types,
             )
 
         return Session(self, self._write(tx))

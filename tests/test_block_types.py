@@ -291,6 +291,28 @@ def test_importers_replace_an_unlisted_block_by_a_note_and_warn(
     validate_with_sdk("anthropic", sess.active_context())
 
 
+def test_an_import_keeps_the_blocks_the_target_store_allows(tmp_path: Path) -> None:
+    lines = [
+        {"role": "user", "content": [{"type": "text", "text": "fix it"}, BANANA]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}, {"type": "image"}]},
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with (
+        CompactStore.open(tmp_path / "a.db", allow_block_types=["banana"]) as store,
+        pytest.warns(CompactStoreWarning) as warned,
+    ):
+        sess = import_file(store, path, session_id="s", format="anthropic")
+        logged = sess.messages()
+    # Only the block the store does not allow is noted (and warned about).
+    assert [str(w.message) for w in warned if "blocks are not allowed" in str(w.message)] == [
+        "t.jsonl line 2: 'image' blocks are not allowed in anthropic messages of that role; "
+        "replaced by a text note ('[image block left out]')"
+    ]
+    assert logged[0] == lines[0]
+    assert logged[1]["content"][1] == {"type": "text", "text": "[image block left out]"}
+
+
 # -- server-side tool blocks ------------------------------------------------------------------
 
 

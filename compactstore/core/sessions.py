@@ -33,6 +33,7 @@ from compactstore.errors import (
     NotFoundError,
 )
 from compactstore.formats import MessageFormat
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.models import CompactionConfig, ImportedBoundary, ImportedMessage, SessionInfo
 from compactstore.tokens import TokenCounter
 
@@ -128,6 +129,7 @@ def import_transcript(
     config: CompactionConfig,
     count_tokens: TokenCounter,
     location: str,
+    allow_block_types: BlockTypeExtension = NO_EXTENSION,
 ) -> repo.SessionRow:
     """Create a session holding a transcript and the compactions its agent did.
 
@@ -174,7 +176,14 @@ def import_transcript(
             seq = stored + offset  # messages are numbered from 0 in transcript order
             try:
                 pending.append(
-                    prepare_message(adapter, config, count_tokens, item.message, item.timestamp)
+                    prepare_message(
+                        adapter,
+                        config,
+                        count_tokens,
+                        item.message,
+                        item.timestamp,
+                        allow_block_types=allow_block_types,
+                    )
                 )
                 usage = None if item.usage is None else check_whole(item.usage, "usage")
                 calls.message(seq, pending[-1].tokens, usage, pending[-1].created_at)

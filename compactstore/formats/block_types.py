@@ -251,15 +251,18 @@ def check_block_types(
         raise InvalidMessageError(found[0].problem(format_name))
 
 
-def note_unlisted(format_name: str, message: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``message`` with each block its role may not carry replaced by a short text note
-    (``[banana block left out]``), and the types replaced; the message itself when none."""
-    found = unlisted_blocks(format_name, message)
+def note_unlisted(
+    format_name: str, message: dict[str, Any], extension: BlockTypeExtension = NO_EXTENSION
+) -> tuple[dict[str, Any], list[str]]:
+    """``message`` with each block its role may not carry (``extension`` included) replaced
+    by a short text note (``[banana block left out]``), and the types replaced; the message
+    itself when none."""
+    found = unlisted_blocks(format_name, message, extension)
     if not found:
         return message, []
     new = copy.deepcopy(message)
     for role, _, blocks in _block_lists(format_name, new):
-        allowed = allowed_block_types(format_name, role)
+        allowed = allowed_block_types(format_name, role, extension)
         for index, block in enumerate(blocks):
             kind = block.get("type") if isinstance(block, dict) else None
             if isinstance(kind, str) and kind not in allowed:

@@ -35,7 +35,7 @@ from compactstore.errors import (
     NotFoundError,
 )
 from compactstore.formats import FORMAT_NAMES, get_format
-from compactstore.formats.block_types import note_unlisted
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, note_unlisted
 from compactstore.importers.files import (
     Progress,
     Record,
@@ -173,10 +173,17 @@ class TranscriptBuilder:
     them out. Memory therefore stays bounded by the longest run of held messages.
     """
 
-    def __init__(self, name: str, source: str, format: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        format: str,
+        extension: BlockTypeExtension = NO_EXTENSION,
+    ) -> None:
         self.name = name
         self.source = source
         self.format = format
+        self._extension = extension  # block types the target store accepts beyond the lists
         self._adapter = get_format(format)
         self._held: deque[Entry] = deque()  # messages from index self._base on
         self._base = 0
@@ -303,7 +310,7 @@ class TranscriptBuilder:
     def _check(self, entry: Entry) -> None:
         # A block its role may not carry becomes a short text note (SPEC §9.0), once a
         # warning per type and file; then so does media the provider would refuse.
-        entry.message, replaced = note_unlisted(self.format, entry.message)
+        entry.message, replaced = note_unlisted(self.format, entry.message, self._extension)
         for kind in replaced:
             if kind not in self._noted:
                 self._noted.add(kind)
@@ -448,12 +455,16 @@ def _resolve(format: str | None) -> tuple[str | None, str | None]:
 
 
 def convert(
-    file: TranscriptFile, format: str | None = None, progress: Progress | None = None
+    file: TranscriptFile,
+    format: str | None = None,
+    progress: Progress | None = None,
+    extension: BlockTypeExtension = NO_EXTENSION,
 ) -> tuple[str, str, Iterator[Item]]:
     """Start converting a transcript: (its source, its session format, the items).
 
     The items are produced as the file is read and checked (see :class:`TranscriptBuilder`);
-    an error names the file's line. ``format`` as in :func:`read_transcript`.
+    an error names the file's line. ``format`` as in :func:`read_transcript`; ``extension``:
+    the block types the target store accepts beyond the format's lists (``allow_block_types``).
     """
     source, session_format = _resolve(format)
     found = source or _detect(file)
@@ -466,19 +477,19 @@ def convert(
     if found == "claude-code":
         from compactstore.importers import claude_code
 
-        return found, "anthropic", claude_code.convert(file, progress)
+        return found, "anthropic", claude_code.convert(file, progress, extension)
     if found == "codex":
         from compactstore.importers import codex
 
-        return found, "openai", codex.convert(file, progress)
+        return found, "openai", codex.convert(file, progress, extension)
     if found == "swe-agent":
         from compactstore.importers import swe_agent
 
-        return found, "openai", swe_agent.convert(file, progress)
+        return found, "openai", swe_agent.convert(file, progress, extension)
     from compactstore.importers import jsonl
 
     fmt = session_format or jsonl.detect_format(file)
-    return found, fmt, jsonl.convert(file, fmt, progress)
+    return found, fmt, jsonl.convert(file, fmt, progress, extension)
 
 
 def _warn_cut(file: TranscriptFile) -> None:
@@ -556,7 +567,7 @@ def import_file(
         with contextlib.suppress(NotFoundError):  # (checked again when copying)
             store.get_session(sid)
             raise ConflictError(f"session {sid!r} already exists; import into a new session id")
-        _, fmt, items = convert(file, format, progress)
+        _, fmt, items = convert(file, format, progress, store.allow_block_types)
         # Staged in a temporary database (token counting happens there), then copied into
         # the store in one write transaction: the store is locked only for the copy.
         store.import_session(

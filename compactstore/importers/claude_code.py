@@ -35,6 +35,7 @@ from typing import Any
 
 from compactstore.errors import InvalidMessageError
 from compactstore.formats import get_format
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.models import CompactTrigger, ImportedBoundary
@@ -82,9 +83,13 @@ class _State:
     user_texts: set[str] = field(default_factory=set)
 
 
-def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+def convert(
+    file: TranscriptFile,
+    progress: Progress | None = None,
+    extension: BlockTypeExtension = NO_EXTENSION,
+) -> Iterator[Item]:
     """Convert a Claude Code transcript (see the module docstring for what is kept)."""
-    state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic"))
+    state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic", extension))
     # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
     # (A main transcript shows a main-conversation record within its first lines.)
     main_only = False

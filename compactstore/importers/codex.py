@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
@@ -67,9 +68,13 @@ class _State:
     instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
 
 
-def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+def convert(
+    file: TranscriptFile,
+    progress: Progress | None = None,
+    extension: BlockTypeExtension = NO_EXTENSION,
+) -> Iterator[Item]:
     """Convert a rollout (see the module docstring for what is kept)."""
-    state = _State(TranscriptBuilder(file.name, "codex", "openai"))
+    state = _State(TranscriptBuilder(file.name, "codex", "openai", extension))
     for number, record in file.records(progress):
         where = f"line {number}"
         kind, payload = _unwrap(record)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compactstore.errors import InvalidInputError
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Item, TranscriptBuilder
 from compactstore.importers.files import Progress, TranscriptFile
 
@@ -76,9 +77,14 @@ def detect_format(file: TranscriptFile) -> str:
     return "openai" if "system" in roles else "anthropic"
 
 
-def convert(file: TranscriptFile, format: str, progress: Progress | None = None) -> Iterator[Item]:
+def convert(
+    file: TranscriptFile,
+    format: str,
+    progress: Progress | None = None,
+    extension: BlockTypeExtension = NO_EXTENSION,
+) -> Iterator[Item]:
     """Take each line as one message of ``format``."""
-    out = TranscriptBuilder(file.name, "jsonl", format)
+    out = TranscriptBuilder(file.name, "jsonl", format, extension)
     for number, message in file.records(progress):
         if "role" not in message:
             raise out.error(f"line {number}", "a message needs a 'role'")

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compactstore.errors import InvalidInputError
+from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Item, TranscriptBuilder
 from compactstore.importers.files import Progress, TranscriptFile, parse_json
 from compactstore.importers.jsonl import text_parts
@@ -34,7 +35,11 @@ READ_COMMANDS = frozenset({"view"})
 WRITE_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 
 
-def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[Item]:
+def convert(
+    file: TranscriptFile,
+    progress: Progress | None = None,
+    extension: BlockTypeExtension = NO_EXTENSION,
+) -> Iterator[Item]:
     """Convert a trajectory document (see the module docstring for what is kept).
 
     A trajectory is one JSON document, so it is read whole; its messages are handed on as
@@ -45,7 +50,7 @@ def convert(file: TranscriptFile, progress: Progress | None = None) -> Iterator[
     history = document.get("history") if isinstance(document, dict) else None
     if not isinstance(history, list):
         raise InvalidInputError(f"{name} is not a SWE-agent trajectory: it has no 'history' list")
-    out = TranscriptBuilder(name, "swe-agent", "openai")
+    out = TranscriptBuilder(name, "swe-agent", "openai", extension)
     # Unanswered calls: id (as stored) -> the file a view call reads.
     reads: dict[str, str | None] = {}
     aliases: dict[str, str] = {}  # call id in the file -> id of its latest call as stored
