@@ -51,7 +51,7 @@ from sqlalchemy import Connection, Engine
 
 from compactstore.aio_session import AsyncSession, glue
 from compactstore.core import compaction
-from compactstore.core.checks import check_pool
+from compactstore.core.checks import check_cache_sessions, check_pool
 from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
@@ -68,12 +68,7 @@ from compactstore.models import (
     JobInfo,
     SessionInfo,
 )
-from compactstore.store import (
-    DEFAULT_CACHE_SESSIONS,
-    CompactionCallback,
-    CompactStore,
-    check_cache_sessions,
-)
+from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback, CompactStore
 from compactstore.tokens import TokenCounter
 
 if TYPE_CHECKING:

@@ -92,11 +92,6 @@ CompactionCallback = Callable[[CompactionResult], object]
 DEFAULT_CACHE_SESSIONS = 64
 
 
-def check_cache_sessions(cache_sessions: Any) -> int:
-    """The number of sessions whose active context a store keeps in memory."""
-    return checks.check_whole(cache_sessions, "cache_sessions", minimum=1)
-
-
 class CompactStore:
     """A database of agent sessions and their compactions.
 
@@ -131,7 +126,7 @@ class CompactStore:
                 raise InvalidInputError(f"{name} must be a callable, got {value!r}")
         self.on_compaction = on_compaction
         self.redactor = redactor
-        self._cache = ContextCache(check_cache_sessions(cache_sessions))
+        self._cache = ContextCache(checks.check_cache_sessions(cache_sessions))
         # A staging store (compactstore.transfer.staging) builds its imports in place.
         self._staging = False
         self._warned: set[tuple[str, str]] = set()
@@ -206,7 +201,7 @@ class CompactStore:
         location = describe(url)
         # Checked before the database is touched.
         check_summarizer(summarizer)
-        check_cache_sessions(cache_sessions)
+        checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
@@ -331,15 +326,14 @@ class CompactStore:
             return True
 
     def _write(self, fn: Callable[[Connection], T]) -> T:
-        def attempt() -> T:
-            with write_tx(self.engine) as connection:
-                return fn(connection)
-
-        return database_errors(self.location, lambda: with_retry(attempt, sleep=self._backoff))
+        return self._transaction(write_tx, fn)
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
+        return self._transaction(read_tx, fn)
+
+    def _transaction(self, begin: Callable[[Engine], Any], fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:
-            with read_tx(self.engine) as connection:
+            with begin(self.engine) as connection:
                 return fn(connection)
 
         return database_errors(self.location, lambda: with_retry(attempt, sleep=self._backoff))

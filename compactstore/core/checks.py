@@ -27,6 +27,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "NewToolResult",
     "PendingMessage",
+    "check_cache_sessions",
     "check_column_text",
     "check_config",
     "check_cwd",
@@ -145,6 +146,12 @@ class PendingMessage:
     created_at: float
     pinned: bool = False
     dedup_of_seq: int | None = None
+
+
+def check_cache_sessions(cache_sessions: Any) -> int:
+    """The number of sessions whose active context a store keeps in memory
+    (``open(cache_sessions=)``)."""
+    return check_whole(cache_sessions, "cache_sessions", minimum=1)
 
 
 def prepare_message(
