@@ -45,6 +45,7 @@ __all__ = [
     "describe",
     "has_media",
     "image_size",
+    "is_media_block",
     "media_blocks",
     "media_markers",
     "media_note",
@@ -344,6 +345,12 @@ def _content_tokens(content: Any) -> int:
     return total
 
 
+def is_media_block(value: Any) -> bool:
+    """Whether ``value`` is a media block (any JSON value: a malformed one is not)."""
+    kind = value.get("type") if isinstance(value, dict) else None
+    return isinstance(kind, str) and kind in MEDIA_BLOCK_TYPES
+
+
 def media_blocks(value: Any) -> Iterator[dict[str, Any]]:
     """The media blocks in a message or content value, in order: in content lists, the
     contents of tool results (anthropic) and the outputs of items (responses)."""
@@ -353,7 +360,7 @@ def media_blocks(value: Any) -> Iterator[dict[str, Any]]:
         if isinstance(item, list):
             stack.extend(reversed(item))
         elif isinstance(item, dict):
-            if item.get("type") in MEDIA_BLOCK_TYPES:
+            if is_media_block(item):
                 yield item
                 continue
             for key in ("output", "content"):
@@ -451,7 +458,7 @@ def user_media(message: Any) -> list[dict[str, Any]]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") in MEDIA_BLOCK_TYPES]
+    return [b for b in content if is_media_block(b)]
 
 
 def user_media_note(blocks: Any, *, blob_id: int) -> str:
@@ -470,7 +477,7 @@ def without_user_media(message: Any, note: str) -> dict[str, Any]:
     content: list[Any] = []
     noted = False
     for block in message["content"]:
-        if isinstance(block, dict) and block.get("type") in MEDIA_BLOCK_TYPES:
+        if is_media_block(block):
             if not noted:
                 text_type = "input_text" if str(block.get("type")).startswith("input_") else "text"
                 content.append({"type": text_type, "text": note})

@@ -9,9 +9,9 @@ from typing import Any
 from compactstore.errors import InvalidMessageError
 from compactstore.media import (
     IMAGE_MEDIA_TYPES,
-    MEDIA_BLOCK_TYPES,
     b64decode,
     data_url,
+    is_media_block,
     media_blocks,
     sniff_image_type,
 )
@@ -167,7 +167,11 @@ def check_user_media(message: Any, dialect: tuple[str, ...]) -> None:
     if not isinstance(content, list):
         return
     for i, block in enumerate(content):
-        if isinstance(block, dict) and block.get("type") in dialect:
+        if (
+            isinstance(block, dict)
+            and isinstance(block.get("type"), str)
+            and block["type"] in dialect
+        ):
             check_media_block(block, f"content[{i}]: ")
 
 
@@ -192,7 +196,7 @@ def _replace_bad(value: Any) -> Any:
         return [_replace_bad(item) for item in value]
     if not isinstance(value, dict):
         return value
-    if value.get("type") in MEDIA_BLOCK_TYPES:
+    if is_media_block(value):
         try:
             check_media_block(value)
         except InvalidMessageError as exc:

@@ -27,7 +27,14 @@ from compactstore.engines.base import EngineInputs
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import sdk_problems
 from compactstore.importers import read_transcript
-from compactstore.media import image_size, media_note, pdf_pages, without_media
+from compactstore.media import (
+    image_size,
+    media_blocks,
+    media_note,
+    pdf_pages,
+    user_media,
+    without_media,
+)
 from compactstore.tokens import (
     DOCUMENT_PAGE_TOKENS,
     IMAGE_MAX_TOKENS,
@@ -493,3 +500,14 @@ def test_an_import_notes_an_image_the_provider_would_refuse(tmp_path: Path) -> N
     assert content[0]["type"] == "text"
     assert "image data is image/png but the block declares image/jpeg" in content[0]["text"]
     assert content[1] == image_block()
+
+
+@pytest.mark.parametrize("kind", [[], {}, ["image"], 3, None])
+def test_a_block_whose_type_is_not_a_string_is_never_media(kind: Any, tmp_path: Path) -> None:
+    message = {"role": "user", "content": [{"type": kind, "source": {}}], "type": kind}
+    assert list(media_blocks(message)) == [] and user_media(message) == []
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(message) + "\n")
+    # Refused naming the line, as any malformed message (not a TypeError from a set lookup).
+    with pytest.raises(InvalidInputError, match="line 1"):
+        read_transcript(path, format="anthropic")
