@@ -484,3 +484,21 @@ def migrate_to(url: str, target: str, *, down: bool) -> None:
             (command.downgrade if down else command.upgrade)(config, target)
     finally:
         engine.dispose()
+
+
+def claude_code_record(
+    kind: str, content: Any, *, uuid: str, message_id: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One line of a Claude Code transcript: a ``user`` or ``assistant`` record."""
+    message: dict[str, Any] = {"role": kind, "content": content}
+    if message_id is not None:
+        message["id"] = message_id
+    return {
+        "type": kind,
+        "uuid": uuid,
+        "sessionId": "s",
+        "isSidechain": False,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": message,
+        **extra,
+    }

@@ -43,6 +43,7 @@ from compactstore.importers import (
 from compactstore.importers.codex import apply_patch_paths, shell_read_path
 from compactstore.models import ImportedMessage
 from tests.conftest import CORPUS_DEV, Snapshot
+from tests.helpers import claude_code_record
 
 Message = dict[str, Any]
 
@@ -324,21 +325,6 @@ def test_claude_code_timestamps_usage_and_paths() -> None:
     assert written and all(p.startswith("/home/USER/") for p in written)
 
 
-def _cc(kind: str, content: Any, *, uuid: str, message_id: str | None = None, **extra: Any) -> Any:
-    message: Message = {"role": kind, "content": content}
-    if message_id is not None:
-        message["id"] = message_id
-    return {
-        "type": kind,
-        "uuid": uuid,
-        "sessionId": "s",
-        "isSidechain": False,
-        "timestamp": "2026-01-01T00:00:00.000Z",
-        "message": message,
-        **extra,
-    }
-
-
 def _use(call_id: str, name: str = "Bash", **input_: Any) -> Message:
     return {"type": "tool_use", "id": call_id, "name": name, "input": input_}
 
@@ -352,20 +338,24 @@ def test_claude_code_drops_what_the_store_would_refuse(tmp_path: Path) -> None:
         tmp_path / "cc.jsonl",
         [
             {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {}},
-            _cc("user", "do it", uuid="u1"),
-            _cc("assistant", [{"type": "text", "text": "\n\n"}], uuid="a1", message_id="m1"),
-            _cc("assistant", [_use("t1")], uuid="a2", message_id="m1"),
+            claude_code_record("user", "do it", uuid="u1"),
+            claude_code_record(
+                "assistant", [{"type": "text", "text": "\n\n"}], uuid="a1", message_id="m1"
+            ),
+            claude_code_record("assistant", [_use("t1")], uuid="a2", message_id="m1"),
             {"type": "progress", "uuid": "p1", "sessionId": "s", "data": {}},
-            _cc("user", [_result("t1")], uuid="u2"),
-            _cc("assistant", [_use("t2", name="Task")], uuid="a3", message_id="m1"),
+            claude_code_record("user", [_result("t1")], uuid="u2"),
+            claude_code_record("assistant", [_use("t2", name="Task")], uuid="a3", message_id="m1"),
             # The subagent's traffic: a sidechain, with its own call and result.
-            _cc("assistant", [_use("side1")], uuid="s1", message_id="ms", isSidechain=True),
-            _cc("user", [_result("side1")], uuid="s2", isSidechain=True),
-            _cc("user", [_result("t2"), _result("side1")], uuid="u3"),
-            _cc("user", [_result("t2", "again")], uuid="u4"),  # a second result
-            _cc("user", [_result("ghost")], uuid="u5"),  # its call was never made
-            _cc("user", [_result("t1")], uuid="u2"),  # a repeated record
-            _cc(
+            claude_code_record(
+                "assistant", [_use("side1")], uuid="s1", message_id="ms", isSidechain=True
+            ),
+            claude_code_record("user", [_result("side1")], uuid="s2", isSidechain=True),
+            claude_code_record("user", [_result("t2"), _result("side1")], uuid="u3"),
+            claude_code_record("user", [_result("t2", "again")], uuid="u4"),  # a second result
+            claude_code_record("user", [_result("ghost")], uuid="u5"),  # its call was never made
+            claude_code_record("user", [_result("t1")], uuid="u2"),  # a repeated record
+            claude_code_record(
                 "assistant",
                 [
                     {"type": "thinking", "thinking": "hmm"},  # no signature: refused by the API
@@ -375,7 +365,7 @@ def test_claude_code_drops_what_the_store_would_refuse(tmp_path: Path) -> None:
                 uuid="a4",
                 message_id="m2",
             ),
-            _cc(
+            claude_code_record(
                 "assistant",
                 [{"type": "text", "text": "API Error"}],
                 uuid="a5",
@@ -415,8 +405,8 @@ def test_claude_code_boundary_without_summary_and_results_across_it(tmp_path: Pa
     path = write_lines(
         tmp_path / "cc.jsonl",
         [
-            _cc("user", "first", uuid="u1"),
-            _cc("assistant", [_use("t1")], uuid="a1", message_id="m1"),
+            claude_code_record("user", "first", uuid="u1"),
+            claude_code_record("assistant", [_use("t1")], uuid="a1", message_id="m1"),
             {
                 "type": "system",
                 "subtype": "compact_boundary",
@@ -425,8 +415,8 @@ def test_claude_code_boundary_without_summary_and_results_across_it(tmp_path: Pa
                 "timestamp": "2026-01-01T01:00:00Z",
                 "compactMetadata": {"trigger": "manual", "preTokens": 1234},
             },
-            _cc("user", [_result("t1")], uuid="u2"),  # its call is on the other side
-            _cc("user", "next", uuid="u3"),
+            claude_code_record("user", [_result("t1")], uuid="u2"),  # its call is on the other side
+            claude_code_record("user", "next", uuid="u3"),
         ],
     )
     transcript = read_transcript(path)
@@ -462,18 +452,20 @@ def test_claude_code_user_messages_queued_while_the_agent_worked(tmp_path: Path)
     path = write_lines(
         tmp_path / "cc.jsonl",
         [
-            _cc("user", "port the parser", uuid="u1"),
-            _cc("assistant", [_use("t1"), _use("t2")], uuid="a1", message_id="m1"),
+            claude_code_record("user", "port the parser", uuid="u1"),
+            claude_code_record("assistant", [_use("t1"), _use("t2")], uuid="a1", message_id="m1"),
             _queue("enqueue", "also keep the old API working"),
             {"type": "progress", "uuid": "p1", "sessionId": "s", "data": {}},
             _queue("remove"),
-            _cc("user", [_result("t1")], uuid="u2"),
+            claude_code_record("user", [_result("t1")], uuid="u2"),
             _queue("enqueue", "   "),  # nothing typed: nothing to import
-            _cc("user", [_result("t2")], uuid="u3"),
-            _cc("assistant", [{"type": "text", "text": "On it."}], uuid="a2", message_id="m2"),
+            claude_code_record("user", [_result("t2")], uuid="u3"),
+            claude_code_record(
+                "assistant", [{"type": "text", "text": "On it."}], uuid="a2", message_id="m2"
+            ),
             # Queued, then delivered as an ordinary user record once the agent was idle.
             _queue("enqueue", "run the tests"),
-            _cc("user", "run the tests", uuid="u4"),
+            claude_code_record("user", "run the tests", uuid="u4"),
             _queue("enqueue", "and push", at="00:05:00"),  # the last word, at the end
         ],
     )
@@ -752,7 +744,7 @@ def test_plain_jsonl_in_the_wrong_format_names_the_line(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "plain.jsonl", PLAIN["openai"])
     with pytest.raises(InvalidInputError, match=r"plain\.jsonl line 2: not a valid anthropic"):
         read_transcript(path, format="anthropic")
-    claude_code = write_lines(tmp_path / "cc.jsonl", [_cc("user", "hi", uuid="u1")])
+    claude_code = write_lines(tmp_path / "cc.jsonl", [claude_code_record("user", "hi", uuid="u1")])
     with pytest.raises(InvalidInputError, match="imports as format 'anthropic', not 'openai'"):
         read_transcript(claude_code, format="openai")
 
@@ -824,17 +816,19 @@ def _malformed(tmp_path: Path) -> list[tuple[Path, str]]:
     )
     case(
         "cc.jsonl",
-        json.dumps(_cc("user", "hi", uuid="u1")).encode()
+        json.dumps(claude_code_record("user", "hi", uuid="u1")).encode()
         + b"\n"
         + json.dumps({"type": "assistant", "uuid": "a", "sessionId": "s", "message": "x"}).encode(),
         r"cc\.jsonl line 2: a assistant record needs a 'message' object",
     )
     case(
         "noid.jsonl",
-        json.dumps(_cc("user", "hi", uuid="u1")).encode()
+        json.dumps(claude_code_record("user", "hi", uuid="u1")).encode()
         + b"\n"
         + json.dumps(
-            _cc("assistant", [{"type": "tool_use", "name": "Bash", "input": {}}], uuid="a")
+            claude_code_record(
+                "assistant", [{"type": "tool_use", "name": "Bash", "input": {}}], uuid="a"
+            )
         ).encode(),
         r"noid\.jsonl line 2: assistant record: content\[0\]: tool_use block needs a string 'id'",
     )
@@ -904,10 +898,12 @@ def test_import_options_and_an_existing_session(
 
 def _claude_code_lines() -> list[Any]:
     return [
-        _cc("user", "list the files", uuid="u1"),
-        _cc("assistant", [_use("t1", command="ls")], uuid="a1", message_id="m1"),
-        _cc("user", [_result("t1", "a.py")], uuid="u2"),
-        _cc("assistant", [{"type": "text", "text": "one file"}], uuid="a2", message_id="m2"),
+        claude_code_record("user", "list the files", uuid="u1"),
+        claude_code_record("assistant", [_use("t1", command="ls")], uuid="a1", message_id="m1"),
+        claude_code_record("user", [_result("t1", "a.py")], uuid="u2"),
+        claude_code_record(
+            "assistant", [{"type": "text", "text": "one file"}], uuid="a2", message_id="m2"
+        ),
     ]
 
 

@@ -44,6 +44,7 @@ from compactstore.tokens import (
 )
 from tests.conftest import Snapshot, module_database
 from tests.engines.builder import ContextBuilder
+from tests.helpers import claude_code_record
 
 T0 = 1_700_000_000.0
 
@@ -446,31 +447,13 @@ def test_responses_input_image_works(store: CompactStore) -> None:
 # -- imports -------------------------------------------------------------------------------------
 
 
-def _cc_record(kind: str, content: Any, uuid: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": kind, "content": content}
-    if kind == "assistant":
-        message["id"] = f"m-{uuid}"
-    return {
-        "type": kind,
-        "uuid": uuid,
-        "sessionId": "s",
-        "isSidechain": False,
-        "timestamp": "2026-01-01T00:00:00.000Z",
-        "message": message,
-    }
-
-
 def test_claude_code_import_keeps_image_blocks_in_tool_results(tmp_path: Path) -> None:
-    record = _cc_record
+    call = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/s.png"}}
     result = {"type": "tool_result", "tool_use_id": "t1", "content": [image_block()]}
     lines = [
-        record("user", "what is on screen?", "u1"),
-        record(
-            "assistant",
-            [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/s.png"}}],
-            "a1",
-        ),
-        record("user", [result], "u2"),
+        claude_code_record("user", "what is on screen?", uuid="u1"),
+        claude_code_record("assistant", [call], uuid="a1", message_id="m-a1"),
+        claude_code_record("user", [result], uuid="u2"),
     ]
     path = tmp_path / "cc.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -487,9 +470,9 @@ def test_an_import_notes_an_image_the_provider_would_refuse(tmp_path: Path) -> N
     call = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/s.jpg"}}
     result = {"type": "tool_result", "tool_use_id": "t1", "content": [bad, image_block()]}
     lines = [
-        _cc_record("user", "what is on screen?", "u1"),
-        _cc_record("assistant", [call], "a1"),
-        _cc_record("user", [result], "u2"),
+        claude_code_record("user", "what is on screen?", uuid="u1"),
+        claude_code_record("assistant", [call], uuid="a1", message_id="m-a1"),
+        claude_code_record("user", [result], uuid="u2"),
     ]
     path = tmp_path / "cc.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
