@@ -79,6 +79,7 @@ def fill(n: int, size: int = 2_000) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.slow
 def test_an_async_app_with_100_sessions_on_one_loop(db_url: str) -> None:
     async def agent(store: AsyncCompactStore, k: int) -> tuple[int, int, int]:
         sess = await store.session(f"a{k}", context_window=1_800, config=SMALL)
@@ -133,6 +134,7 @@ def test_an_async_summarizer_is_awaited_on_the_loop(db_url: str) -> None:
     assert any("the async summary" in str(message) for message in context)
 
 
+@pytest.mark.slow
 def test_a_slow_async_summarizer_times_out_and_falls_back(tmp_path: Path) -> None:
     async def slow(*_: Any) -> str:
         await asyncio.sleep(1.0)
@@ -212,6 +214,7 @@ def test_errors_come_from_the_error_tree_and_leave_nothing(tmp_path: Path) -> No
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Path) -> None:
     # A token counter is the caller's code: it runs off the loop, so a ticker keeps ticking.
     def slow_counter(text: str) -> int:
@@ -309,6 +312,7 @@ def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
     assert result.strategy is None and ran_in and threading.get_ident() not in ran_in
 
 
+@pytest.mark.slow
 def test_slow_async_summaries_hold_no_thread_the_other_sessions_need(tmp_path: Path) -> None:
     # More summaries in flight than the store has step threads (each ends when the test
     # says so); meanwhile the other sessions' transactions go on.
@@ -345,6 +349,7 @@ def test_slow_async_summaries_hold_no_thread_the_other_sessions_need(tmp_path: P
     assert all(r.summary is not None and r.summary.source == "summarizer" for r in results)
 
 
+@pytest.mark.slow
 def test_a_pool_timeout_is_a_database_error_saying_busy(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "s.db", pool_size=1, max_overflow=0, pool_timeout=0.1) as s:
         sess = s.session("s")
@@ -395,6 +400,7 @@ def test_without_the_async_extra_open_names_it(
         asyncio.run(AsyncCompactStore.open(tmp_path / "a.db"))
 
 
+@pytest.mark.slow
 def test_import_compactstore_needs_no_async_driver() -> None:
     code = (
         "import sys, compactstore; from compactstore import AsyncCompactStore; "

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
@@ -130,6 +131,7 @@ def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
         assert statuses[:-1] == [None] * (len(statuses) - 1)
 
 
+@pytest.mark.slow
 def test_without_a_summarizer_background_is_the_ordinary_call(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "s.db") as store:
         sess = store.session("s", context_window=WINDOW)
@@ -142,6 +144,7 @@ def test_without_a_summarizer_background_is_the_ordinary_call(tmp_path: Path) ->
         assert store.pending_jobs() == []
 
 
+@pytest.mark.slow
 def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
     def slow(messages: list[Any], previous: str | None, instructions: Any) -> str:
         time.sleep(0.3)
@@ -193,6 +196,7 @@ def test_a_real_count_measured_on_a_superseded_version_is_not_used(tmp_path: Pat
         assert sess.record_usage(sess.token_usage(), now=8.0) is True
 
 
+@pytest.mark.slow
 def test_the_worker_command_runs_a_job_whose_process_died(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     child = textwrap.dedent(
@@ -232,6 +236,7 @@ def test_the_worker_command_runs_a_job_whose_process_died(tmp_path: Path) -> Non
         assert store.pending_jobs() == []
 
 
+@pytest.mark.slow
 def test_the_async_store_runs_background_work_on_its_loop(tmp_path: Path) -> None:
     async def summarize(messages: list[Any], previous: str | None, instructions: Any) -> str:
         await asyncio.sleep(0.1)

@@ -291,6 +291,7 @@ def test_importers_replace_an_unlisted_block_by_a_note_and_warn(
     validate_with_sdk("anthropic", sess.active_context())
 
 
+@pytest.mark.slow
 def test_an_import_keeps_the_blocks_the_target_store_allows(tmp_path: Path) -> None:
     lines = [
         {"role": "user", "content": [{"type": "text", "text": "fix it"}, BANANA]},

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ def containers(value: Any) -> Iterator[Any]:
             yield from containers(item)
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_json_copy_equals_a_json_round_trip_and_shares_no_container(value: Any) -> None:
     copied = json_copy(value)
@@ -58,6 +60,7 @@ def test_json_copy_equals_a_json_round_trip_and_shares_no_container(value: Any) 
     assert not {id(c) for c in containers(copied)} & {id(c) for c in containers(value)}
 
 
+@pytest.mark.slow
 def test_a_message_nested_deeper_than_python_recursion_allows_is_copied_by_decoding() -> None:
     value: Any = "leaf"
     for level in range(400):
@@ -139,6 +142,7 @@ def test_changing_the_returned_context_changes_nothing_in_the_store(store: Compa
         assert per_seq(store.get_session(sess.id)) == after, fmt
 
 
+@pytest.mark.slow
 def test_a_summarizer_that_changes_its_messages_does_not_change_the_context(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -189,6 +193,7 @@ def versions(store: CompactStore, session_id: str) -> tuple[int, int] | None:
     return store._read(lambda connection: repo.session_versions(connection, session_id))
 
 
+@pytest.mark.slow
 def test_the_context_a_compaction_leaves_in_the_cache_is_what_a_new_process_rebuilds(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -277,6 +282,7 @@ def step_by_step(chat: Chat) -> Iterator[str]:
     yield "a result over the budget, appended to a context that derived its longest"
 
 
+@pytest.mark.slow
 def test_a_context_extended_step_by_step_derives_what_a_fresh_one_does(
     store: CompactStore,
 ) -> None:

@@ -297,6 +297,7 @@ def test_every_data_command_takes_json() -> None:
         assert "--json" in ok(CliRunner().invoke(cli, [*command, "-h"])).stdout, command
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_cli() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "compactstore", "-h"],
@@ -376,6 +377,7 @@ def test_renderers_need_neither_a_database_nor_a_runner() -> None:
     assert render.one_line("cannot open\n  the file\n") == "cannot open the file"
 
 
+@pytest.mark.slow
 def test_show_renders_the_library_s_active_context(template: str, shared: CompactStore) -> None:
     context = shared.get_session("s1").context()
     for full in (False, True):
@@ -1006,6 +1008,7 @@ def _jsonl(path: Path, records: list[Any]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_import_jsonl_of_messages(db_url: str, store: CompactStore, tmp_path: Path) -> None:
     file = _jsonl(tmp_path / "chat.jsonl", TRANSCRIPT)
     result = ok(invoke(db_url, "import", str(file), "--session", "imp", "--format", "anthropic"))
@@ -1087,6 +1090,7 @@ def test_export_then_import_round_trips_the_log(
 # -- demo, stats, db ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_simulates_a_session_then_prints_its_history_and_audit_queries(
     db_url: str, store: CompactStore
 ) -> None:
@@ -1324,6 +1328,7 @@ def test_a_read_only_command_on_a_missing_path_creates_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_read_only_commands_work_on_a_read_only_filesystem(
     sqlite_template: str, tmp_path: Path
 ) -> None:
@@ -1374,6 +1379,7 @@ def as_unprivileged_user(*args: str) -> tuple[int, str, str]:
     return code, stdout, stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directory_mode", [0o555, 0o777], ids=["read-only dir", "open dir"])
 def test_a_read_only_file_works_for_reading_and_refuses_writes_by_cause(
     sqlite_template: str, directory_mode: int
@@ -1435,6 +1441,7 @@ def test_read_only_commands_never_migrate_an_older_schema(db_url: str) -> None:
     assert as_json(invoke(db_url, "db", "current", "--json"))["current"] == older
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_reported_by_cause_and_damages_nothing(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "small", "1m") as small:
         database = small / "agent.db"
@@ -1495,6 +1502,7 @@ def test_with_json_errors_are_json_on_stderr(template: str, shared: CompactStore
     fails(invoke(template, "show", "nope"), "no session 'nope'")
 
 
+@pytest.mark.slow
 def test_piping_into_head_exits_quietly_with_0(tmp_path: Path) -> None:
     database = tmp_path / "agent.db"
     with CompactStore.open(database) as store:

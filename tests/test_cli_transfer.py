@@ -49,6 +49,7 @@ def seen(db: str, sid: str) -> tuple[Any, Any]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_state", ["empty", "non-empty"])
 def test_backup_then_restore_shows_the_same_context_and_history(
     db_url: str, tmp_path: Path, target_state: str
@@ -84,6 +85,7 @@ def test_backup_then_restore_shows_the_same_context_and_history(
     assert "already exist" in again.stderr
 
 
+@pytest.mark.slow
 def test_backup_of_one_session_and_its_usage_errors(tmp_path: Path) -> None:
     db = str(tmp_path / "agent.db")
     with opened(db) as store:
@@ -109,6 +111,7 @@ def test_backup_of_one_session_and_its_usage_errors(tmp_path: Path) -> None:
     assert restored["sessions"] == ["s2"]
 
 
+@pytest.mark.slow
 def test_delete_asks_first_and_removes_the_session(db_url: str) -> None:
     with opened(db_url) as store:
         new_session(store, sid="keep").request("stay")

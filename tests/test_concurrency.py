@@ -432,6 +432,7 @@ def test_a_writer_waits_for_a_lock_held_by_another_process_instead_of_failing(
         assert [m["content"] for m in store.get_session("s").messages()] == ["hello", "hi"]
 
 
+@pytest.mark.slow
 def test_a_lock_held_past_every_retry_gives_a_clear_busy_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

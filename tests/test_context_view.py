@@ -64,6 +64,7 @@ def from_scratch(sess: Session) -> list[dict[str, Any]]:
     return sess.adapter.wire_view(sess.context().messages(), sess.config)
 
 
+@pytest.mark.slow
 def test_the_view_is_what_active_context_returns_through_every_stage(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -183,6 +184,7 @@ def test_only_a_context_made_by_appending_shares_the_lineage_the_view_is_extende
     assert list(sess.context_view()) == from_scratch(sess)
 
 
+@pytest.mark.slow
 def test_a_crash_orphaned_call_does_not_make_every_later_step_rebuild_the_context(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -220,6 +222,7 @@ def test_sessions_never_share_message_objects(store: CompactStore) -> None:
     assert one.sess.context_view()[0] is not two.sess.context_view()[0]
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_freeze_and_thaw_keep_the_json_value(value: Any) -> None:
     frozen = freeze(value)

@@ -342,6 +342,7 @@ def test_a_directory_is_not_a_database(tmp_path: Path) -> None:
     assert result.exit_code == 1 and result.stderr.startswith("Error: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "name"),
     [
@@ -374,6 +375,7 @@ def test_the_real_command_prints_one_error_line_and_no_traceback(
 # -- PostgreSQL -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
     url = "postgresql+psycopg://agent:s3cret-pw@127.0.0.1:1/nowhere?connect_timeout=3"
     with pytest.raises(DatabaseError) as caught:

@@ -114,6 +114,7 @@ def check_audit_queries(store: CompactStore, report: DemoReport) -> None:
                 assert [tuple(r) for r in plain.execute(sql)] == results[title]
 
 
+@pytest.mark.slow
 def test_the_demo_fires_every_stage_records_each_and_can_be_audited(
     store: CompactStore,
 ) -> None:

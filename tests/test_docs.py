@@ -227,6 +227,7 @@ def test_the_readme_has_python_snippets() -> None:
     assert len(_snippets()) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "code"), _snippets(), ids=[f"README line {line}" for line, _ in _snippets()]
 )

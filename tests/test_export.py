@@ -111,6 +111,7 @@ def test_real_transcripts_round_trip(store: CompactStore, tmp_path: Path) -> Non
     assert len(spotter.active_context()) < len(spotter.messages())
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_export_after_a_compaction_by_the_store(store: CompactStore, tmp_path: Path) -> None:
     session = import_file(store, CODEX)
@@ -126,6 +127,7 @@ def test_export_after_a_compaction_by_the_store(store: CompactStore, tmp_path: P
     assert read_transcript(whole).messages == read_transcript(CODEX).messages
 
 
+@pytest.mark.slow
 def test_every_format_round_trips(store: CompactStore, tmp_path: Path) -> None:
     for format_name, messages in CONVERSATIONS.items():
         session = store.session(format_name, format=format_name)
@@ -141,6 +143,7 @@ def test_every_format_round_trips(store: CompactStore, tmp_path: Path) -> None:
         assert list(export_lines(copy)) == list(export_lines(session))
 
 
+@pytest.mark.slow
 def test_exporting_a_long_log_reads_it_a_page_at_a_time(store: CompactStore) -> None:
     """Memory does not grow with the log: the whole log (6 MB here) is never held at once."""
     session = store.session("long", format="anthropic")
@@ -164,6 +167,7 @@ def test_exporting_a_long_log_reads_it_a_page_at_a_time(store: CompactStore) -> 
     assert peak < 3_000_000, f"exporting held {peak / 1e6:.1f} MB"
 
 
+@pytest.mark.slow
 def test_the_cli_export_streams_to_a_file(tmp_path: Path) -> None:
     db = tmp_path / "long.db"
     with CompactStore.open(db) as store:

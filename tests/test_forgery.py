@@ -191,6 +191,7 @@ def test_a_forged_preview_or_placeholder_is_still_a_candidate_for_real_compactio
         sess.get_blob(7)
 
 
+@pytest.mark.slow
 def test_an_imported_transcript_cannot_forge_boundaries(
     store: CompactStore, tmp_path: Path
 ) -> None:
@@ -350,6 +351,7 @@ def test_the_sqlite_file_and_its_wal_and_shm_are_private(tmp_path: Path, umask_0
             assert _mode(path) == 0o600, f"{path.name} is {oct(_mode(path))}"
 
 
+@pytest.mark.slow
 def test_databases_created_by_the_cli_and_alembic_are_private(
     tmp_path: Path, umask_022: None
 ) -> None:
@@ -483,6 +485,7 @@ def _allowed(rel: str, kind: str, text: str) -> bool:
     return any(rel == f and text.startswith(start) for f, start in ALLOWED_BUILT_SQL)
 
 
+@pytest.mark.slow
 def test_no_sql_is_built_from_strings() -> None:
     sources = sorted([*(ROOT / "compactstore").rglob("*.py"), *(ROOT / "migrations").rglob("*.py")])
     uses = raw_sql([_code(path) for path in sources])

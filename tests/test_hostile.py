@@ -184,8 +184,11 @@ def _case(
     action: Api | Cli,
     error: type[CompactStoreError] | int,
     match: str = "",
+    *,
+    slow: bool = False,
 ) -> Any:
-    return pytest.param(name, action, error, match, id=name)
+    marks = [pytest.mark.slow] if slow else []
+    return pytest.param(name, action, error, match, id=name, marks=marks)
 
 
 def _msg(text: Any, role: str = "user") -> Message:
@@ -290,27 +293,32 @@ CASES = [
         lambda w: w.b.append_tool_result(w.pending_b, "x" * (100 * MB), tool_name="read_file"),
         InvalidMessageError,
         "max_message_bytes",
+        slow=True,
     ),
     _case(
         "a-40-MB-message",
         lambda w: w.a.append(_msg("y" * (40 * MB))),
         InvalidMessageError,
         "over the limit",
+        slow=True,
     ),
     _case(
         "content-nested-100000-deep",
         lambda w: w.a.append(_msg(_nested(100_000))),
         InvalidMessageError,
+        slow=True,
     ),
     _case(
         "tool-input-nested-100000-deep",
         lambda w: w.a.append(_tool_use("toolu_deep", v=_nested(100_000))),
         InvalidMessageError,
+        slow=True,
     ),
     _case(
         "text-block-field-nested-100000-deep",
         lambda w: w.a.append(_msg([{"type": "text", "text": "x", "extra": _nested(100_000)}])),
         InvalidMessageError,
+        slow=True,
     ),
     _case(
         "a-tool-name-of-300-characters",
@@ -894,6 +902,7 @@ def test_messages_near_the_recursion_limit_are_refused_or_usable(store: CompactS
     assert not raw, raw
 
 
+@pytest.mark.slow
 def test_a_100_mb_tool_result_is_refused_without_exhausting_memory(tmp_path: Path) -> None:
     store = CompactStore.open(tmp_path / "big.db")
     sess = store.session("big", now=T0)
@@ -993,6 +1002,7 @@ def _read(path: Path, data: bytes) -> None:
         read_transcript(path)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.binary(max_size=400))
 def test_fuzz_random_bytes_only_raise_invalid_input(tmp_path: Path, data: bytes) -> None:

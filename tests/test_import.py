@@ -173,6 +173,7 @@ def test_dev_corpus_imports_on_both_backends(
             assert session.context().messages() == transcript.messages
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_corpus_sources_produce_their_formats() -> None:
     formats = {p.parent.name: read_transcript(p).format for p in CORPUS_FILES}
@@ -182,6 +183,7 @@ def test_corpus_sources_produce_their_formats() -> None:
 # -- Claude Code --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_spotter_active_context_is_what_claude_code_continued_with(store: CompactStore) -> None:
     """After its auto compaction Claude Code continued with its summary, then the records
@@ -846,6 +848,7 @@ def _malformed(tmp_path: Path) -> list[tuple[Path, str]]:
     return cases
 
 
+@pytest.mark.slow
 def test_malformed_files_fail_naming_the_place_and_store_nothing(
     store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
 ) -> None:
@@ -874,6 +877,7 @@ def test_a_real_transcript_damaged_mid_file_stores_nothing(
     assert db_snapshot(store) == before
 
 
+@pytest.mark.slow
 def test_import_options_and_an_existing_session(
     store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
 ) -> None:
@@ -907,6 +911,7 @@ def _claude_code_lines() -> list[Any]:
     ]
 
 
+@pytest.mark.slow
 def test_a_cut_last_line_is_left_out_with_a_warning(
     store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
 ) -> None:
@@ -932,6 +937,7 @@ def test_a_damaged_last_line_that_was_finished_is_still_an_error(tmp_path: Path)
         read_transcript(path)
 
 
+@pytest.mark.slow
 def test_gzip_files_and_streams_import_like_the_plain_file(
     store: CompactStore, tmp_path: Path
 ) -> None:
@@ -966,6 +972,7 @@ def test_format_takes_a_source_name_when_reading_too(tmp_path: Path) -> None:
     assert read_transcript(plain, format="jsonl").format == "minicode"
 
 
+@pytest.mark.slow
 def test_a_message_the_store_refuses_is_named_by_its_file_line(
     store: CompactStore, db_snapshot: Snapshot, tmp_path: Path
 ) -> None:
@@ -983,6 +990,7 @@ def test_a_message_the_store_refuses_is_named_by_its_file_line(
     assert db_snapshot(store) == before
 
 
+@pytest.mark.slow
 def test_tokens_are_counted_while_the_target_is_not_locked(tmp_path: Path) -> None:
     """SPEC 9.1: the import is staged (and counted) in a temporary database; the target's
     write lock is taken only to copy the finished session in."""
@@ -1039,6 +1047,7 @@ def test_import_memory_does_not_grow_with_the_transcript(tmp_path: Path) -> None
 # -- the command line -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cli_imports_from_stdin_and_reports_a_cut_line(tmp_path: Path) -> None:
     db = str(tmp_path / "cli.db")
     data = "".join(json.dumps(line) + "\n" for line in _claude_code_lines())
@@ -1062,6 +1071,7 @@ def test_the_cli_imports_from_stdin_and_reports_a_cut_line(tmp_path: Path) -> No
     assert sorted(s["id"] for s in json.loads(listed.stdout)) == ["live", "piped"]
 
 
+@pytest.mark.slow
 def test_the_cli_simulates_a_gzip_file_and_stdin(tmp_path: Path) -> None:
     plain = write_lines(tmp_path / "run.jsonl", _claude_code_lines())
     zipped = tmp_path / "run.jsonl.gz"

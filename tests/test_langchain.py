@@ -110,6 +110,7 @@ def run_agent(db: Path, turns: int = TURNS) -> tuple[dict[str, Any], ScriptedMod
     return result, model, store
 
 
+@pytest.mark.slow
 def test_a_long_agent_run_compacts_and_keeps_state_and_requests_bounded(tmp_path: Path) -> None:
     result, model, store = run_agent(tmp_path / "lc.db")
     with store:
@@ -137,6 +138,7 @@ def test_a_long_agent_run_compacts_and_keeps_state_and_requests_bounded(tmp_path
         check_pairs(final)
 
 
+@pytest.mark.slow
 def test_a_resumed_thread_stores_each_message_once(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "lc.db") as store:
         model = ScriptedModel(messages=iter([*script(3), *script(2, tag="b")]))
@@ -181,6 +183,7 @@ def test_a_persisted_tool_result_keeps_its_id_and_shows_the_preview(tmp_path: Pa
         assert store.get_session("big").get_blob(1) == dump.invoke({"name": "ci"})
 
 
+@pytest.mark.slow
 def test_the_async_hooks_run_the_same_way(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "lc.db") as store:
         model = ScriptedModel(messages=iter(script(TURNS)))
@@ -220,6 +223,7 @@ def test_format_follows_the_model() -> None:
 SIGNATURE = "ErUBCkYIBxgCIkB2Zm9yY2VkIHNpZ25hdHVyZSBmb3IgdGVzdGluZyBvbmx5" + "A" * 80
 
 
+@pytest.mark.slow
 def test_chat_anthropic_thinking_survives_the_round_trip(tmp_path: Path) -> None:
     anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
     langchain_anthropic = pytest.importorskip(
@@ -304,6 +308,7 @@ def test_chat_anthropic_thinking_survives_the_round_trip(tmp_path: Path) -> None
         assert [block["type"] for block in sent] == ["text", "tool_use"]
 
 
+@pytest.mark.slow
 def test_recall_tool_is_registered_when_recall_is_on(tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "lc.db") as store:
         plain = CompactStoreMiddleware(store, "a")

@@ -71,6 +71,7 @@ def killed(db_url: str) -> Iterator[str]:
     yield db_url
 
 
+@pytest.mark.slow
 def test_a_killed_owner_records_nothing_and_its_lease_holds_off_a_second_summary(
     killed: str,
 ) -> None:
@@ -93,6 +94,7 @@ def test_a_killed_owner_records_nothing_and_its_lease_holds_off_a_second_summary
         assert calls == [] and sess.compactions() == []
 
 
+@pytest.mark.slow
 def test_at_the_blocking_ratio_a_caller_waits_then_takes_the_lease_over(killed: str) -> None:
     with opened(killed) as store:
         # The wait is summarizer_timeout_seconds (a config change does not touch the lease).
@@ -122,6 +124,7 @@ def age_leases(store: CompactStore, seconds: float) -> None:
         )
 
 
+@pytest.mark.slow
 def test_a_crashed_owner_lease_expires_and_the_next_process_compacts(db_url: str) -> None:
     with opened(db_url) as store:
         fill(store, 0.9, timeout=1)

@@ -59,6 +59,7 @@ def _show(db: str, *args: str) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_show_prints_a_marker_per_image_and_document(db: str) -> None:
     rows = _show(db, "s").splitlines()
     assert rows[-5].endswith(f"pinned        {PDF_MARKER} this spec")
@@ -72,6 +73,7 @@ def test_show_prints_a_marker_per_image_and_document(db: str) -> None:
     assert f"original      {PNG_MARKER} " in generated
 
 
+@pytest.mark.slow
 def test_the_report_lists_the_images_and_documents_in_the_context(db: str, tmp_path: Path) -> None:
     pytest.importorskip("jinja2")
     target = tmp_path / "s.html"

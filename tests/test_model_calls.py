@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from compactstore import CompactionConfig, CompactStore
@@ -91,6 +92,7 @@ def test_import_records_a_call_per_reported_usage(store: CompactStore, tmp_path:
     ]
 
 
+@pytest.mark.slow
 def test_simulate_records_every_model_call(tmp_path: Path) -> None:
     path = _claude_code(tmp_path)
     with CompactStore.open(tmp_path / "sim.db") as store:

@@ -98,6 +98,7 @@ def superseded(steps: list[Any]) -> bool:
 # -- the commit's check ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_messages_appended_while_the_summary_is_written_are_kept(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -126,6 +127,7 @@ def test_messages_appended_while_the_summary_is_written_are_kept(
         assert replayed.summary is not None and replayed.summary.source == "recorded"
 
 
+@pytest.mark.slow
 def test_a_dedup_stub_of_a_removed_seq_appended_meanwhile_makes_the_call_plan_again(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_dedup_stub_of_a_removed_seq_appended_meanwhile_makes_the_call_plan_ag
         assert len(chat.sess.compactions()) == 1
 
 
+@pytest.mark.slow
 def test_a_result_appended_meanwhile_answering_a_removed_call_makes_the_call_plan_again(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -211,6 +214,7 @@ def test_a_change_that_ends_the_trigger_supersedes_the_call_and_records_nothing(
         assert breaker.consecutive_failures == 0 and breaker.consecutive_fallbacks == 0
 
 
+@pytest.mark.slow
 def test_after_two_re_plans_only_the_cheap_stages_are_committed(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -314,6 +318,7 @@ def write_lock_free(db: Path) -> bool:
         probe.close()
 
 
+@pytest.mark.slow
 def test_no_user_code_runs_while_a_write_transaction_is_open(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     held: list[str] = []

@@ -141,6 +141,7 @@ def store(tmp_path: Path) -> CompactStore:
     return CompactStore.open(str(tmp_path / "agents.db"))
 
 
+@pytest.mark.slow
 def test_compaction_inside_runs_keeps_input_in_window(store: CompactStore) -> None:
     session = CompactSession("agents-1", store, context_window=WINDOW)
     model = FakeModel(calls=CALLS_PER_TURN)
@@ -193,6 +194,7 @@ def test_sdk_keys_are_stored_not_sent(store: CompactStore) -> None:
     assert "provider_data" not in sent[0]
 
 
+@pytest.mark.slow
 def test_restart_continues(tmp_path: Path) -> None:
     path = str(tmp_path / "restart.db")
     first = CompactStore.open(path)
@@ -214,6 +216,7 @@ def test_restart_continues(tmp_path: Path) -> None:
     second.close()
 
 
+@pytest.mark.slow
 def test_clear_pop_and_rollback(store: CompactStore) -> None:
     session = CompactSession("agents-edit", store, context_window=WINDOW)
     asyncio.run(run_turns(session, FakeModel(calls=1), 2))
@@ -251,6 +254,7 @@ def test_clear_pop_and_rollback(store: CompactStore) -> None:
     )
 
 
+@pytest.mark.slow
 def test_clear_survives_a_later_compaction(store: CompactStore) -> None:
     session = CompactSession("agents-clear", store, context_window=WINDOW)
     asyncio.run(run_turns(session, FakeModel(calls=1), 1))
@@ -282,6 +286,7 @@ def test_config_is_passed_on(store: CompactStore) -> None:
     assert session.session.config.auto_compact_threshold == 0.5
 
 
+@pytest.mark.slow
 def test_over_an_async_store(tmp_path: Path) -> None:
     """The same runs over an AsyncCompactStore (SPEC §9.5 "over either store"): its session
     is opened on first use and every call is awaited on the loop."""

@@ -121,6 +121,7 @@ def check_pins(chat: Chat) -> None:
     assert pair_problems(chat.fmt, context) == []
 
 
+@pytest.mark.slow
 def test_pins_stay_verbatim_through_every_stage(store: CompactStore) -> None:
     for fmt in FORMATS:
         config = plain(session_memory_min_tail_tokens=2_000, session_memory_max_tail_tokens=6_000)
@@ -327,6 +328,7 @@ def scenario(store: CompactStore) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_the_same_log_config_and_now_give_the_same_compactions_in_two_fresh_stores(
     store: CompactStore, tmp_path: Path
 ) -> None:

@@ -60,6 +60,7 @@ def test_a_boundary_imported_from_a_transcript_is_refused_with_a_clear_error(
     assert db_snapshot(store) == before
 
 
+@pytest.mark.slow
 def test_the_cli_replay_of_an_imported_boundary_is_one_line_and_fails(tmp_path: Path) -> None:
     db = str(tmp_path / "imported.db")
     with CompactStore.open(db) as store:

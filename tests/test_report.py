@@ -95,6 +95,7 @@ def a_busy_session(store: CompactStore, sid: str = "s") -> Chat:
     return chat
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_numbers_in_the_database(store: CompactStore, tmp_path: Path) -> None:
     chat = a_busy_session(store)
     sess = chat.sess
@@ -155,6 +156,7 @@ def test_the_page_shows_the_numbers_in_the_database(store: CompactStore, tmp_pat
     assert page.field("model_calls") == len(recorded) > 5
 
 
+@pytest.mark.slow
 def test_summaries_and_what_changed_in_them(store: CompactStore, tmp_path: Path) -> None:
     chat = new_session(store, context_window=20_000)
     chat.request("Port the importer to the new API")
@@ -192,6 +194,7 @@ def test_the_failure_that_tripped_the_breaker_is_named(store: CompactStore, tmp_
     assert failed and failed <= rows  # failed attempts are one line each
 
 
+@pytest.mark.slow
 def test_imported_and_simulated_sessions(tmp_path: Path) -> None:
     messages = [{"role": "user", "content": "Fix the build"}]
     for i in range(40):
@@ -320,6 +323,7 @@ def run(*args: str) -> Any:
     return CliRunner().invoke(cli, list(args))
 
 
+@pytest.mark.slow
 def test_the_report_command_writes_one_page_or_every_page(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     with CompactStore.open(db) as store:
@@ -362,6 +366,7 @@ def test_the_report_command_default_name_and_errors(tmp_path: Path, monkeypatch:
     assert out.exit_code == 1 and not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.slow
 def test_the_demo_ends_with_the_command_that_writes_its_report(
     tmp_path: Path, monkeypatch: Any
 ) -> None:

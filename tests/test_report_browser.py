@@ -117,6 +117,7 @@ def colours(png: bytes) -> int:
     return len({row[i : i + 3] for row in rows for i in range(0, len(row), channels)})
 
 
+@pytest.mark.slow
 def test_the_page_loads_alone_and_draws_every_compaction(browser: Any, tmp_path: Path) -> None:
     with CompactStore.open(tmp_path / "s.db") as store:
         sess = a_busy_session(store).sess
@@ -146,6 +147,7 @@ def test_the_page_loads_alone_and_draws_every_compaction(browser: Any, tmp_path:
     assert colours(shot) > 20, "the chart is blank"
 
 
+@pytest.mark.slow
 def test_a_hostile_page_runs_nothing_and_loads_nothing(browser: Any, tmp_path: Path) -> None:
     from tests.helpers import new_session, words
 

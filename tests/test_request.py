@@ -175,6 +175,7 @@ def test_configured_patterns_decide_what_is_boilerplate(store: CompactStore) -> 
     assert "## Original request\nDeploy the staging branch" in result.summary_text
 
 
+@pytest.mark.slow
 def test_import_pins_the_real_request(tmp_path: Path) -> None:
     lines = [user(ENVIRONMENT), user(IDE_REQUEST)]
     for i in range(30):
@@ -202,6 +203,7 @@ def test_cwd_is_kept_and_cannot_change(store: CompactStore) -> None:
         store.session("x", cwd="")
 
 
+@pytest.mark.slow
 def test_sessions_stored_before_the_upgrade_keep_their_one_request_pin(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     with opened(db) as store:

@@ -229,6 +229,7 @@ def _same(got: list[Message], expected: list[Message]) -> None:
     assert json.dumps(got, ensure_ascii=False) == json.dumps(expected, ensure_ascii=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["anthropic", "openai", "minicode"])
 def test_a_fifty_turn_conversation_comes_back_verbatim(
     store: CompactStore, reopen: Callable[[], CompactStore], fmt: str

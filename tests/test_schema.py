@@ -103,6 +103,7 @@ def test_the_head_read_from_the_revision_files_is_alembics() -> None:
     assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
+@pytest.mark.slow
 def test_opening_a_database_at_head_does_not_load_alembic(db_url: str) -> None:
     CompactStore.open(db_url).close()
     code = (
@@ -164,6 +165,7 @@ def test_an_empty_database_is_created_at_head_even_with_auto_migrate_false(
         assert _table_names(str(path)) >= TABLES
 
 
+@pytest.mark.slow
 def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(
     db_url: str,
 ) -> None:
@@ -184,6 +186,7 @@ def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(
         assert current_revision(upgraded.engine) == head_revision()
 
 
+@pytest.mark.slow
 def test_by_default_sqlite_files_migrate_on_open_and_postgresql_does_not(db_url: str) -> None:
     """SPEC §9.0 "Fleets upgrade in order": `compactstore db upgrade` first, then the new
     version rolls out; a SQLite file is one process's and keeps migrating on open."""

@@ -193,6 +193,7 @@ def _additive_violations(
     return found
 
 
+@pytest.mark.slow
 def test_every_additive_revision_only_adds_what_an_older_version_can_ignore(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +245,7 @@ op.create_table("tags", sa.Column("session_id", sa.String(255), sa.ForeignKey("s
 # -- one additive revision newer: read and written as it is --------------------------------
 
 
+@pytest.mark.slow
 def test_a_schema_one_additive_revision_newer_is_read_and_written(db_url: str, newer: Path) -> None:
     with CompactStore.open(db_url) as store:
         _converse(store, "before")

@@ -79,6 +79,7 @@ def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_call_of_a_generated_transcript_gets_a_valid_context_that_fits(
     tmp_path: Path, fmt: str
@@ -98,6 +99,7 @@ def test_every_call_of_a_generated_transcript_gets_a_valid_context_that_fits(
     assert report.file_recall is not None and report.file_recall >= 0.8
 
 
+@pytest.mark.slow
 def test_a_large_window_needs_no_cut(tmp_path: Path) -> None:
     file = write_jsonl(tmp_path / "a.jsonl", transcript("anthropic", huge=False))
     report = simulate(file, window=1_000_000)
@@ -106,6 +108,7 @@ def test_a_large_window_needs_no_cut(tmp_path: Path) -> None:
     assert report.fit_max < 0.1
 
 
+@pytest.mark.slow
 def test_the_cli_prints_compactions_and_quality(tmp_path: Path) -> None:
     file = write_jsonl(tmp_path / "s.jsonl", transcript("openai"))
     out = CliRunner().invoke(cli, ["simulate", str(file), "--window", "8000"])
@@ -156,6 +159,7 @@ def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     assert report.missed_over_window["calibrated"] == 0
 
 
+@pytest.mark.slow
 def test_format_takes_the_names_import_takes(tmp_path: Path) -> None:
     file = write_jsonl(tmp_path / "s.jsonl", transcript("openai", turns=4, huge=False))
     for name in ("jsonl", "openai"):

@@ -309,6 +309,7 @@ def _write_a_conversation(store: CompactStore, fmt: str, sid: str) -> str:
     return sess.id
 
 
+@pytest.mark.slow
 def test_a_new_process_reads_back_exactly_what_was_written(
     store: CompactStore, db_url: str, tmp_path: Path, sid: str
 ) -> None:

@@ -81,6 +81,7 @@ async def async_summarizer(messages: Any, previous: Any, instructions: Any) -> s
     return "never"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("summarizer", [async_summarizer, AsyncCallable()])
 def test_an_async_summarizer_is_refused_naming_async_compact_store(
     summarizer: Any, tmp_path: Path
@@ -92,6 +93,7 @@ def test_an_async_summarizer_is_refused_naming_async_compact_store(
         store.session("s", summarizer=summarizer)
 
 
+@pytest.mark.slow
 def test_failures_and_timeouts_fall_back_and_count_until_a_summary_succeeds(
     db_url: str,
 ) -> None:
@@ -196,6 +198,7 @@ def test_a_session_summarizer_is_recorded_and_a_process_without_it_counts_a_fall
         assert again.breaker().consecutive_fallbacks == 0
 
 
+@pytest.mark.slow
 def test_on_compaction_is_called_after_the_commit_and_outside_any_transaction(
     tmp_path: Path,
 ) -> None:
@@ -250,6 +253,7 @@ def test_the_redactor_is_applied_to_what_the_summarizer_is_sent(db_url: str) -> 
         assert "hunter2" in text_of(chat.sess.messages()[1]), "the log is unchanged"
 
 
+@pytest.mark.slow
 def test_replay_reuses_the_recorded_text_and_resummarizes_only_when_asked(db_url: str) -> None:
     calls: list[int] = []
 
@@ -292,6 +296,7 @@ def test_resummarize_needs_a_summarizer(db_url: str) -> None:
             chat.sess.replay(result.boundary.id, resummarize=True)
 
 
+@pytest.mark.slow
 def test_the_redactor_applies_to_export_and_report_texts(tmp_path: Path) -> None:
     pytest.importorskip("jinja2", reason="the report needs the 'report' extra")
     from compactstore.export import export_lines

@@ -324,6 +324,7 @@ def test_a_missing_sdk_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve("anthropic", "m")
 
 
+@pytest.mark.slow
 def test_import_compactstore_imports_no_sdk() -> None:
     code = (
         "import sys, compactstore, compactstore.summarizers, compactstore.integrations\n"

@@ -333,6 +333,7 @@ def test_a_summarizer_never_sees_reasoning_items(store: CompactStore) -> None:
     assert "secret" not in sent and "[thinking left out]" in sent
 
 
+@pytest.mark.slow
 def test_an_import_records_the_version_each_message_answered_at_its_place(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:

@@ -183,6 +183,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield store
 
 
+@pytest.mark.slow
 def test_the_source_session_fills_every_table(source: CompactStore) -> None:
     # Otherwise the copy tests below would not prove every table is carried.
     counts = row_counts(source, "alpha")
@@ -195,6 +196,7 @@ def test_the_source_session_fills_every_table(source: CompactStore) -> None:
     assert all(counts.values()), counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize("target_state", ["empty", "non-empty"])
 def test_copy_keeps_everything_modulo_the_id_map(
@@ -221,6 +223,7 @@ def test_copy_keeps_everything_modulo_the_id_map(
         copied.append({"role": "user", "content": "and now?"})
 
 
+@pytest.mark.slow
 def test_copy_of_every_session_from_sqlite_to_postgres_and_back(
     source: CompactStore, tmp_path: Path
 ) -> None:
@@ -243,6 +246,7 @@ def test_copy_of_every_session_from_sqlite_to_postgres_and_back(
             assert portrait(back.get_session("alpha"), ids) == before
 
 
+@pytest.mark.slow
 def test_a_session_that_exists_in_the_target_is_a_conflict_and_nothing_is_written(
     source: CompactStore, db_url: str
 ) -> None:
@@ -294,6 +298,7 @@ def _extended() -> MetaData:
     return metadata
 
 
+@pytest.mark.slow
 def test_a_table_added_to_the_schema_is_copied_and_deleted_without_naming_it(
     tmp_path: Path,
 ) -> None:
@@ -362,6 +367,7 @@ def test_every_id_column_is_either_renumbered_or_kept_on_purpose() -> None:
 # -- memory ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_copy_streams_rows_in_bounded_batches(tmp_path: Path) -> None:
     # 12 MB of messages, copied while Python allocates a fraction of that.
     with opened(tmp_path / "big.db") as big:
@@ -389,6 +395,7 @@ def test_copy_streams_rows_in_bounded_batches(tmp_path: Path) -> None:
 # -- backup and restore ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_backup_is_one_self_contained_file_and_restores_everything(
     source: CompactStore, db_url: str, tmp_path: Path
 ) -> None:
@@ -409,6 +416,7 @@ def test_backup_is_one_self_contained_file_and_restores_everything(
             restore(target, file)
 
 
+@pytest.mark.slow
 def test_backup_refuses_to_overwrite_unless_told_and_never_its_own_database(
     source: CompactStore, tmp_path: Path
 ) -> None:
@@ -424,6 +432,7 @@ def test_backup_refuses_to_overwrite_unless_told_and_never_its_own_database(
         backup(source, own, overwrite=True)
 
 
+@pytest.mark.slow
 def test_a_backup_from_an_older_schema_is_upgraded_in_a_copy_and_a_newer_one_refused(
     source: CompactStore, tmp_path: Path
 ) -> None:
@@ -471,6 +480,7 @@ def test_restore_of_something_that_is_not_a_backup(tmp_path: Path) -> None:
 # -- delete and prune --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_delete_session_removes_its_rows_from_every_table_and_nothing_else(
     source: CompactStore, db_url: str
 ) -> None:
@@ -516,6 +526,7 @@ def test_prune_deletes_sessions_idle_for_longer_than_the_limit(db_url: str) -> N
 # -- staging -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_staging_copies_when_done_and_leaves_the_target_untouched_on_error(
     db_url: str,
 ) -> None:
@@ -593,6 +604,7 @@ def test_a_run_killed_half_way_leaves_no_half_session(tmp_path: Path, what: str)
         assert snapshot(target) == rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["demo", "simulate"])
 def test_a_run_interrupted_half_way_leaves_no_half_session(
     db_url: str, tmp_path: Path, what: str

@@ -219,6 +219,7 @@ def run_stage(store: CompactStore, name: str) -> dict[str, Any]:
     return observed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_stage_in_every_format_keeps_the_rules_and_is_deterministic(
     store: CompactStore, tmp_path: Path, name: str
