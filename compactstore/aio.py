@@ -42,7 +42,6 @@ from collections.abc import (
     Generator,
     Iterable,
 )
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
@@ -50,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from sqlalchemy import Connection, Engine
 
 from compactstore.aio_session import AsyncSession, glue
+from compactstore.aio_threads import Workers
 from compactstore.core import compaction
 from compactstore.core.checks import check_cache_sessions, check_pool
 from compactstore.core.steps import Op, drive
@@ -108,11 +108,16 @@ class _ThreadedStore(CompactStore):
         super().__init__(engine, location, **kw)
         self.loop = loop
         self._loop_thread = threading.get_ident()
-        self.steps = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="compactstore-step")
-        self.decides = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="compactstore-decide")
+        # Started by open() (in a thread: starting one waits for it to take the GIL).
+        self.steps = Workers(loop, STEP_THREADS, "compactstore-step")
+        self.decides = Workers(loop, DECIDE_THREADS, "compactstore-decide")
         # Background compactions this store started: tasks on its loop (close() awaits them).
         self.tasks: set[asyncio.Task[None]] = set()
         self._pausing = threading.local()  # .on: see pausing()
+
+    def start_threads(self) -> None:
+        self.steps.start()
+        self.decides.start()
 
     def on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
@@ -151,17 +156,17 @@ class _ThreadedStore(CompactStore):
     def _read(self, fn: Callable[[Connection], T]) -> T:
         if not self.on_loop():
             return super()._read(fn)
-        return _await(self.loop.run_in_executor(self.steps, super()._read, fn))
+        return _await(self.steps.run(partial(super()._read, fn)))
 
     def _write(self, fn: Callable[[Connection], T]) -> T:
         if not self.on_loop():
             return super()._write(fn)
-        return _await(self.loop.run_in_executor(self.steps, super()._write, fn))
+        return _await(self.steps.run(partial(super()._write, fn)))
 
     def _compute(self, fn: Callable[[], T]) -> T:
         if not self.on_loop():
             return fn()
-        return _await(self.loop.run_in_executor(self.decides, fn))
+        return _await(self.decides.run(fn))
 
     def _sleep(self, seconds: float) -> None:
         if not self.on_loop():
@@ -199,8 +204,7 @@ class AsyncCompactStore:
     async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a whole call that only checks, computes and runs transactions in a step
         thread (one hop)."""
-        core = self._core
-        return await core.loop.run_in_executor(core.steps, partial(fn, *args, **kwargs))
+        return await self._core.steps.run(partial(fn, *args, **kwargs))
 
     @classmethod
     async def open(
@@ -265,6 +269,7 @@ class AsyncCompactStore:
                 cache_sessions=cache_sessions,
                 allow_block_types=allow_block_types,
             )
+            await asyncio.to_thread(core.start_threads)
         except BaseException:
             engine.dispose()
             raise
@@ -282,8 +287,8 @@ class AsyncCompactStore:
             await asyncio.gather(*list(core.tasks), return_exceptions=True)
 
         def stop() -> None:
-            core.decides.shutdown(wait=True)
-            core.steps.shutdown(wait=True)
+            core.decides.stop()
+            core.steps.stop()
             core.shutdown_summarizers()
             core.engine.dispose()
 
