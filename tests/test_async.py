@@ -27,6 +27,7 @@ from compactstore import (
     SummaryResult,
 )
 from compactstore.aio import STEP_THREADS
+from tests.helpers import words
 
 pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
 
@@ -286,8 +287,9 @@ def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on
 
 
 def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
-    # The memory provider runs in the plan step (a read transaction). It waits until the
-    # loop answers: the loop can only answer while that step runs in another thread.
+    # The memory provider runs in the plan step (a read transaction) of a call that may cut.
+    # It waits until the loop answers: the loop can only answer while that step runs in
+    # another thread.
     loop_answered = threading.Event()
     ran_in: list[int] = []
 
@@ -303,13 +305,15 @@ def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
         async with await AsyncCompactStore.open(db_url, memory_provider=provider) as store:
             sess = await store.session("s", context_window=20_000)
             await sess.append(user("hi"))
+            # 12,000 tokens at the default factor 1.6: over the auto-compact threshold.
+            await sess.extend([assistant(words(24_000)), user(words(24_000))])
             call = asyncio.create_task(sess.process_request(now=1.0))
             await planning.wait()
             loop_answered.set()
             return await call
 
     result = asyncio.run(main())
-    assert result.strategy is None and ran_in and threading.get_ident() not in ran_in
+    assert result.trigger == "auto" and ran_in and threading.get_ident() not in ran_in
 
 
 @pytest.mark.slow

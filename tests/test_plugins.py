@@ -56,10 +56,12 @@ def test_a_token_counter_that_fails_is_a_plugin_error_and_stores_nothing(
 def test_a_memory_provider_that_raises_is_a_plugin_error_and_stores_nothing(
     store: CompactStore, db_snapshot: Snapshot
 ) -> None:
-    chat = new_session(store, sid="mem")
+    # Over the auto-compact threshold: process_request may cut, so it asks for memory.
+    chat = new_session(store, sid="mem", context_window=1_100)
     chat.request("Migrate the build to Bazel.")
     chat.chatter(10, chars=400)
     chat.sess.remember("decision", "keep the Makefile until CI passes", now=T0 + 50)
+    assert chat.sess.token_usage() > 0.85 * 1_100
     before = db_snapshot(store)
 
     def provider(session_id: str, entries: Sequence[MemoryEntry], max_tokens: int) -> str:
@@ -76,6 +78,25 @@ def test_a_memory_provider_that_raises_is_a_plugin_error_and_stores_nothing(
             with pytest.raises(PluginError, match=problem):
                 other.session("mem").process_request(now=T0 + 100)
     assert db_snapshot(store) == before
+
+
+def test_the_memory_provider_runs_only_for_a_call_that_may_cut(store: CompactStore) -> None:
+    # Below the auto-compact threshold no cut can follow (the cheap stages only lower usage),
+    # so a step of an agent costs no provider call.
+    asked: list[str] = []
+
+    def provider(session_id: str, entries: Sequence[MemoryEntry], max_tokens: int) -> str:
+        asked.append(session_id)
+        return ""
+
+    url = store.engine.url.render_as_string(hide_password=False)
+    with opened(url, memory_provider=provider) as other:
+        for sid, window in (("roomy", 200_000), ("full", 1_100)):
+            chat = new_session(other, sid=sid, context_window=window)
+            chat.request("Migrate the build to Bazel.")
+            chat.chatter(10, chars=400)
+            chat.sess.process_request(now=T0 + 100)
+    assert asked == ["full"]
 
 
 def test_a_handle_follows_the_stored_config_another_handle_changed(store: CompactStore) -> None:

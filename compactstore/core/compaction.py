@@ -120,10 +120,15 @@ class Request:
 
     def may_cut(self, snapshot: Snapshot) -> bool:
         """Whether deciding this call on the snapshot may cut (and so may need the lease)."""
+        return self.cuts(snapshot.context, snapshot.inputs)
+
+    def cuts(self, context: ActiveContext, inputs: EngineInputs) -> bool:
+        """:meth:`may_cut` before the snapshot is whole. The cheap stages only lower usage,
+        so a process call whose context is below the auto-compact threshold never cuts."""
         if self.call != "process":
             return True
         return bool(self.options.get("enable_auto_compact", True)) and (
-            auto_compact.should_trigger(snapshot.context, snapshot.inputs)
+            auto_compact.should_trigger(context, inputs)
         )
 
     def cheap(self) -> Request | None:
@@ -185,6 +190,7 @@ class Snapshot:
     context: ActiveContext
     inputs: EngineInputs  # without a summary service (decide adds it)
     max_compaction_id: int
+    # Read only when the call may cut (Request.cuts); else no memory, 0 and None.
     summarizer_calls: int  # summarizer calls recorded in the hour before the call's now
     lease: repo.LeaseRow | None
 
@@ -223,19 +229,9 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         row=session,
     )
     breaker = repo.get_breaker(connection, sid)
-    entries = repo.memories(connection, sid)
-    budget = context.config.session_memory_max_tokens
-    provider = plugins.memory_provider
-    memory_text = (
-        provider(sid, entries, budget)
-        if provider is not None
-        else select_memory(entries, budget, plugins.count_tokens)
-    )
     inputs = EngineInputs(
         now=request.now,
         next_blob_id=repo.next_blob_id(connection, sid),
-        memory_text=memory_text,
-        memory_count=len(entries),
         last_microcompact_at=breaker.last_microcompact_at,
         consecutive_failures=breaker.consecutive_failures,
         tripped=bool(breaker.tripped),
@@ -245,11 +241,24 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         else SummaryState(),
         instructions=request.instructions,
     )
+    max_compaction_id = repo.last_compaction_id(connection, sid)
+    if not request.cuts(context, inputs):
+        # What only a cut uses is not read: a step of an agent below the threshold costs
+        # no memory provider call, no count of summaries and no lease read.
+        return Snapshot(session, context, inputs, max_compaction_id, summarizer_calls=0, lease=None)
+    entries = repo.memories(connection, sid)
+    budget = context.config.session_memory_max_tokens
+    provider = plugins.memory_provider
+    memory_text = (
+        provider(sid, entries, budget)
+        if provider is not None
+        else select_memory(entries, budget, plugins.count_tokens)
+    )
     return Snapshot(
         session=session,
         context=context,
-        inputs=inputs,
-        max_compaction_id=repo.last_compaction_id(connection, sid),
+        inputs=replace(inputs, memory_text=memory_text, memory_count=len(entries)),
+        max_compaction_id=max_compaction_id,
         summarizer_calls=repo.summarizer_calls_since(connection, sid, request.now - 3_600),
         lease=repo.get_lease(connection, sid),
     )
