@@ -6,7 +6,8 @@
   into existence.
 - A blob, boundary, tool call or registered read of one session can never be read, rolled
   back, replayed or paired through another session (API and CLI).
-- The SQLite file, and its -wal and -shm files, are created readable by their owner only.
+- The SQLite file, and its -wal, -shm and -writer files, are created readable by their owner
+  only.
 - No SQL is built from strings anywhere in compactstore/ or migrations/: the few raw
   statements are fixed, listed here, and nothing else may appear.
 """
@@ -340,13 +341,20 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_the_sqlite_file_and_its_wal_and_shm_are_private(tmp_path: Path, umask_022: None) -> None:
+def test_the_sqlite_file_its_wal_shm_and_writer_files_are_private(
+    tmp_path: Path, umask_022: None
+) -> None:
     db = tmp_path / "nested" / "private.db"
     with CompactStore.open(db) as store:
         sess = store.session("s", now=T0)
         sess.append(_user("secret"), timestamp=T0)
         created = [p for p in db.parent.iterdir() if p.name.startswith("private.db")]
-        assert {p.name for p in created} >= {"private.db", "private.db-wal", "private.db-shm"}
+        assert {p.name for p in created} >= {
+            "private.db",
+            "private.db-wal",
+            "private.db-shm",
+            "private.db-writer",  # the writers' turn between processes (it holds no data)
+        }
         for path in created:
             assert _mode(path) == 0o600, f"{path.name} is {oct(_mode(path))}"
 

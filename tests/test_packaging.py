@@ -37,6 +37,7 @@ _NOT_SOURCES = shutil.ignore_patterns(
     "*.db",
     "*.db-wal",
     "*.db-shm",
+    "*.db-writer",
 )
 
 _CHILD = """

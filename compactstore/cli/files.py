@@ -60,7 +60,7 @@ def progress(label: str) -> Iterator[Progress]:
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
-_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
+_SIDE_FILES = ("-wal", "-shm", "-journal", "-writer")  # files beside a database
 
 
 def _refuse_database(path: Path, db: str | None) -> None:

@@ -29,6 +29,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
+from compactstore.db.writer_turns import WriterTurns
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError
 
 __all__ = [
@@ -50,6 +51,8 @@ BUSY_TIMEOUT_MS = 30_000
 # in SQLite's busy handler polls with sleeps of 1, 2, 5, ... up to 100 ms, and may lose
 # the race again each time (measured: a pool of 2 threads idled a third of the time).
 _WRITERS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+# Per SQLite file engine: the turn its writers take between processes (db/writer_turns.py).
+_TURNS: weakref.WeakKeyDictionary[Engine, WriterTurns] = weakref.WeakKeyDictionary()
 T = TypeVar("T")
 
 
@@ -140,6 +143,8 @@ def create_engine_for(
             else:
                 engine = create_engine(url, connect_args={"timeout": timeout}, **sizing)
             _setup_sqlite(engine, read_only=read_only)
+            if path is not None and not read_only:
+                _TURNS[engine] = WriterTurns(path)
             return engine
         if read_only:
             options = {"options": "-c default_transaction_read_only=on"}
@@ -247,20 +252,32 @@ def _begin_immediate(connection: Connection) -> None:
 def write_tx(engine: Engine) -> Iterator[Connection]:
     """One write transaction: committed when the block ends, rolled back if it raises.
 
-    On SQLite the threads of this process queue for their turn first (without holding a
-    pooled connection meanwhile); SQLite's own lock still decides between processes."""
-    turn = _WRITERS.get(engine)
+    On SQLite the threads of this process queue for their turn first, then the writers of
+    every process (:mod:`compactstore.db.writer_turns`), without holding a pooled connection
+    meanwhile; SQLite's own lock still decides who writes."""
+    turn, turns = _WRITERS.get(engine), _TURNS.get(engine)
     # Past the busy timeout, go on anyway: SQLite's busy handler then decides (and fails).
+    deadline = monotonic() + BUSY_TIMEOUT_MS / 1000
     held = turn is not None and turn.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
+    taken = held and turns is not None and take_turn(turns, deadline)
     try:
         with engine.connect() as connection:
             connection.execution_options(**{_WRITE: True})
             with connection.begin():
                 yield connection
     finally:
+        if taken:
+            assert turns is not None
+            turns.release()
         if held:
             assert turn is not None
             turn.release()
+
+
+def take_turn(turns: WriterTurns, deadline: float) -> bool:
+    """Wait for the writers' turn between processes (a function of its own, so the lock
+    wait can be measured: benchmarks/nonblocking.py)."""
+    return turns.acquire(deadline)
 
 
 @contextmanager
