@@ -1,6 +1,6 @@
-"""Step cost beside the raw-sqlite3 floor, on two workloads (issue 18).
+"""Step cost beside the raw-sqlite3 floor, on three workloads (issue 18).
 
-    python -m benchmarks.stepcost                 # the full measurement (~25 min)
+    python -m benchmarks.stepcost                 # the full measurement (~15 min idle)
     python -m benchmarks.stepcost --quick         # for iteration (~3 min)
     python -m benchmarks.stepcost --profile toolloop --steps 3000   # cProfile of the loop
 
