@@ -19,7 +19,12 @@ longest lag of the ticks that overlapped no collection (``lag_ms_max_outside_gc`
 compactstore's own code caused). ``--gc-freeze`` runs the async part after ``gc.freeze()``,
 as a latency-sensitive service does once started. ``--cache-sessions`` sets both stores'
 ``cache_sessions``: below the number of sessions, interleaved steps evict each other's
-contexts, and each step rebuilds its context from the rows.
+contexts, and each step rebuilds its context from the rows. ``--stalls MS`` also runs a
+sampler thread that, every millisecond the loop is more than MS late, records where the
+loop's thread is (its innermost frames; ``[gc]`` while a collection runs), and prints the
+most frequent places: ``select``/``_read_from_self`` means the loop was waiting for the GIL
+after a system call, anything else is code that ran on the loop. (The sampler takes the GIL
+too: figures of such a run are not the benchmark's.)
 """
 
 from __future__ import annotations
@@ -28,12 +33,16 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from sqlalchemy import create_engine, text
@@ -81,6 +90,27 @@ def sync_summary(messages: list[Any], previous: str | None, instructions: Any) -
 SUMMARY_SECONDS = 0.2
 
 
+def where(frame: FrameType | None, depth: int = 4) -> str:
+    """The innermost ``depth`` frames, innermost first."""
+    places: list[str] = []
+    while frame is not None and len(places) < depth:
+        code = frame.f_code
+        places.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return " < ".join(places)
+
+
+def sample_stalls(
+    state: dict[str, Any], loop_thread: int, threshold: float, found: Counter[str]
+) -> None:
+    """Every millisecond the loop is more than ``threshold`` s late: where its thread is."""
+    while not state["done"]:
+        time.sleep(0.001)
+        if time.perf_counter() - state["due"] > threshold:
+            frame = sys._current_frames().get(loop_thread)
+            found[("[gc] " if state["gc"] else "") + where(frame)] += 1
+
+
 async def run_async(
     url: str,
     sessions: int,
@@ -88,13 +118,17 @@ async def run_async(
     pool: int,
     cache_sessions: int = 64,
     gc_freeze: bool = False,
+    stalls: float | None = None,
 ) -> dict[str, Any]:
     lags: list[tuple[float, float]] = []  # (woke, lag) of each tick
     pauses: list[tuple[int, float, float]] = []  # (generation, start, end) of each collection
     done = False
+    state = {"done": False, "due": time.perf_counter(), "gc": False}  # for the sampler
+    found: Counter[str] = Counter()
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         # A collection holds the GIL: the loop cannot run meanwhile, whatever thread ran it.
+        state["gc"] = phase == "start"
         if phase == "start":
             on_gc.started = time.perf_counter()  # type: ignore[attr-defined]
         else:
@@ -104,6 +138,7 @@ async def run_async(
         interval = 0.005
         while not done:
             before = time.perf_counter()
+            state["due"] = before + interval
             await asyncio.sleep(interval)
             woke = time.perf_counter()
             lags.append((woke, woke - before - interval))
@@ -133,12 +168,21 @@ async def run_async(
         gc.collect()
         gc.freeze()
     tick = asyncio.create_task(ticker())
+    sampler = None
+    if stalls is not None:
+        sampler = threading.Thread(
+            target=sample_stalls, args=(state, threading.get_ident(), stalls / 1000, found)
+        )
+        sampler.start()
     gc.callbacks.append(on_gc)
     started = time.perf_counter()
     try:
         counts = await asyncio.gather(*(agent(store, k) for k in range(sessions)))
     finally:
         gc.callbacks.remove(on_gc)
+        state["done"] = True
+        if sampler is not None:
+            sampler.join()
     elapsed = time.perf_counter() - started
     done = True
     await tick
@@ -153,6 +197,9 @@ async def run_async(
         if not any(start < woke and end > woke - lag - 0.005 for _, start, end in pauses)
     ]
     full = [(end - start) * 1000 for generation, start, end in pauses if generation == 2]
+    more = {}
+    if stalls is not None:
+        more["stalls"] = [{"ms": n, "loop_was_in": at} for at, n in found.most_common(12)]
     return {
         "seconds": elapsed,
         "steps_per_s": sessions * steps / elapsed,
@@ -164,6 +211,7 @@ async def run_async(
         "lag_ms_max_outside_gc": max(outside, default=0.0) * 1000,
         "gc_ms_max": max(((end - start) * 1000 for _, start, end in pauses), default=0.0),
         "full_gc": {"count": len(full), "ms_max": max(full, default=0.0)},
+        **more,
     }
 
 
@@ -233,6 +281,13 @@ def main() -> None:
         action="store_true",
         help="gc.freeze() once the store is open, before the async run (see the README)",
     )
+    parser.add_argument(
+        "--stalls",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="sample where the loop's thread is while it is more than MS late (see above)",
+    )
     args = parser.parse_args()
     SUMMARY_SECONDS = args.summary_ms / 1000
     with tempfile.TemporaryDirectory() as directory:
@@ -246,6 +301,7 @@ def main() -> None:
                     args.pool,
                     args.cache_sessions,
                     args.gc_freeze,
+                    args.stalls,
                 )
             ),
             "sync_threads": run_sync(
