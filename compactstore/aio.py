@@ -5,7 +5,7 @@ a :class:`CompactStore` over the ordinary (sync) engine, and keeps the event loo
 running each *step* of it in a worker thread:
 
 - Every transaction (a whole ``Read`` or ``Write`` step: the SQL, SQLAlchemy's row handling,
-  building the context) runs in the store's bounded pool of :data:`STEP_THREADS` threads.
+  building the context) runs in the store's few step threads (:data:`STEP_THREADS`).
   A call that is nothing but checks, CPU work and transactions (``append``, ``extend``,
   ``active_context``, ``rollback``, ...) runs whole in one such thread: one hop.
 - A call that compacts (``process_request``, ``compact``, ``reactive_recover``,
@@ -36,6 +36,7 @@ import inspect
 import os
 import threading
 import time
+import warnings
 from collections.abc import (
     Awaitable,
     Callable,
@@ -58,7 +59,7 @@ from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
 from compactstore.engines.base import AsyncSummarizer, Summarizer
 from compactstore.engines.session_memory import MemoryProvider
-from compactstore.errors import MissingExtraError
+from compactstore.errors import CompactStoreWarning, MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     CompactionConfig,
@@ -79,10 +80,12 @@ __all__ = ["DECIDE_THREADS", "STEP_THREADS", "AsyncCompactStore", "AsyncSession"
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# Threads that run transactions and whole simple calls off the event loop. Few on purpose:
-# they share one GIL with the loop, and each thread busy with Python code adds up to a
-# switch interval (5 ms) to how long the loop waits for it; SQLite writes one at a time.
-STEP_THREADS = 2
+# Threads that run transactions and whole simple calls off the event loop, by backend. Few
+# on purpose: they share one GIL with the loop, and each thread busy with Python code adds
+# up to a switch interval (5 ms) to how long the loop waits for it. SQLite writes one at a
+# time anyway: one thread (measured: lower loop lag and more steps/s than two); PostgreSQL
+# waits on the network, where a second thread overlaps the round trips.
+STEP_THREADS = {"sqlite": 1, "postgresql": 2}
 # Threads that run compaction decide steps (the engines, then waiting for the summary):
 # mostly waiting, so more of them, apart from the step threads.
 DECIDE_THREADS = 16
@@ -109,11 +112,11 @@ class _ThreadedStore(CompactStore):
         self.loop = loop
         self._loop_thread = threading.get_ident()
         # Started by open() (in a thread: starting one waits for it to take the GIL).
-        self.steps = Workers(loop, STEP_THREADS, "compactstore-step")
+        self.steps = Workers(loop, STEP_THREADS.get(engine.dialect.name, 2), "compactstore-step")
         self.decides = Workers(loop, DECIDE_THREADS, "compactstore-decide")
         # Background compactions this store started: tasks on its loop (close() awaits them).
         self.tasks: set[asyncio.Task[None]] = set()
-        self._pausing = threading.local()  # .on: see pausing()
+        self._pausing = threading.local()  # .on, .callbacks: see pausing()
 
     def start_threads(self) -> None:
         self.steps.start()
@@ -122,14 +125,33 @@ class _ThreadedStore(CompactStore):
     def on_loop(self) -> bool:
         return threading.get_ident() == self._loop_thread
 
-    def pausing(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    def pausing(
+        self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> tuple[T, list[tuple[Awaitable[Any], int | None]]]:
         """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
-        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller."""
-        self._pausing.on = True
+        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller.
+        Also returned: the async ``on_compaction`` calls it made, for the caller to await
+        on the loop (see :meth:`_call_back`)."""
+        local = self._pausing
+        local.on, local.callbacks = True, []
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs), local.callbacks
         finally:
-            self._pausing.on = False
+            local.on, local.callbacks = False, []
+
+    async def called_back(self, callbacks: list[tuple[Awaitable[Any], int | None]]) -> None:
+        """Await the async ``on_compaction`` calls :meth:`pausing` returned (on the loop);
+        a failure is a warning, as in :meth:`CompactStore._notify`."""
+        for awaitable, compaction_id in callbacks:
+            try:
+                await awaitable
+            except Exception as exc:  # the compaction is recorded; the callback cannot undo it
+                warnings.warn(
+                    f"on_compaction raised {type(exc).__name__}: {exc}; compaction "
+                    f"{compaction_id} is recorded",
+                    CompactStoreWarning,
+                    stacklevel=2,
+                )
 
     def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
         if self.on_loop() or not getattr(self._pausing, "on", False):
@@ -179,6 +201,11 @@ class _ThreadedStore(CompactStore):
         if inspect.isawaitable(value):  # an async on_compaction is awaited on the loop
             if self.on_loop():
                 _await(value)
+            elif getattr(self._pausing, "on", False):
+                # A whole call in a step thread: awaited by its caller on the loop once the
+                # call is done, so the callback may use the store (it would wait for this
+                # very thread if the thread waited for it).
+                self._pausing.callbacks.append((value, result.id))
             else:
                 asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
 

@@ -190,11 +190,13 @@ class AsyncSession:
         # Whole in a step thread, unless it comes to a step that waits: then on the loop.
         core = self.store._core
         try:
-            return await self._step(core.pausing, call)
+            result, callbacks = await self._step(core.pausing, call)
         except Paused as paused:
-            result = await glue(self._session._resume, paused)
-            assert result is not None, "the pipeline always decides"
-            return result
+            resumed = await glue(self._session._resume, paused)
+            assert resumed is not None, "the pipeline always decides"
+            return resumed
+        await core.called_back(callbacks)
+        return result
 
     async def reactive_recover(
         self, error_message: str, *, now: float | None = None

@@ -35,7 +35,7 @@ def test_the_threads_start_at_open_and_end_at_close(tmp_path: Path) -> None:
     before = compactstore_threads()
     started, after = asyncio.run(main())
     new = [name for name in started if name not in before]
-    assert sum(name.startswith("compactstore-step-") for name in new) == STEP_THREADS
+    assert sum(name.startswith("compactstore-step-") for name in new) == STEP_THREADS["sqlite"]
     assert sum(name.startswith("compactstore-decide-") for name in new) == DECIDE_THREADS
     assert not set(new) & set(after)
 

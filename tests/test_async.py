@@ -20,6 +20,7 @@ from compactstore import (
     CompactionConfig,
     CompactionResult,
     CompactStore,
+    CompactStoreWarning,
     DatabaseError,
     InvalidInputError,
     MissingExtraError,
@@ -286,6 +287,43 @@ def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on
     assert any("the async summary" in str(message) for message in context)
 
 
+def test_an_async_on_compaction_may_use_the_store_and_is_awaited_before_the_call_returns(
+    tmp_path: Path,
+) -> None:
+    # No summarizer: the compaction runs whole in the (only, on SQLite) step thread. The
+    # callback is awaited on the loop once that call is done, so its own store calls find
+    # the thread free; a failing one is a warning.
+    seen: list[tuple[int | None, int, bool]] = []
+
+    async def on_compaction(result: CompactionResult) -> None:
+        sess = await store.get_session("s")
+        loop_thread = threading.get_ident() == main_thread
+        seen.append((result.id, await sess.message_count(), loop_thread))
+        if len(seen) == 2:
+            raise ValueError("the callback's own error")
+
+    main_thread = threading.get_ident()
+
+    async def main() -> list[CompactionResult]:
+        nonlocal store
+        store = await AsyncCompactStore.open(tmp_path / "a.db", on_compaction=on_compaction)
+        async with store:
+            sess = await store.session("s", context_window=18_000, config=SMALL)
+            results = []
+            for now in (5.0, 6.0):
+                await sess.extend(fill(20))
+                call = sess.process_request(now=now)
+                results.append(await asyncio.wait_for(call, 10))
+                assert len(seen) == len(results), "awaited before process_request returned"
+            return results
+
+    store: Any = None
+    with pytest.warns(CompactStoreWarning, match="the callback's own error"):
+        first, second = asyncio.run(main())
+    assert first.id is not None and second.id is not None and first.strategy == "full"
+    assert seen == [(first.id, 40, True), (second.id, 80, True)]
+
+
 def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
     # The memory provider runs in the plan step (a read transaction) of a call that may cut.
     # It waits until the loop answers: the loop can only answer while that step runs in
@@ -320,7 +358,7 @@ def test_a_compaction_runs_its_transactions_off_the_loop(db_url: str) -> None:
 def test_slow_async_summaries_hold_no_thread_the_other_sessions_need(tmp_path: Path) -> None:
     # More summaries in flight than the store has step threads (each ends when the test
     # says so); meanwhile the other sessions' transactions go on.
-    slow_count = STEP_THREADS + 1
+    slow_count = max(STEP_THREADS.values()) + 1
     release = asyncio.Event()
     all_summarizing = asyncio.Event()
     calls: list[int] = []
