@@ -294,6 +294,7 @@ def test_an_async_on_compaction_may_use_the_store_and_is_awaited_before_the_call
     # callback is awaited on the loop once that call is done, so its own store calls find
     # the thread free; a failing one is a warning.
     seen: list[tuple[int | None, int, bool]] = []
+    store: Any = None
 
     async def on_compaction(result: CompactionResult) -> None:
         sess = await store.get_session("s")
@@ -317,7 +318,6 @@ def test_an_async_on_compaction_may_use_the_store_and_is_awaited_before_the_call
                 assert len(seen) == len(results), "awaited before process_request returned"
             return results
 
-    store: Any = None
     with pytest.warns(CompactStoreWarning, match="the callback's own error"):
         first, second = asyncio.run(main())
     assert first.id is not None and second.id is not None and first.strategy == "full"
