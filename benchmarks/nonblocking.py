@@ -34,6 +34,7 @@ from typing import Any
 
 from compactstore import CompactionConfig, CompactStore
 from compactstore.db import engine as engine_module
+from compactstore.db.writer_turns import WriterTurns
 
 ROOT = Path(__file__).resolve().parent.parent
 START = 1_767_225_600.0
@@ -76,7 +77,7 @@ def worker(db: str, session_id: str, seconds: float, ready: str, go: str) -> Non
     store = CompactStore.open(db)
     waits: list[float] = []
 
-    begin, take_turn = engine_module._begin_immediate, engine_module.take_turn
+    begin, take_turn = engine_module._begin_immediate, WriterTurns.acquire
 
     def timed_begin(connection: Any) -> None:
         # A writer's wait for the write lock: its BEGIN IMMEDIATE, every try included.
@@ -86,7 +87,7 @@ def worker(db: str, session_id: str, seconds: float, ready: str, go: str) -> Non
         finally:
             waits.append(time.perf_counter() - started)
 
-    def timed_turn(turns: Any, deadline: float) -> bool:
+    def timed_turn(turns: WriterTurns, deadline: float) -> bool:
         # ... and before it, its wait for the writers' turn between processes.
         started = time.perf_counter()
         try:
@@ -95,7 +96,7 @@ def worker(db: str, session_id: str, seconds: float, ready: str, go: str) -> Non
             waits.append(time.perf_counter() - started)
 
     engine_module._begin_immediate = timed_begin
-    engine_module.take_turn = timed_turn
+    WriterTurns.acquire = timed_turn  # type: ignore[method-assign,assignment]
 
     sess = store.session(session_id)
     sess.token_usage()  # warm the cache and the pool before the clock starts

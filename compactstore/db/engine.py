@@ -259,7 +259,7 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
     # Past the busy timeout, go on anyway: SQLite's busy handler then decides (and fails).
     deadline = monotonic() + BUSY_TIMEOUT_MS / 1000
     held = turn is not None and turn.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
-    taken = held and turns is not None and take_turn(turns, deadline)
+    taken = held and turns is not None and turns.acquire(deadline)
     try:
         with engine.connect() as connection:
             connection.execution_options(**{_WRITE: True})
@@ -272,12 +272,6 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
         if held:
             assert turn is not None
             turn.release()
-
-
-def take_turn(turns: WriterTurns, deadline: float) -> bool:
-    """Wait for the writers' turn between processes (a function of its own, so the lock
-    wait can be measured: benchmarks/nonblocking.py)."""
-    return turns.acquire(deadline)
 
 
 @contextmanager
