@@ -36,7 +36,6 @@ import inspect
 import os
 import threading
 import time
-import warnings
 from collections.abc import (
     Awaitable,
     Callable,
@@ -53,13 +52,14 @@ from compactstore.aio_session import AsyncSession, glue
 from compactstore.aio_threads import Workers
 from compactstore.core import compaction
 from compactstore.core.checks import check_cache_sessions, check_pool
+from compactstore.core.plugins import warn_callback_failed
 from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
 from compactstore.engines.base import AsyncSummarizer, Summarizer
 from compactstore.engines.session_memory import MemoryProvider
-from compactstore.errors import CompactStoreWarning, MissingExtraError
+from compactstore.errors import MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     CompactionConfig,
@@ -146,12 +146,7 @@ class _ThreadedStore(CompactStore):
             try:
                 await awaitable
             except Exception as exc:  # the compaction is recorded; the callback cannot undo it
-                warnings.warn(
-                    f"on_compaction raised {type(exc).__name__}: {exc}; compaction "
-                    f"{compaction_id} is recorded",
-                    CompactStoreWarning,
-                    stacklevel=2,
-                )
+                warn_callback_failed(exc, compaction_id, stacklevel=2)
 
     def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
         if self.on_loop() or not getattr(self._pausing, "on", False):

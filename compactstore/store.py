@@ -12,7 +12,6 @@ import contextlib
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -22,7 +21,11 @@ from sqlalchemy import Connection, Engine
 
 from compactstore.core import checks, compaction
 from compactstore.core.cache import ContextCache
-from compactstore.core.plugins import checked_counter, checked_memory_provider
+from compactstore.core.plugins import (
+    checked_counter,
+    checked_memory_provider,
+    warn_callback_failed,
+)
 from compactstore.core.sessions import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_FORMAT,
@@ -47,7 +50,6 @@ from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
 from compactstore.errors import (
-    CompactStoreWarning,
     ConflictError,
     DatabaseError,
     InvalidInputError,
@@ -307,12 +309,7 @@ class CompactStore:
         try:
             self._call_back(callback, result)
         except Exception as exc:  # the compaction is recorded; the callback cannot undo it
-            warnings.warn(
-                f"on_compaction raised {type(exc).__name__}: {exc}; compaction {result.id} "
-                f"is recorded",
-                CompactStoreWarning,
-                stacklevel=3,
-            )
+            warn_callback_failed(exc, result.id, stacklevel=3)
 
     def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
         callback(result)

@@ -7,15 +7,16 @@ purpose) pass through unchanged.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from compactstore.engines.session_memory import MemoryProvider
-from compactstore.errors import CompactStoreError, PluginError
+from compactstore.errors import CompactStoreError, CompactStoreWarning, PluginError
 from compactstore.models import MemoryEntry
 from compactstore.tokens import TokenCounter, estimate_tokens
 
-__all__ = ["checked_counter", "checked_memory_provider"]
+__all__ = ["checked_counter", "checked_memory_provider", "warn_callback_failed"]
 
 
 def _describe(fn: Any) -> str:
@@ -74,3 +75,13 @@ def checked_memory_provider(provider: MemoryProvider | None) -> MemoryProvider |
         return text
 
     return provide
+
+
+def warn_callback_failed(exc: Exception, compaction_id: int | None, *, stacklevel: int) -> None:
+    """``on_compaction`` raised: a warning, not an error, since the compaction is recorded
+    all the same (the sync store's and the async store's callbacks alike)."""
+    warnings.warn(
+        f"on_compaction raised {type(exc).__name__}: {exc}; compaction {compaction_id} is recorded",
+        CompactStoreWarning,
+        stacklevel=stacklevel + 1,
+    )
