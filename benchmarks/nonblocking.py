@@ -7,12 +7,15 @@ operation it reports, at p50/p99/max: the time waiting for SQLite's write lock (
 writers' ``BEGIN IMMEDIATE``, every try included), the CPU time of the operation, and its
 wall time. Target: lock wait p99 <= 50 ms. The lock wait includes the wait for the writers'
 turn between processes that comes before BEGIN IMMEDIATE (compactstore/db/writer_turns.py).
+``--no-summary`` runs the same workers for the same time with no compaction at all: what the
+summary in flight adds to their wait is the difference. (Started together, the workers stay
+in step: every 250 ms all of them want the lock at once, on 2 cores here.)
 
 PostgreSQL (``postgres``): ``--compactions`` (20) sessions compacted at once, each from its own
 thread of one process through one store (its default pool: 5 + 10 overflow), with a summarizer
 that takes ``--summary-seconds`` (35 s). Target: 0 errors, every compaction recorded.
 
-    python -m benchmarks.nonblocking sqlite [--workers 20] [--summary-seconds 10]
+    python -m benchmarks.nonblocking sqlite [--workers 20] [--summary-seconds 10] [--no-summary]
     python -m benchmarks.nonblocking postgres --db postgresql+psycopg://USER@HOST/DB \\
         [--compactions 20] [--summary-seconds 35]
 """
@@ -126,7 +129,7 @@ def worker(db: str, session_id: str, seconds: float, ready: str, go: str) -> Non
     print(json.dumps(samples))
 
 
-def run_sqlite(workers: int, summary_seconds: float) -> dict[str, Any]:
+def run_sqlite(workers: int, summary_seconds: float, summary: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cs-nonblocking-") as tmp:
         db = str(Path(tmp) / "bench.db")
         with CompactStore.open(db) as store:
@@ -162,17 +165,20 @@ def run_sqlite(workers: int, summary_seconds: float) -> dict[str, Any]:
             return f"summary of {len(messages)} messages"
 
         compacted: dict[str, Any] = {}
-        with CompactStore.open(db, summarizer=summarize) as store:
-            sess = store.session("compacting")
+        if summary:
+            with CompactStore.open(db, summarizer=summarize) as store:
+                sess = store.session("compacting")
+                go.touch()
+                time.sleep(0.5)  # the workers are running before the summary starts
+                started = time.perf_counter()
+                result = sess.process_request(now=START + 20_000)
+                compacted = {
+                    "seconds": round(time.perf_counter() - started, 2),
+                    "effective": result.effective,
+                    "summary_source": result.summary.source if result.summary else None,
+                }
+        else:
             go.touch()
-            time.sleep(0.5)  # the workers are running before the summary starts
-            started = time.perf_counter()
-            result = sess.process_request(now=START + 20_000)
-            compacted = {
-                "seconds": round(time.perf_counter() - started, 2),
-                "effective": result.effective,
-                "summary_source": result.summary.source if result.summary else None,
-            }
         samples: list[dict[str, float]] = []
         for proc in procs:
             out, _ = proc.communicate(timeout=seconds + 120)
@@ -180,7 +186,7 @@ def run_sqlite(workers: int, summary_seconds: float) -> dict[str, Any]:
     ms = {k: [s[k] * 1000 for s in samples] for k in ("lock", "cpu", "wall")}
     return {
         "workers": workers,
-        "summary_seconds": summary_seconds,
+        "summary_seconds": summary_seconds if summary else None,
         "operations": len(samples),
         "compaction": compacted,
         **{
@@ -246,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     lite = sub.add_parser("sqlite")
     lite.add_argument("--workers", type=int, default=20)
     lite.add_argument("--summary-seconds", type=float, default=10.0)
+    lite.add_argument(
+        "--no-summary", action="store_true", help="the same workers, nothing compacting"
+    )
     pg = sub.add_parser("postgres")
     pg.add_argument("--db", required=True)
     pg.add_argument("--compactions", type=int, default=20)
@@ -258,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         worker(args.db, args.session, float(args.seconds), args.ready, args.go)
         return
     if args.mode == "sqlite":
-        found = run_sqlite(args.workers, args.summary_seconds)
+        found = run_sqlite(args.workers, args.summary_seconds, not args.no_summary)
     else:
         found = run_postgres(args.db, args.compactions, args.summary_seconds)
     print(json.dumps(found, indent=2))
