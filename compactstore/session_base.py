@@ -44,6 +44,7 @@ class SessionBase:
         # This handle's summarizer (store.session(..., summarizer=)); the store's otherwise.
         self._summarizer = summarizer
         self.id = row.id
+        store._cache.pin(self, row.id)  # its context stays cached while this handle lives
         self.format = row.format
         self.context_window = row.context_window
         self.config = row.config

@@ -434,6 +434,35 @@ def test_cache_sessions_bounds_the_context_cache(tmp_path: Path) -> None:
         assert len(store._cache._entries) == 2
 
 
+def test_a_session_whose_handle_lives_stays_cached_beyond_cache_sessions(
+    tmp_path: Path,
+) -> None:
+    with CompactStore.open(tmp_path / "s.db", cache_sessions=2) as store:
+        handles = [store.session(f"s{k}") for k in range(4)]
+        for sess in handles:
+            sess.append(user("hi"))
+            sess.active_context()
+        for sess in handles:  # each step of these agents finds its context cached
+            assert store._cache.get(sess.id) is not None
+        del handles, sess
+        # Unreferenced, the four are idle: two of them stay, the least recently used out.
+        assert list(store._cache._entries) == ["s2", "s3"]
+        store.session("s4").active_context()
+        assert list(store._cache._entries) == ["s3", "s4"]
+
+
+def test_async_sessions_in_use_stay_cached(tmp_path: Path) -> None:
+    async def main() -> list[bool]:
+        async with await AsyncCompactStore.open(tmp_path / "a.db", cache_sessions=1) as store:
+            sessions = [await store.session(f"a{k}") for k in range(3)]
+            for sess in sessions:
+                await sess.append(user("hi"))
+                await sess.active_context()
+            return [store._core._cache.get(sess.id) is not None for sess in sessions]
+
+    assert asyncio.run(main()) == [True, True, True]
+
+
 def test_without_the_async_extra_open_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
