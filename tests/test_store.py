@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from compactstore import (
     BreakerState,
@@ -502,6 +503,34 @@ def test_the_breaker_starts_closed_with_the_microcompact_clock_at_creation(
     sess.reset_breaker()
     assert sess.breaker().consecutive_failures == 0
     assert not sess.breaker().tripped
+
+
+def test_a_plan_reads_the_breaker_and_both_ids_in_one_statement_as_three_reads_would(
+    store: CompactStore, sid: str
+) -> None:
+    def state() -> tuple[Any, ...]:
+        def read(connection: Any) -> tuple[Any, ...]:
+            last = connection.execute(
+                text("SELECT max(id) FROM compactions WHERE session_id = :sid"), {"sid": sid}
+            ).scalar_one()
+            separate = (
+                repo.get_breaker(connection, sid),
+                repo.next_blob_id(connection, sid),
+                last or 0,
+            )
+            return repo.plan_state(connection, sid), separate
+
+        combined, separate = store._read(read)
+        assert combined == separate
+        return tuple(combined)
+
+    sess = store.session(sid, now=0.0, config=CompactionConfig(tool_result_max_chars=100))
+    assert state()[1:] == (1, 0)  # no blob, no compaction yet
+    sess.append(user("read the logs"))
+    sess.append(call_message("anthropic", "t1"))
+    sess.append(result_message("anthropic", "t1", "log line\n" * 200))
+    result = sess.process_request(now=10.0)  # the budget persists the long result
+    assert state()[1:] == (2, result.id)
 
 
 def test_get_blob_of_an_unknown_id_raises_NotFoundError(store: CompactStore, sid: str) -> None:

@@ -228,10 +228,10 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         location=target.location,
         row=session,
     )
-    breaker = repo.get_breaker(connection, sid)
+    breaker, next_blob_id, max_compaction_id = repo.plan_state(connection, sid)
     inputs = EngineInputs(
         now=request.now,
-        next_blob_id=repo.next_blob_id(connection, sid),
+        next_blob_id=next_blob_id,
         last_microcompact_at=breaker.last_microcompact_at,
         consecutive_failures=breaker.consecutive_failures,
         tripped=bool(breaker.tripped),
@@ -241,7 +241,6 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         else SummaryState(),
         instructions=request.instructions,
     )
-    max_compaction_id = repo.last_compaction_id(connection, sid)
     if not request.cuts(context, inputs):
         # What only a cut uses is not read: a step of an agent below the threshold costs
         # no memory provider call, no count of summaries and no lease read.

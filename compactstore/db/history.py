@@ -42,7 +42,6 @@ __all__ = [
     "insert_compaction",
     "insert_edits",
     "insert_memory",
-    "last_compaction_id",
     "memories",
     "next_blob_id",
     "next_context_version",
@@ -213,11 +212,26 @@ def insert_blobs(connection: Connection, session_id: str, rows: Sequence[dict[st
 
 _LAST_COMPACTION_ID = select(func.max(compactions.c.id)).where(compactions.c.session_id == SID)
 
+# What a call's plan reads besides its context, in one statement (it runs before every model
+# call): the breaker, and the ids the engines number from and the commit checks against.
+_PLAN_STATE = select(
+    *columns(breaker_state, BreakerRow),
+    _LAST_BLOB_ID.scalar_subquery(),
+    _LAST_COMPACTION_ID.scalar_subquery(),
+).where(breaker_state.c.session_id == SID)
 
-def last_compaction_id(connection: Connection, session_id: str) -> int:
-    """The session's highest compaction id (0 when none)."""
-    current = connection.execute(_LAST_COMPACTION_ID, {"sid": session_id}).scalar_one()
-    return 0 if current is None else int(current)
+
+def plan_state(connection: Connection, session_id: str) -> tuple[BreakerRow, int, int]:
+    """The session's breaker (:func:`get_breaker`), next blob id (:func:`next_blob_id`) and
+    highest compaction id (0 when none)."""
+    *breaker, last_blob, last_compaction = connection.execute(
+        _PLAN_STATE, {"sid": session_id}
+    ).one()
+    return (
+        BreakerRow._make(breaker),
+        1 if last_blob is None else int(last_blob) + 1,
+        0 if last_compaction is None else int(last_compaction),
+    )
 
 
 # Built once: building a statement costs more than running it (every compaction's plan
