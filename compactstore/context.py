@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
 
-from compactstore.editable import longest_open_result_of, open_media
+from compactstore.editable import OpenResults, open_media, open_results_of
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
 from compactstore.formats.base import Kind, storage_json
 from compactstore.frozen import freeze, thaw
@@ -378,10 +378,10 @@ class ActiveContext:
         return _newest_assistant_at(self.kept)
 
     @cached_property
-    def longest_open_result(self) -> int:
-        """Length of the longest tool result an engine may still persist or clear: in the
-        log (not synthetic), not pinned, not persisted or cleared already. 0 when none."""
-        return longest_open_result_of(self.kept)
+    def open_results(self) -> OpenResults:
+        """How many tool results an engine may still persist or clear, and the length of the
+        longest (see :class:`compactstore.editable.OpenResults`)."""
+        return open_results_of(self.kept)
 
     @cached_property
     def open_media_blocks(self) -> int:
@@ -445,9 +445,8 @@ class ActiveContext:
         if "newest_assistant_at" in known:
             times = [known["newest_assistant_at"], _newest_assistant_at(added)]
             derived["newest_assistant_at"] = max((t for t in times if t is not None), default=None)
-        if "longest_open_result" in known:
-            longest = max(known["longest_open_result"], longest_open_result_of(added))
-            derived["longest_open_result"] = longest
+        if "open_results" in known:
+            derived["open_results"] = known["open_results"].merged(open_results_of(added))
         if "open_media_blocks" in known:
             added_media = sum(found.blocks for found in open_media(added))
             derived["open_media_blocks"] = known["open_media_blocks"] + added_media

@@ -11,20 +11,30 @@ from compactstore.media import media_blocks, user_media
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
 
-__all__ = ["OpenMedia", "longest_open_result_of", "open_media"]
+__all__ = ["OpenMedia", "OpenResults", "open_media", "open_results_of"]
 
 
-def longest_open_result_of(items: Sequence[ContextMessage]) -> int:
-    return max(
-        (
-            len(result.text)
-            for item in items
-            if item.seq is not None and not item.pinned
-            for result in item.results
-            if result.replaceable and result.tool_use_id not in item.edited_ids
-        ),
-        default=0,
-    )
+class OpenResults(NamedTuple):
+    """The tool results compaction may still persist or clear: in the log (not synthetic),
+    not pinned, not persisted or cleared already."""
+
+    total: int
+    longest: int  # characters of the longest; 0 when none
+
+    def merged(self, other: OpenResults) -> OpenResults:
+        """The open results of both runs of messages together."""
+        return OpenResults(self.total + other.total, max(self.longest, other.longest))
+
+
+def open_results_of(items: Sequence[ContextMessage]) -> OpenResults:
+    lengths = [
+        len(result.text)
+        for item in items
+        if item.seq is not None and not item.pinned
+        for result in item.results
+        if result.replaceable and result.tool_use_id not in item.edited_ids
+    ]
+    return OpenResults(len(lengths), max(lengths, default=0))
 
 
 class OpenMedia(NamedTuple):

@@ -246,7 +246,7 @@ def derived(context: ActiveContext) -> tuple[Any, ...]:
         context.raw_tokens,
         context.usage,
         context.unanswered,
-        context.longest_open_result,
+        context.open_results,
         context.open_media_blocks,
         context.newest_assistant_at,
         context.items,

@@ -50,9 +50,11 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     """Clear all but the newest results when a trigger is due."""
     before = context.usage
     trigger = due(context, inputs)
-    found = candidates(context.kept) if trigger is not None else []
+    # Counted as the context grows: a trigger that stays due while there is nothing to
+    # clear (a session with few tool results) costs no pass over every message.
+    count = context.open_results.total if trigger is not None else 0
     keep = context.config.microcompact_keep_recent
-    if trigger is None or len(found) <= keep:
+    if trigger is None or count <= keep:
         return StageResult(
             strategy=CompactStrategy.MICROCOMPACT,
             trigger=trigger or CompactTrigger.MICROCOMPACT_TIME,
@@ -61,8 +63,9 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
             tokens_before=before,
             tokens_after=before,
             attempted=False,
-            detail="" if trigger is None else f"only {len(found)} tool results, keeping {keep}",
+            detail="" if trigger is None else f"only {count} tool results, keeping {keep}",
         )
+    found = candidates(context.kept)
     to_clear = found[: len(found) - keep]
     by_index: dict[int, list[str]] = {}
     for index, tool_use_id in to_clear:

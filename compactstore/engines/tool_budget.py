@@ -167,7 +167,7 @@ def oversized(
     results of calls to the tools named in ``exempt`` and results carrying media."""
 
     def choose(kept: Sequence[ContextMessage]) -> list[tuple[int, str]]:
-        if context.longest_open_result <= min_chars:
+        if context.open_results.longest <= min_chars:
             return []  # the usual case, seen without a pass over every message
         chosen = [
             (index, result.tool_use_id)
