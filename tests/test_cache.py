@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from compactstore import CompactStore, CompactStrategy
 from compactstore.context import ActiveContext, ContextMessage, json_copy
+from compactstore.core.cache import ContextCache
 from compactstore.db import repository as repo
 from compactstore.formats import get_format
 from tests.helpers import (
@@ -297,3 +298,40 @@ def test_a_context_extended_step_by_step_derives_what_a_fresh_one_does(
                 # What the cached one derives (carried over from the context it extends)
                 # equals what a copy derives from scratch.
                 assert derived(context) == derived(replace(context)), (fmt, step)
+
+
+class Handle:
+    """Stands for a Session handle: the cache only needs something that can die."""
+
+
+@given(
+    st.integers(min_value=1, max_value=3),
+    st.lists(
+        st.tuples(st.sampled_from(["open", "close", "put"]), st.integers(min_value=0, max_value=5)),
+        max_size=40,
+    ),
+)
+def test_the_cache_keeps_every_session_with_a_live_handle_and_bounds_the_idle_ones(
+    bound: int, operations: list[tuple[str, int]]
+) -> None:
+    cache = ContextCache(bound)
+    handles: list[tuple[str, Handle]] = []
+    entry: Any = object()  # the cache never looks inside an entry
+    pinned_in: set[str] = set()  # sessions cached while a handle of theirs lived
+    for operation, k in operations:
+        sid = f"s{k}"
+        if operation == "open":
+            handles.append((sid, Handle()))  # no other reference: closing it ends it
+            cache.pin(handles[-1][1], sid)
+            if sid in cache._entries:
+                pinned_in.add(sid)
+        elif operation == "close" and handles:
+            del handles[k % len(handles)]  # the handle dies: CPython finalizes it at once
+        elif operation == "put":
+            cache.put(sid, entry)
+            assert next(reversed(cache._entries)) == sid  # never the one evicted
+        held = {sid for sid, _ in handles}
+        pinned_in = (pinned_in | ({sid} if operation == "put" else set())) & held
+        entries = set(cache._entries)
+        assert pinned_in <= entries, "a session with a live handle lost its context"
+        assert len(entries - held) <= bound, "more idle sessions cached than the bound"
