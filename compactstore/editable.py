@@ -3,20 +3,32 @@ the context whole (in the log, not pinned, not persisted or cleared yet)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from compactstore.media import media_blocks, user_media
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
+    from compactstore.formats import ToolResult
 
-__all__ = ["OpenMedia", "OpenResults", "open_media", "open_results_of"]
+__all__ = ["OpenMedia", "OpenResults", "open_media", "open_results_in", "open_results_of"]
+
+
+def open_results_in(
+    items: Sequence[ContextMessage],
+) -> Iterator[tuple[int, ContextMessage, ToolResult]]:
+    """(index, message, result) of every tool result an engine may still persist or clear:
+    in the log (not synthetic), not pinned, not persisted or cleared already."""
+    for index, item in enumerate(items):
+        if item.seq is not None and not item.pinned:
+            for result in item.results:
+                if result.replaceable and result.tool_use_id not in item.edited_ids:
+                    yield index, item, result
 
 
 class OpenResults(NamedTuple):
-    """The tool results compaction may still persist or clear: in the log (not synthetic),
-    not pinned, not persisted or cleared already."""
+    """How many tool results :func:`open_results_in` finds, and the longest."""
 
     total: int
     longest: int  # characters of the longest; 0 when none
@@ -27,13 +39,7 @@ class OpenResults(NamedTuple):
 
 
 def open_results_of(items: Sequence[ContextMessage]) -> OpenResults:
-    lengths = [
-        len(result.text)
-        for item in items
-        if item.seq is not None and not item.pinned
-        for result in item.results
-        if result.replaceable and result.tool_use_id not in item.edited_ids
-    ]
+    lengths = [len(result.text) for _, _, result in open_results_in(items)]
     return OpenResults(len(lengths), max(lengths, default=0))
 
 

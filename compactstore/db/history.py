@@ -161,8 +161,12 @@ _LAST_BLOB_ID = select(func.max(tool_result_blobs.c.id)).where(
 
 
 def next_blob_id(connection: Connection, session_id: str) -> int:
-    current = connection.execute(_LAST_BLOB_ID, {"sid": session_id}).scalar_one()
-    return 1 if current is None else int(current) + 1
+    return _after(connection.execute(_LAST_BLOB_ID, {"sid": session_id}).scalar_one())
+
+
+def _after(last_blob_id: int | None) -> int:
+    """The id the session's next blob gets (blob ids count per session from 1)."""
+    return 1 if last_blob_id is None else int(last_blob_id) + 1
 
 
 def insert_boundary(connection: Connection, session_id: str, **values: Any) -> int:
@@ -229,7 +233,7 @@ def plan_state(connection: Connection, session_id: str) -> tuple[BreakerRow, int
     ).one()
     return (
         BreakerRow._make(breaker),
-        1 if last_blob is None else int(last_blob) + 1,
+        _after(last_blob),
         0 if last_compaction is None else int(last_compaction),
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.editable import open_results_in
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.engines.tool_budget import new_blob
 from compactstore.models import CompactStrategy, CompactTrigger
@@ -37,13 +38,7 @@ def due(context: ActiveContext, inputs: EngineInputs) -> CompactTrigger | None:
 
 def candidates(kept: tuple[ContextMessage, ...]) -> list[tuple[int, str]]:
     """(kept index, tool-use id) of every result that can still be cleared, oldest first."""
-    return [
-        (index, result.tool_use_id)
-        for index, item in enumerate(kept)
-        if item.seq is not None and not item.pinned
-        for result in item.results
-        if result.replaceable and result.tool_use_id not in item.edited_ids
-    ]
+    return [(index, result.tool_use_id) for index, _, result in open_results_in(kept)]
 
 
 def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:

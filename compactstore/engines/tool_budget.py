@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from compactstore.context import ActiveContext, ContextMessage
-from compactstore.editable import open_media
+from compactstore.editable import open_media, open_results_in
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.formats import ToolResult
 from compactstore.formats.base import storage_json
@@ -171,13 +171,8 @@ def oversized(
             return []  # the usual case, seen without a pass over every message
         chosen = [
             (index, result.tool_use_id)
-            for index, item in enumerate(kept)
-            if item.seq is not None and item.state != "pinned"
-            for result in item.results
-            if result.replaceable
-            and not result.has_media
-            and result.tool_use_id not in item.edited_ids
-            and len(result.text) > min_chars
+            for index, _, result in open_results_in(kept)
+            if not result.has_media and len(result.text) > min_chars
         ]
         if chosen and exempt:
             names = context.call_names(chosen)
