@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from compactstore.editable import OpenResults, open_media, open_results_of
 from compactstore.formats import MessageFormat, ToolCall, ToolResult
-from compactstore.formats.base import Kind, storage_json
+from compactstore.formats.base import Kind, storable_text, storage_json
 from compactstore.frozen import freeze, thaw
 from compactstore.models import CompactionConfig, SummaryState
 from compactstore.pairs import advance_open_calls, match_pairs, newest_turn
@@ -473,11 +473,13 @@ class ActiveContext:
         """The context after summarising kept[:index] into a new summary message.
 
         Pinned messages before the cut move to the head, in log order, before the summary.
+        The summary is the text as stored (:func:`storable_text`, as :class:`Cut` keeps it),
+        so a context rebuilt from the boundary row is this one.
         """
         removed_part = self.kept[:index]
         pinned = [item for item in self.head if item.state != "summary"]
         pinned.extend(item for item in removed_part if item.pinned)
-        message = self.fmt.summary_message(summary_text)
+        message = self.fmt.summary_message(storable_text(summary_text))
         summary = ContextMessage.build(
             self.fmt, message, tokens=self.message_tokens(message), seq=None, state="summary"
         )

@@ -28,6 +28,7 @@ from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
+from compactstore.formats.base import storable_text
 from compactstore.formats.sdk_objects import has_sdk_object, response_turn
 from compactstore.formats.sdk_types import to_request
 from compactstore.models import (
@@ -425,7 +426,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         """
         if not isinstance(error_message, str):
             raise InvalidInputError("error_message must be the API's error text (a string)")
-        return self._compaction(compaction.reactive_request(now_or_clock(now), error_message))
+        # Recorded in a text column: a NUL in it must not stop the recovery.
+        error = storable_text(error_message)
+        return self._compaction(compaction.reactive_request(now_or_clock(now), error))
 
     def compact(
         self,
@@ -440,6 +443,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         """
         if instructions is not None and not isinstance(instructions, str):
             raise InvalidInputError("instructions must be a string")
+        if instructions is not None:
+            # Recorded in a text column, and sent to the summarizer, as stored.
+            instructions = storable_text(instructions)
         if up_to_seq is not None:
             checks.check_whole(up_to_seq, "up_to_seq (a message seq)")
         result = self._compaction(

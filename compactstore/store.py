@@ -184,7 +184,10 @@ class CompactStore:
             redactor: a text -> text function applied to every text that leaves the
                 process: what a summarizer is sent, the messages of
                 :func:`compactstore.export.export_lines` and the summaries of
-                :mod:`compactstore.report`'s pages (the stored messages are unchanged).
+                :mod:`compactstore.report`'s pages (the stored messages are unchanged);
+                also to a summarizer's failure before it is stored as the reason of the
+                fallback, after credentials (API key headers, Bearer tokens, ``sk-...``
+                keys) are taken out of it.
             allow_block_types: content block types to accept beyond the format's per-role
                 lists (:data:`compactstore.formats.block_types.BLOCK_TYPES`): a list of
                 type names (every role) or a mapping of role -> type names.

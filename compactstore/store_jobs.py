@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from compactstore.core import background, compaction
+from compactstore.core.summarizing import stored_reason
 from compactstore.db import jobs
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
@@ -42,7 +43,8 @@ def run_background_job(
         elif result.success:
             state = "applied"
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        # Recorded in the job row: a plug-in's error may quote a provider's reply.
+        error = stored_reason(f"{type(exc).__name__}: {exc}", plugins.redactor)
         raise
     finally:
         store._write(

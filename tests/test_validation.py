@@ -526,13 +526,6 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.append_tool_result("t2", "x", tool_name="read", file_path="a\x00b.py"),
-        InvalidInputError,
-        r"file_path contains a NUL character",
-        "file-path-nul",
-    ),
-    _case(
-        "anthropic",
         lambda s: s.remember("fact", "a\x00b"),
         InvalidInputError,
         r"memory text contains a NUL character",

@@ -14,7 +14,7 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.formats.base import ResultContent, check_nesting, storage_json
+from compactstore.formats.base import ResultContent, check_nesting, storable_text, storage_json
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
 from compactstore.media import ANTHROPIC_RESULT_BLOCKS, MEDIA_BLOCK_TYPES, RESPONSES_RESULT_PARTS
 from compactstore.media_checks import check_media_block
@@ -252,7 +252,7 @@ def check_tool_result(
         raise InvalidInputError("is_error must be True or False")
     check_column_text(tool_name, "tool_name", MAX_NAME)
     if file_path is not None:
-        check_column_text(file_path, "file_path")
+        file_path = check_file_path(file_path)
     return NewToolResult(tool_use_id, content, tool_name, file_path, is_error)
 
 
@@ -311,10 +311,13 @@ def check_result_blocks(format_name: str, content: list[Any]) -> list[dict[str, 
 
 
 def check_file_path(file_path: Any) -> str:
+    """A file path as read dedup keys it: any text (a tool's input may hold anything), with
+    NUL as U+FFFD so every backend can store it (no file's name holds NUL, so no two real
+    files share a key)."""
     if not isinstance(file_path, str) or not file_path:
         raise InvalidInputError(f"file_path must be a non-empty string, got {file_path!r}")
-    check_column_text(file_path, "file_path")
-    return file_path
+    check_utf8(file_path, "file_path")
+    return storable_text(file_path)
 
 
 def check_memory(kind: Any, text: Any, scope: Any) -> None:

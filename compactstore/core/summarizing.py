@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -24,6 +25,7 @@ from typing import Any
 
 from compactstore.engines.base import Summarizer, SummaryAnswer, SummaryRequest, SummaryResult
 from compactstore.errors import InvalidInputError
+from compactstore.formats.base import storable_text
 from compactstore.models import SummaryInfo
 
 __all__ = [
@@ -33,7 +35,9 @@ __all__ = [
     "SummaryMemo",
     "check_summarizer",
     "is_async",
+    "redact_credentials",
     "redact_message",
+    "stored_reason",
     "summarizer_name",
 ]
 
@@ -45,16 +49,71 @@ _STRUCTURE_KEYS = frozenset(
 )
 
 
+REDACTED = "[REDACTED]"
+
+# A credential given as a header, a field or a query parameter, in any of the forms error
+# texts show them: "Authorization: Bearer ...", {'x-api-key': '...'}, "?api_key=...". The
+# value is its scheme, if any, and the word after it.
+_CREDENTIAL_FIELD = re.compile(
+    r"""(?P<name>\b[\w-]*?(?:authorization|api[-_]?key|(?:auth|access|refresh)[-_]?token
+        |secret|password)[\w-]*)
+        (?P<between>['"]?\s*[:=]\s*['"]?)
+        (?P<value>(?:(?:Bearer|Basic|Token|Digest)\s+)?[^'"\s,;&}\]]+)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+# A token after its scheme, wherever it stands.
+_SCHEMED_TOKEN = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
+# Shapes of provider keys: OpenAI and Anthropic (sk-, sk-proj-, sk-ant-...), Google (AIza),
+# xAI, Groq, Hugging Face, GitHub, AWS access key ids, Replicate, Perplexity; and JWTs.
+_KEY_SHAPE = re.compile(
+    r"""\b(?:sk-[A-Za-z0-9_-]{8,}|AIza[A-Za-z0-9_-]{20,}|xai-[A-Za-z0-9_-]{16,}
+        |gsk_[A-Za-z0-9]{16,}|hf_[A-Za-z0-9]{16,}|(?:ghp|gho|ghs|ghu)_[A-Za-z0-9]{16,}
+        |github_pat_[A-Za-z0-9_]{16,}|AKIA[0-9A-Z]{16}|r8_[A-Za-z0-9]{16,}
+        |pplx-[A-Za-z0-9]{16,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+)""",
+    re.VERBOSE,
+)
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with what looks like a credential replaced by ``[REDACTED]``: the values of
+    Authorization, x-api-key and api-key headers or fields, Bearer and Basic tokens, and
+    provider key shapes (``sk-...``, ``sk-ant-...``, ``AIza...`` and the like).
+
+    A provider's error text can echo the request (a proxy that prints its headers); the
+    store keeps such text as a fallback's reason, so it never keeps the key with it.
+    """
+    text = _CREDENTIAL_FIELD.sub(lambda m: f"{m.group('name')}{m.group('between')}{REDACTED}", text)
+    text = _SCHEMED_TOKEN.sub(lambda m: f"{m.group('scheme')} {REDACTED}", text)
+    return _KEY_SHAPE.sub(REDACTED, text)
+
+
+def stored_reason(reason: str, redactor: Redactor | None) -> str:
+    """A summary's reason as the store records it: credentials redacted, then the session's
+    ``redactor`` applied (it is text that leaves the caller's hands), storable on every
+    backend (no NUL). A redactor that fails or returns no text withholds the reason rather
+    than let it be stored unredacted."""
+    text = redact_credentials(reason)
+    if redactor is not None:
+        try:
+            redacted = redactor(text)
+        except Exception as exc:  # a plug-in's failure must not fail the compaction
+            return f"reason withheld: the redactor raised {type(exc).__name__}"
+        if not isinstance(redacted, str):
+            return f"reason withheld: the redactor returned {type(redacted).__name__}"
+        text = redacted
+    return storable_text(text)
+
+
 def summarizer_name(summarizer: Any) -> str:
     """How a summarizer is recorded: its ``name`` attribute, else ``module:qualname`` (the
     form ``--summarizer module:callable`` takes)."""
     name = getattr(summarizer, "name", None)
     if isinstance(name, str) and name:
-        return name[:255]
+        return storable_text(name)[:255]
     target = summarizer if inspect.isfunction(summarizer) else type(summarizer)
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(summarizer).__name__
-    return f"{module}:{qualname}"[:255]
+    return storable_text(f"{module}:{qualname}")[:255]
 
 
 def is_async(function: Any) -> bool:
@@ -140,7 +199,7 @@ class SummaryCall:
 
     def _ask(self, request: SummaryRequest) -> SummaryAnswer:
         if self.recorded is not None and (self.summarizer is None or self.name != self.recorded):
-            return _fallback(
+            return self._fallback(
                 self.recorded,
                 f"summarizer {self.recorded} was set for this session but is not configured "
                 f"in this process (store.session(..., summarizer=))",
@@ -179,16 +238,16 @@ class SummaryCall:
             # A call still queued never starts, a coroutine is cancelled; a running sync
             # call is abandoned.
             future.cancel()
-            return _fallback(name, f"summarizer {name} timed out after {self.timeout:g} s")
+            return self._fallback(name, f"summarizer {name} timed out after {self.timeout:g} s")
         except Exception as exc:  # every failure falls back (SPEC §9.2), SummarizerError too
-            return _fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
+            return self._fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
         latency = (time.perf_counter() - started) * 1000
         self.calls_left -= 1
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)
             if close is not None:
                 close()  # never awaited: closed so it does not warn
-            return _fallback(
+            return self._fallback(
                 name,
                 f"summarizer {name} returned an awaitable; use AsyncCompactStore for an "
                 f"async summarizer",
@@ -197,31 +256,37 @@ class SummaryCall:
         result = value if isinstance(value, SummaryResult) else None
         text = result.text if result is not None else value
         if not isinstance(text, str) or not text.strip():
-            return _fallback(name, f"summarizer {name} returned no text", latency)
+            return self._fallback(name, f"summarizer {name} returned no text", latency)
+        model = result.model if result is not None else None
         return SummaryAnswer(
-            text,
+            text,  # stored as the cut keeps it: a NUL becomes U+FFFD (engines.base.Cut)
             SummaryInfo(
                 source="summarizer",
                 summarizer=name,
-                model=result.model if result is not None else None,
+                model=storable_text(str(model))[:255] if model is not None else None,
                 latency_ms=latency,
                 input_tokens=result.input_tokens if result is not None else None,
                 output_tokens=result.output_tokens if result is not None else None,
             ),
         )
 
+    def _fallback(self, name: str, reason: str, latency: float | None = None) -> SummaryAnswer:
+        """The rule-based summary, recording why: the reason may quote the summarizer's
+        exception, which may quote the provider's reply, so it is stored redacted."""
+        return SummaryAnswer(
+            None,
+            SummaryInfo(
+                source="rule",
+                summarizer=name,
+                latency_ms=latency,
+                fallback=True,
+                reason=stored_reason(reason, self.redactor),
+            ),
+        )
+
 
 async def _awaited(summarizer: Any, *args: Any) -> Any:
     return await summarizer(*args)
-
-
-def _fallback(name: str, reason: str, latency: float | None = None) -> SummaryAnswer:
-    return SummaryAnswer(
-        None,
-        SummaryInfo(
-            source="rule", summarizer=name, latency_ms=latency, fallback=True, reason=reason
-        ),
-    )
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from sqlalchemy.engine import Engine, create_engine
 from compactstore.db import schema
 from compactstore.db.repository import dumps
 from compactstore.errors import ConflictError, NotFoundError, SchemaError
+from compactstore.formats.base import storable_text
 
 __all__ = [
     "HIDDEN_REFERENCES",
@@ -224,6 +225,11 @@ def _size(value: Any) -> int:
 
 
 def _rewrite(row: dict[str, Any], table_plan: TablePlan, ids: dict[str, dict[int, int]]) -> None:
+    for column, value in row.items():
+        # A text an older compactstore derived with a NUL in it (SQLite stored it; nothing
+        # writes one now): as it is stored today, so a copy to PostgreSQL succeeds.
+        if isinstance(value, str) and "\x00" in value:
+            row[column] = storable_text(value)
     if table_plan.key is not None:
         row[table_plan.key.name] = ids[table_plan.table.name][row[table_plan.key.name]]
     for column, target in table_plan.references.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.formats.base import storable_text
 from compactstore.media import user_media, user_media_note, without_user_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
@@ -197,11 +198,13 @@ class Cut:
         summary_state: SummaryState,
         summary: SummaryInfo | None = None,
     ) -> Cut:
-        """The cut that produced ``after`` by summarising ``removed``."""
+        """The cut that produced ``after`` by summarising ``removed``. The summary text is
+        kept as it is stored (and as ``after`` holds it): a NUL quoted from a message, or
+        written by a summarizer, becomes U+FFFD."""
         return cls(
             first_kept_seq=after.first_kept_seq,
             last_kept_seq=after.last_seq if after.kept else None,
-            summary_text=summary_text,
+            summary_text=storable_text(summary_text),
             summary_state=summary_state,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
             summary=summary,

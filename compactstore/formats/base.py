@@ -35,6 +35,7 @@ __all__ = [
     "flatten_result",
     "json_text",
     "result_blocks",
+    "storable_text",
     "storage_json",
     "type_name",
 ]
@@ -106,6 +107,14 @@ def check_nesting(value: Any, what: str = "message") -> None:
 def storage_json(value: Any) -> str:
     """JSON as messages are stored: key order kept, non-ASCII kept, NaN refused."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def storable_text(text: str) -> str:
+    """Text the store derives (a summary, a reason, a path key) as every backend can store
+    it in a text column: PostgreSQL text cannot hold NUL, so each NUL becomes U+FFFD, the
+    replacement character. Messages never go through this: their JSON spells NUL as an
+    escape and reads back exactly."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def json_text(value: Any) -> str:
