@@ -20,8 +20,14 @@ from sqlalchemy import select
 
 from compactstore import CompactStore
 from compactstore.core.summarizing import redact_credentials
-from compactstore.db.schema import compact_boundaries, compactions, read_dedup_entries
+from compactstore.db.schema import (
+    compact_boundaries,
+    compaction_jobs,
+    compactions,
+    read_dedup_entries,
+)
 from compactstore.engines.base import SummaryResult
+from compactstore.export import export_lines
 from compactstore.importers import import_file, read_transcript
 from compactstore.transfer import backup, restore
 from tests.helpers import T0, claude_code_record, new_session, per_seq, plain, words
@@ -235,6 +241,41 @@ def test_a_failing_redactor_withholds_the_reason(
     assert stored.summary == result.summary
 
 
+def test_a_background_job_error_is_stored_redacted(
+    db_url: str, reopen: Callable[[], CompactStore]
+) -> None:
+    """A plug-in's failure in a background compaction is stored in the job row as a
+    summarizer's is: credentials out, the redactor applied, NUL as U+FFFD."""
+
+    def summarizer(messages: list[Message], previous: str | None, instructions: str | None) -> str:
+        return "a summary"
+
+    def memory(session_id: str, entries: Any, max_tokens: int) -> str:
+        raise RuntimeError(ECHOED)
+
+    store = CompactStore.open(
+        db_url,
+        summarizer=summarizer,
+        memory_provider=memory,
+        redactor=lambda text: text.replace("acme-internal", "[internal host]"),
+    )
+    try:
+        sess = store.session("s", context_window=10_000)
+        for i in range(40):
+            sess.extend([{"role": "user", "content": f"q{i} " + "word " * 300}], timestamps=[i])
+            sess.append({"role": "assistant", "content": "a"}, timestamp=i)
+            if sess.process_request(background=True, now=float(i)).background == "started":
+                break
+    finally:
+        store.close()  # waits for the job
+    with reopen().engine.connect() as connection:
+        [job] = connection.execute(select(compaction_jobs)).mappings().all()
+    assert job["state"] == "failed"
+    assert job["error"].startswith("PluginError: memory_provider ")
+    assert "Authorization: [REDACTED]" in job["error"] and KEY not in job["error"]
+    assert "llm-proxy.[internal host].example\ufffd" in job["error"]
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
@@ -311,6 +352,7 @@ def test_an_imported_transcript_with_nul_compacts_and_round_trips(
     assert sum("\\u0000" in json.dumps(message) for message in expected) >= 4
     sess = import_file(store, path, session_id="imp", context_window=8_000)
     assert sess.messages() == expected
+    assert [json.loads(line) for line in export_lines(sess)] == expected
     [imported] = sess.boundaries()
     _no_nul(imported.summary_text)
     assert "fix a\ufffdb" in imported.summary_text
