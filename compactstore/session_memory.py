@@ -26,7 +26,7 @@ class SessionMemory(SessionBase):
         self, kind: str, text: str, *, scope: str = "session", now: float | None = None
     ) -> int:
         """Add a memory entry for session-memory compact; returns its id."""
-        checks.check_memory(kind, text, scope)
+        text = checks.check_memory(kind, text, scope)
         created = now_or_clock(now)
         tokens = self.store.token_counter(text)
 

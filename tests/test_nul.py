@@ -156,6 +156,25 @@ def test_a_read_path_with_nul_is_deduplicated_and_invalidated(
     assert again.invalidate(f"src/nul{NUL}2.py")
 
 
+def test_memory_with_nul_is_kept_and_compacted(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """remember() of a message's text holding NUL: stored with U+FFFD (its own column), and
+    session-memory compact summarises with it."""
+    config = plain(session_memory_min_tail_tokens=500, session_memory_max_tail_tokens=2_000)
+    chat = new_session(store, context_window=12_000, config=config)
+    chat.sess.append({"role": "user", "content": f"parse a{NUL}b"}, timestamp=chat.tick())
+    chat.sess.remember("user_intent", f"parse a{NUL}b too", now=chat.tick())
+    chat.chatter(52, chars=800)
+    result = chat.sess.process_request(now=chat.tick())
+    assert result.effective and result.strategy is not None
+    assert result.strategy.value == "session_memory"
+    assert "- [user_intent] parse a\ufffdb too" in result.summary_text
+    again = reopen().session("s")
+    assert [entry.text for entry in again.memories()] == ["parse a\ufffdb too"]
+    assert again.active_context() == chat.sess.active_context()
+
+
 def _summarizer_session(store: CompactStore, summarizer: Any) -> Any:
     chat = new_session(store, context_window=50_000, summarizer=summarizer)
     _request_and_reads(chat, reads=4)

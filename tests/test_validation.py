@@ -526,13 +526,6 @@ CASES = [
     ),
     _case(
         "anthropic",
-        lambda s: s.remember("fact", "a\x00b"),
-        InvalidInputError,
-        r"memory text contains a NUL character",
-        "memory-text-nul",
-    ),
-    _case(
-        "anthropic",
         lambda s: s.remember("gossip", "x"),
         InvalidInputError,
         r"unknown memory kind 'gossip'",

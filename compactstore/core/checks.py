@@ -320,8 +320,9 @@ def check_file_path(file_path: Any) -> str:
     return storable_text(file_path)
 
 
-def check_memory(kind: Any, text: Any, scope: Any) -> None:
-    """The arguments of ``remember``."""
+def check_memory(kind: Any, text: Any, scope: Any) -> str:
+    """The arguments of ``remember``; the text as stored. It is often a message's text, so
+    it may hold anything: NUL becomes U+FFFD, as in the other text the store derives."""
     if kind not in MEMORY_KINDS:
         raise InvalidInputError(
             f"unknown memory kind {kind!r}; expected one of: {', '.join(MEMORY_KINDS)}"
@@ -331,7 +332,8 @@ def check_memory(kind: Any, text: Any, scope: Any) -> None:
     if not isinstance(scope, str) or not scope:
         raise InvalidInputError("scope must be a non-empty string of at most 32 characters")
     check_column_text(scope, "scope", 32)
-    check_column_text(text, "memory text")
+    check_utf8(text, "memory text")
+    return storable_text(text)
 
 
 def check_cwd(cwd: Any) -> str:
