@@ -11,6 +11,9 @@ credentials are taken out of it and the store's redactor applied before it is st
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -322,6 +325,26 @@ def test_a_background_job_error_is_stored_redacted(
 )
 def test_redact_credentials(text: str, shown: str) -> None:
     assert redact_credentials(text) == shown
+
+
+@pytest.mark.slow
+def test_redacting_a_hostile_error_text_takes_linear_time() -> None:
+    """Texts built to make a backtracking pattern quadratic (400 KB each: ~0.1 s each when
+    scanned linearly, minutes when not). Run in a child process so a regression fails the
+    test at the deadline instead of hanging it."""
+    script = textwrap.dedent(
+        """
+        from compactstore.core.summarizing import redact_credentials
+        for text in ("eyJ-" * 100_000, "api_key-" * 50_000, "sk-" * 130_000,
+                     "x-api-key" + " " * 400_000, "Authorization: " * 26_000):
+            redact_credentials(text)
+        print("done")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "done\n"
 
 
 def _nul_transcript(tmp_path: Path) -> Path:

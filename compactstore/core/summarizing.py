@@ -53,23 +53,28 @@ REDACTED = "[REDACTED]"
 
 # A credential given as a header, a field or a query parameter, in any of the forms error
 # texts show them: "Authorization: Bearer ...", {'x-api-key': '...'}, "?api_key=...". The
-# value is its scheme, if any, and the word after it.
+# value is its scheme, if any, and the word after it. Every repetition is bounded or
+# possessive: an error text of any size is scanned in linear time.
 _CREDENTIAL_FIELD = re.compile(
-    r"""(?P<name>\b[\w-]*?(?:authorization|api[-_]?key|(?:auth|access|refresh)[-_]?token
-        |secret|password)[\w-]*)
-        (?P<between>['"]?\s*[:=]\s*['"]?)
-        (?P<value>(?:(?:Bearer|Basic|Token|Digest)\s+)?[^'"\s,;&}\]]+)""",
+    r"""(?<![\w-])
+        (?P<name>[\w-]{0,24}?
+            (?:authorization|api[-_]?key|(?:auth|access|refresh)[-_]?token|secret|password)
+            [\w-]{0,24}+)
+        (?P<between>['"]?\s*+[:=]\s*+['"]?)
+        (?P<value>(?:(?:Bearer|Basic|Token|Digest)\s++)?[^'"\s,;&}\]]++)""",
     re.IGNORECASE | re.VERBOSE,
 )
 # A token after its scheme, wherever it stands.
-_SCHEMED_TOKEN = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
+_SCHEMED_TOKEN = re.compile(r"\b(?P<scheme>Bearer|Basic)\s++[A-Za-z0-9._~+/=-]{6,}+", re.IGNORECASE)
 # Shapes of provider keys: OpenAI and Anthropic (sk-, sk-proj-, sk-ant-...), Google (AIza),
-# xAI, Groq, Hugging Face, GitHub, AWS access key ids, Replicate, Perplexity; and JWTs.
+# xAI, Groq, Hugging Face, GitHub, AWS access key ids, Replicate, Perplexity; and JWTs. A
+# shape starts a word: each run of key characters is scanned once.
 _KEY_SHAPE = re.compile(
-    r"""\b(?:sk-[A-Za-z0-9_-]{8,}|AIza[A-Za-z0-9_-]{20,}|xai-[A-Za-z0-9_-]{16,}
-        |gsk_[A-Za-z0-9]{16,}|hf_[A-Za-z0-9]{16,}|(?:ghp|gho|ghs|ghu)_[A-Za-z0-9]{16,}
-        |github_pat_[A-Za-z0-9_]{16,}|AKIA[0-9A-Z]{16}|r8_[A-Za-z0-9]{16,}
-        |pplx-[A-Za-z0-9]{16,}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+)""",
+    r"""(?<![\w-])(?:sk-[A-Za-z0-9_-]{8,}+|AIza[A-Za-z0-9_-]{20,}+|xai-[A-Za-z0-9_-]{16,}+
+        |gsk_[A-Za-z0-9]{16,}+|hf_[A-Za-z0-9]{16,}+|(?:ghp|gho|ghs|ghu)_[A-Za-z0-9]{16,}+
+        |github_pat_[A-Za-z0-9_]{16,}+|AKIA[0-9A-Z]{16}|r8_[A-Za-z0-9]{16,}+
+        |pplx-[A-Za-z0-9]{16,}+
+        |eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]++)""",
     re.VERBOSE,
 )
 
