@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select
 
 from compactstore import CompactStore
+from compactstore.cli import cli
 from compactstore.core.summarizing import redact_credentials
 from compactstore.db.schema import (
     compact_boundaries,
@@ -413,6 +415,26 @@ def test_an_imported_transcript_with_nul_compacts_and_round_trips(
     assert back.messages() == expected
     assert back.active_context() == context
     assert [c.summary_text for c in back.compactions()] == [c.summary_text for c in history]
+
+
+@pytest.mark.slow
+def test_the_cli_imports_compacts_and_exports_a_transcript_with_nul(
+    db_url: str, tmp_path: Path
+) -> None:
+    path = _nul_transcript(tmp_path)
+    expected = read_transcript(path).messages
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, [*args, "--db", db_url], env={"COMPACTSTORE_DB": None})
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    run("import", str(path), "--session", "imp", "--context-window", "8000")
+    run("compact", "imp", "--instructions", "keep the a/b case")
+    exported = run("export", "imp")
+    assert [json.loads(line) for line in exported.splitlines()] == expected
+    history = json.loads(run("history", "imp", "--json"))
+    assert len(history) == 2 and NUL not in json.dumps(history, ensure_ascii=False)
 
 
 @pytest.mark.slow
