@@ -206,6 +206,40 @@ def test_a_summary_with_nul_is_used_not_refused(
     assert stored.summary == result.summary
 
 
+def test_a_lone_surrogate_in_derived_text_is_stored_as_a_replacement_character(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """A message with a lone surrogate is refused, but a summarizer's answer or exception,
+    instructions and an API's error text may hold one: no UTF-8 column can store it, and
+    each of these crashed the compaction with UnicodeEncodeError on both backends."""
+
+    def answers(messages: list[Message], previous: str | None, instructions: str | None) -> str:
+        assert instructions == "keep \ufffd"
+        return "summary \ud800 text"
+
+    def raises(messages: list[Message], previous: str | None, instructions: str | None) -> str:
+        raise RuntimeError("bad \udc00 bytes")
+
+    results = {}
+    for sid, summarizer in (("answers", answers), ("raises", raises)):
+        chat = new_session(store, sid=sid, context_window=50_000, summarizer=summarizer)
+        _request_and_reads(chat, reads=4)
+        results[sid] = chat.sess.compact(instructions="keep \udfff", now=chat.tick())
+    assert results["answers"].summary_text == "summary \ufffd text"
+    assert results["answers"].summary is not None
+    assert results["answers"].summary.source == "summarizer"
+    assert results["raises"].summary is not None
+    assert results["raises"].summary.reason is not None
+    assert results["raises"].summary.reason.endswith("(RuntimeError: bad \ufffd bytes)")
+    recovered = store.session("answers").reactive_recover("too long \ud83d", now=T0 + 1e6)
+    assert recovered is not None and recovered.error == "too long \ufffd"
+    again = reopen()
+    for sid in results:
+        stored = again.session(sid, summarizer=answers if sid == "answers" else raises)
+        assert stored.compactions()[0].summary_text == results[sid].summary_text
+        assert stored.compactions()[0].summary == results[sid].summary
+
+
 def test_a_summarizer_failure_is_stored_without_credentials_or_nul(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:

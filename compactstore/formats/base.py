@@ -9,6 +9,7 @@ dicts stored verbatim; adapters never mutate them and always return new dicts.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,12 +110,23 @@ def storage_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def storable_text(text: str) -> str:
     """Text the store derives (a summary, a reason, a path key) as every backend can store
-    it in a text column: PostgreSQL text cannot hold NUL, so each NUL becomes U+FFFD, the
-    replacement character. Messages never go through this: their JSON spells NUL as an
-    escape and reads back exactly."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    it in a text column: PostgreSQL text cannot hold NUL, and no UTF-8 column can hold a
+    lone surrogate (a summarizer or an exception may still give one), so each becomes
+    U+FFFD, the replacement character. Messages never go through this: their JSON spells
+    NUL as an escape and reads back exactly, and a message with a lone surrogate is refused."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def json_text(value: Any) -> str:
