@@ -206,6 +206,26 @@ def test_a_summary_with_nul_is_used_not_refused(
     assert stored.summary == result.summary
 
 
+def test_figures_a_summarizer_reports_that_no_column_holds_are_left_out(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """A count past INTEGER (PostgreSQL refused the row), one that is not a number
+    (pydantic refused it), a model name longer than its column: the summary is used and
+    the figures are recorded as far as they fit."""
+
+    def summarizer(messages: list[Message], previous: str | None, instructions: str | None) -> Any:
+        text: Any = "12"  # a count that is not a number, on purpose
+        return SummaryResult("a summary", input_tokens=10**12, output_tokens=text, model="m" * 300)
+
+    chat = _summarizer_session(store, summarizer)
+    result = chat.sess.compact(now=chat.tick())
+    assert result.summary is not None and result.summary.source == "summarizer"
+    assert result.summary.input_tokens is None and result.summary.output_tokens is None
+    assert result.summary.model == "m" * 255
+    [stored] = reopen().session("s", summarizer=summarizer).compactions()
+    assert stored.summary == result.summary
+
+
 def test_a_lone_surrogate_in_derived_text_is_stored_as_a_replacement_character(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:

@@ -23,6 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactstore.core.checks import MAX_INT
 from compactstore.engines.base import Summarizer, SummaryAnswer, SummaryRequest, SummaryResult
 from compactstore.errors import InvalidInputError
 from compactstore.formats.base import storable_text
@@ -262,6 +263,9 @@ class SummaryCall:
         text = result.text if result is not None else value
         if not isinstance(text, str) or not text.strip():
             return self._fallback(name, f"summarizer {name} returned no text", latency)
+        # What the summarizer reports is recorded as far as the columns can hold it: a
+        # model name that is not storable text, or counts that are not whole numbers an
+        # INTEGER column takes, must not fail the compaction its summary serves.
         model = result.model if result is not None else None
         return SummaryAnswer(
             text,  # stored as the cut keeps it: a NUL becomes U+FFFD (engines.base.Cut)
@@ -270,8 +274,8 @@ class SummaryCall:
                 summarizer=name,
                 model=storable_text(str(model))[:255] if model is not None else None,
                 latency_ms=latency,
-                input_tokens=result.input_tokens if result is not None else None,
-                output_tokens=result.output_tokens if result is not None else None,
+                input_tokens=_count(result.input_tokens) if result is not None else None,
+                output_tokens=_count(result.output_tokens) if result is not None else None,
             ),
         )
 
@@ -288,6 +292,13 @@ class SummaryCall:
                 reason=stored_reason(reason, self.redactor),
             ),
         )
+
+
+def _count(value: Any) -> int | None:
+    """A token count a summarizer reported, or None when no INTEGER column could hold it."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT:
+        return value
+    return None
 
 
 async def _awaited(summarizer: Any, *args: Any) -> Any:
