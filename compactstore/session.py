@@ -9,6 +9,7 @@ memory (with recall) are in the classes it inherits: :mod:`compactstore.session_
 from __future__ import annotations
 
 import functools
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -381,6 +382,13 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         elif self._seen_job is None:
             self._seen_job = 0
         job = seen.active
+        if seen.orphan is not None:
+            # Its lease lapsed: the process running it died. Taken over, as a lapsed
+            # compaction lease is: claimed here and run by this store's worker.
+            job = seen.orphan
+            owner = uuid.uuid4().hex
+            if store._write(functools.partial(background.claim, job_id=job.id, owner=owner)):
+                store._submit_job(job.id, plugins, owner)
         if seen.blocking:
             # The agent is blocked anyway: compact now, as without background. A job's
             # summary in flight holds the lease: the call waits for it (up to

@@ -26,11 +26,13 @@ from compactstore import (
     Session,
 )
 from compactstore.cli import cli
+from compactstore.core import background
 from compactstore.db.schema import compaction_jobs, compactions
 from tests.helpers import new_session, plain, scratch_store, words
 
 WINDOW = 10_000
 CONFIG = CompactionConfig(summarizer_timeout_seconds=5)
+CONFIG_LEASE = background.lease_seconds(CONFIG)  # a job's lease: 35 s
 
 
 def user(text: str) -> dict[str, Any]:
@@ -406,8 +408,57 @@ def test_no_context_handed_out_exceeds_the_window_whatever_the_summary_delay(
         summarizer.done.set()
 
 
+# -- an orphaned job: its lease lapsed -----------------------------------------------------
+
+
 def jobs_of(store: CompactStore) -> list[Any]:
     return list(store._read(lambda c: c.execute(select(compaction_jobs)).all()))
+
+
+def age_jobs(store: CompactStore, seconds: float | None) -> None:
+    """As if ``seconds`` passed on the database clock since the jobs' leases were taken
+    (None: a pending job with no lease, as earlier versions left them)."""
+    expires = None if seconds is None else compaction_jobs.c.expires_at - seconds
+    store._write(lambda c: c.execute(update(compaction_jobs).values(expires_at=expires)))
+
+
+@pytest.mark.parametrize("left", ["pending", "running", "pending without a lease"])
+def test_an_orphaned_job_is_taken_over_by_the_next_call(
+    db_url: str, left: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that died after starting a job (pending) or while running it (running)
+    leaves it active: the session's next background call takes it over once its lease
+    lapsed, and runs it."""
+    with CompactStore.open(db_url, summarizer=lambda m, p, i: "the taker's summary") as store:
+        sess = store.session("s", context_window=WINDOW, config=CONFIG)
+        i = 0
+        with monkeypatch.context() as patch:
+            # The starting process dies before its worker runs the job.
+            patch.setattr(store, "_submit_job", lambda *args: None)
+            while sess.process_request(background=True, now=100.0 + i).background != "started":
+                step(sess, i)
+                i += 1
+        if left == "running":
+            # ...or while its worker ran it: claimed, then the database never heard of it.
+            store._write(lambda c: background.claim(c, jobs_of(store)[0].id, "killed-worker"))
+        (job,) = jobs_of(store)
+        assert job.state == ("running" if left == "running" else "pending")
+        # The lease is live: it may still be running somewhere.
+        assert sess.process_request(background=True, now=100.0 + i).background == "running"
+        assert jobs_of(store) == [job], "not taken over"
+        age_jobs(store, None if left == "pending without a lease" else CONFIG_LEASE + 1)
+
+        taken = sess.process_request(background=True, now=101.0 + i)
+
+        assert taken.background == "running"
+        wait_for_jobs(store)
+        (ended,) = jobs_of(store)
+        assert ended.id == job.id and ended.state == "applied"
+        (applied,) = [c for c in sess.compactions() if c.id == ended.compaction_id]
+        assert applied.started_by == job.started_by
+        assert applied.summary_text.endswith("the taker's summary")
+        assert sess.token_usage() < CONFIG.background_threshold * WINDOW
+        assert sess.process_request(background=True, now=102.0 + i).background == "applied"
 
 
 @pytest.mark.slow
