@@ -155,9 +155,11 @@ class _ThreadedStore(CompactStore):
             steps, self._read, self._write, self._sleep, self._compute, first=first, pause=True
         )
 
-    def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
+    def _submit_job(
+        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    ) -> None:
         def start() -> None:
-            task = self.loop.create_task(glue(self._run_job_quietly, job_id, plugins))
+            task = self.loop.create_task(glue(self._run_job_quietly, job_id, plugins, owner))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 

@@ -9,6 +9,7 @@ memory (with recall) are in the classes it inherits: :mod:`compactstore.session_
 from __future__ import annotations
 
 import functools
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
+from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats.base import storable_text
 from compactstore.formats.sdk_objects import has_sdk_object, response_turn
@@ -380,16 +382,29 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             self._seen_job = finished.id
         elif self._seen_job is None:
             self._seen_job = 0
-        if seen.blocking and seen.active is None:
-            # The agent is blocked anyway: compact now, as without background.
+        job = seen.active
+        if seen.orphan is not None:
+            # Its lease lapsed: the process running it died. Taken over, as a lapsed
+            # compaction lease is: claimed here and run by this store's worker.
+            job = seen.orphan
+            owner = uuid.uuid4().hex
+            if store._write(functools.partial(background.claim, job_id=job.id, owner=owner)):
+                store._submit_job(job.id, plugins, owner)
+        if seen.blocking:
+            # The agent is blocked anyway: compact now, as without background. A job's
+            # summary in flight holds the lease: the call waits for it (up to
+            # summarizer_timeout_seconds) and decides again on what it left, or takes the
+            # lease over and cuts with the rule-based summary.
             result = self._compaction(request)
             assert result is not None
+            if job is not None:
+                status = self._job_status(job.id)
             return result if status is None else result.model_copy(update={"background": status})
         cheap = request.cheap()
         assert cheap is not None
         result = self._compaction(cheap)
         assert result is not None
-        if seen.active is not None or result.background == "running":
+        if job is not None or result.background == "running":
             status = "running"
         else:
             usage = result.tokens_after if result.success else seen.context.usage
@@ -414,6 +429,15 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     store._submit_job(job_id, plugins)
                     status = "started"
         return result.model_copy(update={"background": status})
+
+    def _job_status(self, job_id: int) -> str | None:
+        """``background`` for a job a blocking call may have waited for: "running", or how
+        it ended ("applied" or None), which is then reported."""
+        ended = self.store._read(lambda c: repo.get_job(c, job_id))
+        if ended is None or ended.state in ACTIVE_STATES:
+            return "running"
+        self._seen_job = max(self._seen_job or 0, ended.id)
+        return "applied" if ended.state == "applied" else None
 
     def reactive_recover(
         self, error_message: str, *, now: float | None = None

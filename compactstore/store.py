@@ -274,19 +274,24 @@ class CompactStore:
 
     # -- background compaction (SPEC §9.1) ----------------------------------------------
 
-    def _submit_job(self, job_id: int, plugins: compaction.Plugins) -> None:
-        """Run a job this process started in a background thread."""
+    def _submit_job(
+        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    ) -> None:
+        """Run a job this process started (or, as ``owner``, took over) in a background
+        thread."""
         with self._executor_lock:
             if self._jobs is None:
                 self._jobs = ThreadPoolExecutor(
                     BACKGROUND_THREADS, thread_name_prefix="compactstore-background"
                 )
-            self._jobs.submit(self._run_job_quietly, job_id, plugins)
+            self._jobs.submit(self._run_job_quietly, job_id, plugins, owner)
 
-    def _run_job_quietly(self, job_id: int, plugins: compaction.Plugins) -> None:
+    def _run_job_quietly(
+        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    ) -> None:
         # An error is recorded on the job row (state failed); a thread has no caller.
         with contextlib.suppress(Exception):
-            self.run_job(job_id, plugins=plugins)
+            run_background_job(self, job_id, plugins, owner)
 
     def pending_jobs(self) -> list[JobInfo]:
         """The background compactions waiting for a worker (pending, or running with a

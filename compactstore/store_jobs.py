@@ -23,12 +23,21 @@ __all__ = ["run_background_job"]
 
 
 def run_background_job(
-    store: CompactStore, job_id: int, plugins: compaction.Plugins
+    store: CompactStore, job_id: int, plugins: compaction.Plugins, owner: str | None = None
 ) -> JobInfo | None:
     """Claim the job, run it as plan -> decide -> commit with ``plugins``, record how it
-    ended; the job as it ended, or None when another worker holds it or it is finished."""
-    owner = uuid.uuid4().hex
-    job = store._write(functools.partial(background.claim, job_id=job_id, owner=owner))
+    ended; the job as it ended, or None when another worker holds it or it is finished.
+
+    ``owner``: the caller claimed the job already, as this owner (a background call that
+    took an orphaned job over).
+    """
+    if owner is None:
+        owner = uuid.uuid4().hex
+        job = store._write(functools.partial(background.claim, job_id=job_id, owner=owner))
+    else:
+        job = store._read(lambda c: repo.get_job(c, job_id))
+        if job is not None and job.owner != owner:
+            job = None  # taken over again meanwhile
     if job is None:
         return None
     state, result, error = "failed", None, None

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import event, select, update
 
 from compactstore import CompactStore, CompactStrategy
-from compactstore.db.schema import compaction_leases
+from compactstore.db.schema import compaction_jobs, compaction_leases
 from tests.helpers import T0, new_session, opened, plain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +38,12 @@ def fill(store: CompactStore, ratio: float, *, timeout: float) -> None:
         chat.chatter(2, chars=1_600)
 
 
-def kill_mid_summary(url: str) -> None:
-    """Run the child until its summarizer runs, then SIGKILL it."""
+def kill_mid_summary(url: str, *, background: bool = False) -> None:
+    """Run the child until its summarizer runs, then SIGKILL it (``background``: the
+    summarizer of the background job its call started)."""
+    mode = ["background"] if background else []
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.lease_child", url, "s", str(T0 + 1_000)],
+        [sys.executable, "-m", "tests.lease_child", url, "s", str(T0 + 1_000), *mode],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -167,3 +169,89 @@ def test_a_rule_based_cut_takes_no_lease_so_a_killed_process_leaves_none(db_url:
             "compaction_leases" in s and s.lstrip().upper().startswith(("INSERT", "UPDATE"))
             for s in statements
         ), "a rule-based cut wrote a lease"
+
+
+# -- a background job whose process was killed ------------------------------------------------
+
+
+def jobs(store: CompactStore) -> list[Any]:
+    with store.engine.connect() as connection:
+        return list(connection.execute(select(compaction_jobs)).all())
+
+
+def age_jobs(store: CompactStore, seconds: float) -> None:
+    """As if ``seconds`` passed on the database clock since the jobs' leases were taken."""
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(compaction_jobs).values(expires_at=compaction_jobs.c.expires_at - seconds)
+        )
+
+
+def wait_for_job(store: CompactStore, job_id: int) -> Any:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        (job,) = [job for job in jobs(store) if job.id == job_id]
+        if job.state not in ("pending", "running"):
+            return job
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+@pytest.fixture
+def killed_job(db_url: str) -> Iterator[str]:
+    """A session whose background job's process was killed mid-summary (usage 72%)."""
+    with opened(db_url) as store:
+        fill(store, 0.72, timeout=1)
+    kill_mid_summary(db_url, background=True)
+    yield db_url
+
+
+@pytest.mark.slow
+def test_a_killed_background_job_is_taken_over_by_the_next_call(killed_job: str) -> None:
+    with opened(killed_job, summarizer=lambda m, p, i: "the next process's summary") as store:
+        sess = store.session("s")
+        (job,) = jobs(store)
+        assert job.state == "running" and job.compaction_id is None
+        # Its lease (summarizer_timeout_seconds + 30 s) is live: it may be running elsewhere.
+        assert sess.process_request(background=True, now=T0 + 2_000).background == "running"
+        assert jobs(store) == [job]
+
+        age_jobs(store, 31.5)
+        age_leases(store, 31.5)  # the compaction lease the killed worker held
+        taken = sess.process_request(background=True, now=T0 + 2_001)
+
+        assert taken.background == "running", "taken over, now run by this process"
+        ended = wait_for_job(store, job.id)
+        assert ended.state == "applied" and ended.owner is None
+        (applied,) = [c for c in sess.compactions() if c.id == ended.compaction_id]
+        assert applied.started_by == job.started_by
+        assert applied.summary_text.endswith("the next process's summary")
+        assert sess.process_request(background=True, now=T0 + 2_002).background == "applied"
+        assert leases(store) == []
+
+
+@pytest.mark.slow
+def test_at_the_blocking_ratio_a_call_waits_for_a_killed_job_then_takes_over(
+    killed_job: str,
+) -> None:
+    with opened(killed_job, summarizer=lambda m, p, i: "the next process's summary") as store:
+        chat = new_session(store, context_window=WINDOW, config=plain(summarizer_timeout_seconds=1))
+        while chat.sess.token_usage() < 0.97 * WINDOW:
+            chat.chatter(2, tag="more", chars=1_600)
+        (job,) = jobs(store)
+        started = time.monotonic()
+
+        result = chat.sess.process_request(background=True, now=T0 + 2_000)
+
+        # It waited summarizer_timeout_seconds for the killed job's summary, then took the
+        # compaction lease over and cut with the rule-based summary.
+        assert time.monotonic() - started >= 1.0
+        assert result.effective and result.strategy == CompactStrategy.FULL
+        assert result.summary is None and result.background == "running"
+        assert chat.sess.token_usage() < WINDOW
+        # Once the job's own lease lapses, the next call takes it over: nothing left to do.
+        age_jobs(store, 31.5)
+        assert chat.sess.process_request(background=True, now=T0 + 2_001).background == ("running")
+        ended = wait_for_job(store, job.id)
+        assert ended.state == "superseded" and ended.compaction_id is None
+        assert [c.id for c in chat.sess.compactions() if c.started_by == job.started_by] == []

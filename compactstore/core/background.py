@@ -8,6 +8,12 @@ summary: it runs the cheap stages (its own row), and once usage passes
 ``compactstore worker``) claims the job and runs :func:`compaction.background_request` through
 the ordinary plan -> decide -> commit, so the lease, the rebase and the re-plans are the same
 as for any compaction; its row's ``started_by`` names the starting call's row.
+
+At ``reactive_blocking_ratio`` the agent is blocked anyway: the call compacts as without
+background, so it waits for the job's summary in flight (the job holds the compaction
+lease) up to ``summarizer_timeout_seconds``, then takes the lease over. A job whose lease
+lapsed (the process running it died) is an orphan: the session's next background call
+claims it (:func:`claim`) and runs it, as ``compactstore worker`` would.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from compactstore.core.recording import record_attempt
 from compactstore.db import repository as repo
 from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.engines import auto_compact
-from compactstore.models import CompactTrigger
+from compactstore.models import CompactionConfig, CompactTrigger
 from compactstore.tokens import TokenCounter
 
-__all__ = ["Probe", "claim", "finish", "probe", "start"]
+__all__ = ["Probe", "claim", "finish", "lease_seconds", "probe", "start"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +42,8 @@ class Probe:
 
     context: ActiveContext
     context_version: int
-    active: repo.JobRow | None  # the session's pending or running job
+    active: repo.JobRow | None  # the session's pending or running job, lease live
+    orphan: repo.JobRow | None  # its pending or running job whose lease lapsed
     finished: repo.JobRow | None  # its latest finished job
     tripped: bool
 
@@ -63,10 +70,12 @@ def probe(connection: Connection, target: Target, count_tokens: TokenCounter) ->
     )
     newest = repo.newest_job(connection, target.session_id)
     active = newest is not None and newest.state in ACTIVE_STATES
+    orphan = newest is not None and repo.lapsed(connection, newest)
     return Probe(
         context=context,
         context_version=row.context_version,
-        active=newest if active else None,
+        active=newest if active and not orphan else None,
+        orphan=newest if orphan else None,
         # A finished job older than an active one was reported before that one started.
         finished=None if newest is None or active else newest,
         tripped=bool(repo.get_breaker(connection, target.session_id).tripped),
@@ -109,23 +118,33 @@ def start(
         "usage": usage,
     }
     job_id = repo.insert_job(
-        connection, sid, snapshot=snapshot, started_by=started_by, created_at=at
+        connection,
+        sid,
+        snapshot=snapshot,
+        started_by=started_by,
+        created_at=at,
+        seconds=lease_seconds(row.config),
     )
     repo.update_session(connection, sid)
     return started_by, job_id
 
 
+def lease_seconds(config: CompactionConfig) -> float:
+    """How long a job's lease lasts: as long as the compaction lease."""
+    return config.summarizer_timeout_seconds + LEASE_GRACE_SECONDS
+
+
 def claim(connection: Connection, job_id: int, owner: str) -> repo.JobRow | None:
-    """Claim a job for this worker (one write transaction); None when another holds it or
-    it is finished or its session is gone."""
+    """Claim a job for this worker (one write transaction): a pending job, or a running one
+    whose lease lapsed; None when another holds it or it is finished or its session is
+    gone."""
     job = repo.get_job(connection, job_id)
     if job is None:
         return None
     session = repo.get_session(connection, job.session_id, lock=True)
     if session is None:
         return None
-    seconds = session.config.summarizer_timeout_seconds + LEASE_GRACE_SECONDS
-    if not repo.claim_job(connection, job_id, owner, seconds):
+    if not repo.claim_job(connection, job_id, owner, lease_seconds(session.config)):
         return None
     return repo.get_job(connection, job_id)
 

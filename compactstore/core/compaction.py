@@ -453,7 +453,9 @@ def compaction_steps(
                     )
                 else:
                     acquired, unchanged = not in_flight, True
-                if not acquired and snapshot.blocking:
+                # A background job blocks no agent: it never takes a caller's lease over
+                # (that caller is cutting already; a blocked one would lose its cut).
+                if not acquired and snapshot.blocking and request.call != "background":
                     timeout = snapshot.context.config.summarizer_timeout_seconds
                     if (yield from _wait_for_lease(target, timeout)):
                         continue  # the summary landed: decide again on what it left

@@ -2,8 +2,9 @@
 
 A job is pending work: the compaction a ``process_request(background=True)`` started. The
 process that started it runs it in a worker thread; if that process dies, any other one
-(``compactstore worker``) claims it once its lease lapses. The lease is the job row's
-``owner`` and ``expires_at``, on the database clock like the compaction lease.
+(``compactstore worker``, or the session's next background call) claims it once its lease
+lapses. The lease is the job row's ``owner`` and ``expires_at``, on the database clock like
+the compaction lease; a pending job's ``expires_at`` is when a worker should have claimed it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "get_job",
     "info",
     "insert_job",
+    "lapsed",
     "latest_finished_job",
     "newest_job",
     "pending_jobs",
@@ -79,7 +81,10 @@ def insert_job(
     snapshot: dict[str, Any],
     started_by: int | None,
     created_at: float,
+    seconds: float,
 ) -> int:
+    """A pending job, to be claimed within ``seconds`` from now on the database clock
+    (after that its starting process is taken for dead: see :func:`lapsed`)."""
     result = connection.execute(
         insert(compaction_jobs)
         .values(
@@ -88,6 +93,7 @@ def insert_job(
             snapshot=json.dumps(snapshot, sort_keys=True),
             started_by=started_by,
             created_at=created_at,
+            expires_at=database_now(connection) + seconds,
         )
         .returning(compaction_jobs.c.id)
     )
@@ -112,6 +118,15 @@ def newest_job(connection: Connection, session_id: str) -> JobRow | None:
     """The session's newest job: its active one if it has one (jobs start one at a time)."""
     raw = connection.execute(_NEWEST, {"sid": session_id}).one_or_none()
     return None if raw is None else _row(raw)
+
+
+def lapsed(connection: Connection, job: JobRow) -> bool:
+    """Whether a pending or running job's lease lapsed on the database clock: the process
+    that started or ran it died (or lost the database while it finished). A job with no
+    lease at all was left pending by a version that gave pending jobs none."""
+    if job.state not in ACTIVE_STATES:
+        return False
+    return job.expires_at is None or job.expires_at <= database_now(connection)
 
 
 def active_job(connection: Connection, session_id: str) -> JobRow | None:
