@@ -21,20 +21,26 @@ def db_group() -> None:
 
 
 @db_group.command("upgrade")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Add compactstore's tables to a database that already holds other tables.",
+)
 @db_option
 @json_option
 @library_errors
-def db_upgrade(db: str, as_json: bool) -> None:
+def db_upgrade(force: bool, db: str, as_json: bool) -> None:
     """Create the database or upgrade its schema to this version's head.
 
     A database one additive revision newer than this version is left as it is (this
-    version reads and writes it); a newer one than that is refused.
+    version reads and writes it); a newer one than that is refused. A database holding
+    another program's tables is refused unless --force is given.
 
     Example: compactstore db upgrade --db agent.db
     """
     from compactstore.db.migrate import current_revision
 
-    with CompactStore.open(db, auto_migrate=True) as store:
+    with CompactStore.open(db, auto_migrate=True, allow_other_tables=force) as store:
         location = store.location
         revision = current_revision(store.engine)
     if as_json:

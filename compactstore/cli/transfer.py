@@ -147,7 +147,7 @@ def delete(session_id: str, yes: bool, db: str, as_json: bool) -> None:
             abort=True,
             err=True,
         )
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, create=False) as store:
         store.delete_session(session_id)
         location = store.location
     if as_json:
@@ -191,7 +191,7 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
                 abort=True,
                 err=True,
             )
-        with CompactStore.open(db) as store:
+        with CompactStore.open(db, create=False) as store:
             # Only those shown: one that came back to life meanwhile is kept.
             deleted = prune_sessions(store, days, among=stale)
     if as_json:
