@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from typing import IO, Any
 
 from compactstore.errors import InvalidInputError
 from compactstore.models import CompactionConfig
+from compactstore.scratch import scratch_dir
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -268,7 +268,7 @@ def open_transcript(
     stream: Any = source
     name = getattr(stream, "name", None)
     label = name if isinstance(name, str) and not name.startswith("<") else STDIN_NAME
-    with tempfile.TemporaryDirectory(prefix="compactstore-import-") as tmp:
+    with scratch_dir("compactstore-import-") as tmp:
         spooled = Path(tmp) / "input"
         with spooled.open("wb") as out:
             shutil.copyfileobj(stream, out, _SPOOL_CHUNK)
