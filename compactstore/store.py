@@ -46,6 +46,7 @@ from compactstore.db.engine import (
     write_tx,
 )
 from compactstore.db.migrate import open_engine
+from compactstore.db.space import release_free_pages
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
@@ -499,7 +500,9 @@ class CompactStore:
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session and every row it owns (log, compactions, blobs, memory, ...) in
-        one transaction. Handles open on it fail afterwards.
+        one transaction. Handles open on it fail afterwards. A SQLite file compactstore
+        created gives the space back to the disk afterwards (an older one keeps it free for
+        new rows until :func:`compactstore.admin.vacuum`).
 
         Raises:
             NotFoundError: no such session.
@@ -508,6 +511,12 @@ class CompactStore:
         if not self._write(lambda connection: delete_sessions(connection, [sid])):
             raise NotFoundError(f"no session {sid!r} in {self.location}")
         self._cache.drop(sid)
+        self._release_free_pages()
+
+    def _release_free_pages(self) -> None:
+        """Give the pages deleted rows left back to the disk, where the database can do it
+        quickly (a SQLite file with incremental auto-vacuum: see compactstore.db.space)."""
+        database_errors(self.location, lambda: with_retry(lambda: release_free_pages(self.engine)))
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""

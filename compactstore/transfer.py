@@ -82,7 +82,8 @@ def prune(
 
     A session's last activity is the latest of its creation, its newest message and its
     newest compaction (message times are those the agent or the imported transcript gave).
-    All of them go in one transaction. Returns the ids (deleted, or that would be with
+    All of them go in one transaction; the space is then given back as by
+    ``CompactStore.delete_session``. Returns the ids (deleted, or that would be with
     ``dry_run``), oldest first.
 
     Args:
@@ -107,6 +108,8 @@ def prune(
     ids = store._read(tx) if dry_run else store._write(tx)
     for sid in [] if dry_run else ids:
         store._cache.drop(sid)
+    if ids and not dry_run:
+        store._release_free_pages()
     return ids
 
 

@@ -73,3 +73,40 @@ def db_current(db: str, as_json: bool) -> None:
         click.echo(f"current: {current or 'none'}\nhead:    {head}")
         if usable and current != head:
             click.echo("one additive revision newer than this version: read and written as it is")
+
+
+@db_group.command("vacuum")
+@db_option
+@json_option
+@library_errors
+def db_vacuum(db: str, as_json: bool) -> None:
+    """Give back the space deleted sessions left: SQLite VACUUM (rebuilds the file: it needs
+    free disk space about the file's size, and writers wait meanwhile), PostgreSQL VACUUM of
+    compactstore's tables.
+
+    A SQLite file made by this version gives the space back on delete and prune already.
+
+    Example: compactstore prune --older-than 30 --yes && compactstore db vacuum
+    """
+    from compactstore.admin import vacuum
+
+    with CompactStore.open(db, create=False) as store:
+        report = vacuum(store)
+    if as_json:
+        found = {
+            "location": report.location,
+            "bytes_before": report.before.bytes,
+            "bytes_after": report.after.bytes,
+            "freed_bytes": report.freed_bytes,
+        }
+        click.echo(render.json_text(found))
+    elif report.after.free_bytes is None:  # PostgreSQL: VACUUM makes space reusable
+        click.echo(
+            f"{report.location}: VACUUM (ANALYZE) done; compactstore's tables take "
+            f"{report.after.bytes:,} bytes, the space of deleted rows is reusable"
+        )
+    else:
+        click.echo(
+            f"{report.location}: {report.before.bytes:,} -> {report.after.bytes:,} bytes "
+            f"({report.freed_bytes:,} given back)"
+        )

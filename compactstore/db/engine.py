@@ -222,6 +222,10 @@ def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         if not read_only:
+            # Incremental auto-vacuum, so that deleting sessions can give the space back
+            # (db/space.py). It takes effect only in a file with no table yet (a new one;
+            # and before WAL is switched on), or at the next VACUUM; elsewhere a no-op.
+            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             # WAL: readers never block the writer and a crash mid-write leaves the file
             # intact. (A reader finds the mode in the file; it may not change it.)
             cursor.execute("PRAGMA journal_mode=WAL")
