@@ -153,8 +153,16 @@ class TranscriptFile:
     def _count_lines(self) -> int:
         count = 0
         last = b"\n"
+        run = 0  # bytes since the last line end
         with self._open() as stream:
             while chunk := stream.read(_SPOOL_CHUNK):
+                first = chunk.find(b"\n")
+                if run + (len(chunk) if first < 0 else first) > self.max_line_bytes:
+                    break  # a line too long: the reading pass refuses it, unread
+                if first >= 0:
+                    run = len(chunk) - chunk.rfind(b"\n") - 1
+                else:
+                    run += len(chunk)
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
         return count + (last != b"\n")
