@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.db.engine import sqlite_path
+from compactstore.db import space as db_space
+from compactstore.db.engine import database_errors, sqlite_path
+from compactstore.db.space import Space
 from compactstore.db.stats import store_counts
 from compactstore.store import CompactStore
 
-__all__ = ["StoreStats", "store_stats"]
+__all__ = ["Space", "StoreStats", "VacuumReport", "database_space", "store_stats", "vacuum"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +85,37 @@ def store_stats(store: CompactStore) -> StoreStats:
         wal_file_bytes=wal_bytes,
         **counts,
     )
+
+
+def database_space(store: CompactStore) -> Space:
+    """How many bytes the database takes and, on SQLite, how many of them are free pages
+    (left by deleted rows, reused by new ones; :func:`vacuum` gives them back)."""
+    return store._read(db_space.space)
+
+
+@dataclass(frozen=True, slots=True)
+class VacuumReport:
+    """The database's space before and after :func:`vacuum`."""
+
+    location: str
+    before: Space
+    after: Space
+
+    @property
+    def freed_bytes(self) -> int:
+        """Bytes given back (never negative)."""
+        return max(0, self.before.bytes - self.after.bytes)
+
+
+def vacuum(store: CompactStore) -> VacuumReport:
+    """Give the space deleted sessions left back: SQLite ``VACUUM`` (the file is rebuilt;
+    it needs free disk space about its size and waits for writers), PostgreSQL ``VACUUM
+    (ANALYZE)`` of compactstore's tables (outside any transaction: the space becomes
+    reusable, and trailing empty pages go back to the system).
+
+    Raises:
+        DatabaseError: the database is busy or cannot be written (a read-only store).
+    """
+    before = database_space(store)
+    database_errors(store.location, lambda: db_space.vacuum(store.engine))
+    return VacuumReport(store.location, before, database_space(store))

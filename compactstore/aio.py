@@ -237,6 +237,8 @@ class AsyncCompactStore:
         *,
         auto_migrate: bool | None = None,
         read_only: bool = False,
+        create: bool = True,
+        allow_other_tables: bool = False,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | AsyncSummarizer | None = None,
         memory_provider: MemoryProvider | None = None,
@@ -278,6 +280,8 @@ class AsyncCompactStore:
             auto_migrate=auto_migrate,
             read_only=read_only,
             pool=pool,
+            create=create,
+            allow_other_tables=allow_other_tables,
         )
         try:
             core = _ThreadedStore(

@@ -46,6 +46,7 @@ from compactstore.db.engine import (
     write_tx,
 )
 from compactstore.db.migrate import open_engine
+from compactstore.db.space import release_free_pages
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
@@ -144,6 +145,8 @@ class CompactStore:
         *,
         auto_migrate: bool | None = None,
         read_only: bool = False,
+        create: bool = True,
+        allow_other_tables: bool = False,
         token_counter: TokenCounter | None = None,
         summarizer: Summarizer | None = None,
         memory_provider: MemoryProvider | None = None,
@@ -166,6 +169,13 @@ class CompactStore:
                 out). An empty database is created at head either way.
             read_only: only read: never create, migrate or write the database (writes
                 raise DatabaseError); works on a read-only file, directory or mount.
+            create: set up a new database: create a missing SQLite file (and its
+                directory) and compactstore's tables in an empty database. False: only
+                open a database that already is a compactstore one (NotFoundError
+                otherwise), so a mistyped path creates nothing.
+            allow_other_tables: with ``create``, also add compactstore's tables to a
+                database that holds other tables or views (another program's). Without
+                it such a database is refused (SchemaError) and left untouched.
             token_counter: replaces :func:`estimate_tokens` for new messages.
             summarizer: writes full-compact summaries instead of the rule-based one: a
                 plain callable (an async one needs AsyncCompactStore); see
@@ -197,8 +207,11 @@ class CompactStore:
                 AsyncCompactStore), or a plug-in is not callable.
             SchemaError: the schema is newer than this code, or older and not migrated
                 (read_only, auto_migrate False, or auto_migrate left out on PostgreSQL).
-            DatabaseError: the file is not a usable database.
-            NotFoundError: read_only and there is no SQLite file at the path.
+            SchemaError: the database holds another program's tables (see
+                ``allow_other_tables``).
+            DatabaseError: the file is not a usable database, or the path is a directory.
+            NotFoundError: read_only or not create, and there is no compactstore database
+                there.
         """
         url = normalize_url(
             db if db is not None else os.environ.get("COMPACTSTORE_DB") or "compactstore.db"
@@ -210,7 +223,13 @@ class CompactStore:
         block_type_extension(allow_block_types)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
-            url, location=location, auto_migrate=auto_migrate, read_only=read_only, pool=pool
+            url,
+            location=location,
+            auto_migrate=auto_migrate,
+            read_only=read_only,
+            pool=pool,
+            create=create,
+            allow_other_tables=allow_other_tables,
         )
         return cls(
             engine,
@@ -489,7 +508,9 @@ class CompactStore:
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session and every row it owns (log, compactions, blobs, memory, ...) in
-        one transaction. Handles open on it fail afterwards.
+        one transaction. Handles open on it fail afterwards. A SQLite file compactstore
+        created gives the space back to the disk afterwards (an older one keeps it free for
+        new rows until :func:`compactstore.admin.vacuum`).
 
         Raises:
             NotFoundError: no such session.
@@ -498,6 +519,12 @@ class CompactStore:
         if not self._write(lambda connection: delete_sessions(connection, [sid])):
             raise NotFoundError(f"no session {sid!r} in {self.location}")
         self._cache.drop(sid)
+        self._release_free_pages()
+
+    def _release_free_pages(self) -> None:
+        """Give the pages deleted rows left back to the disk, where the database can do it
+        quickly (a SQLite file with incremental auto-vacuum: see compactstore.db.space)."""
+        database_errors(self.location, lambda: with_retry(lambda: release_free_pages(self.engine)))
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""

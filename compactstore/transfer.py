@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +22,7 @@ from compactstore.db.engine import read_tx, sqlite_path
 from compactstore.db.migrate import head_revision, stored_revision
 from compactstore.db.transfer import CopyReport
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError, SchemaError
+from compactstore.scratch import scratch_dir
 from compactstore.store import CompactStore
 
 __all__ = [
@@ -83,7 +82,8 @@ def prune(
 
     A session's last activity is the latest of its creation, its newest message and its
     newest compaction (message times are those the agent or the imported transcript gave).
-    All of them go in one transaction. Returns the ids (deleted, or that would be with
+    All of them go in one transaction; the space is then given back as by
+    ``CompactStore.delete_session``. Returns the ids (deleted, or that would be with
     ``dry_run``), oldest first.
 
     Args:
@@ -108,6 +108,8 @@ def prune(
     ids = store._read(tx) if dry_run else store._write(tx)
     for sid in [] if dry_run else ids:
         store._cache.drop(sid)
+    if ids and not dry_run:
+        store._release_free_pages()
     return ids
 
 
@@ -122,7 +124,8 @@ def backup(
 
     The file is a compactstore database at this version's schema, in rollback-journal mode
     (one self-contained file), readable by its owner only. It is written beside ``path``
-    and renamed into place when complete, so a failed backup leaves no partial file.
+    and renamed into place when complete, so a failed backup leaves no partial file (and
+    one that was killed leaves one the next backup to ``path`` removes).
 
     Raises:
         InvalidInputError: ``path`` is the store's own database, a directory, or exists
@@ -141,8 +144,10 @@ def backup(
         raise InvalidInputError(f"{out} exists; choose another name or overwrite it (--force)")
     if not out.parent.is_dir():
         raise InvalidInputError(f"cannot write {out}: the directory {out.parent} does not exist")
-    partial = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
-    try:
+    # A directory of its own beside the output (.NAME.<random>.partial), removed afterwards:
+    # what a backup that was killed leaves there is removed by the next backup to NAME.
+    with scratch_dir(f".{out.name}.", parent=out.parent, suffix=".partial") as work:
+        partial = work / out.name
         written = CompactStore.open(partial)
         try:
             report = copy_sessions(store, written, session_ids)
@@ -150,9 +155,6 @@ def backup(
             written.close()
         db.leave_wal_mode(partial)
         os.replace(partial, out)
-    finally:
-        for leftover in (partial, *(Path(f"{partial}-{end}") for end in ("wal", "shm"))):
-            leftover.unlink(missing_ok=True)
     return report
 
 
@@ -187,7 +189,7 @@ def restore(
             return copy_sessions(source, store, session_ids)
     finally:
         source.close()
-    with tempfile.TemporaryDirectory(prefix="compactstore-restore-") as tmp:
+    with scratch_dir("compactstore-restore-") as tmp:
         upgraded = Path(tmp) / src.name
         shutil.copyfile(src, upgraded)
         try:
@@ -211,13 +213,14 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
 
     Whatever stops the work early (an exception, Ctrl-C, ``kill -9``, a full disk) leaves
     the target as it was. The temporary file lives in the system's temporary directory
-    (``TMPDIR``) and is removed afterwards. The staging store counts tokens, summarises and
+    (``TMPDIR``) and is removed afterwards; one a killed run left is removed by the next
+    (:mod:`compactstore.scratch`). The staging store counts tokens, summarises and
     supplies memory as ``target`` does.
 
     Raises:
         ConflictError: a staged session already exists in the target; nothing is copied.
     """
-    with tempfile.TemporaryDirectory(prefix="compactstore-staging-") as tmp:
+    with scratch_dir("compactstore-staging-") as tmp:
         stage = CompactStore.open(
             Path(tmp) / "staging.db",
             token_counter=target.token_counter,

@@ -37,6 +37,14 @@ settings.register_profile(
 )
 settings.load_profile("compactstore")
 
+# Each test process keeps its temporary files in a directory of its own (children inherit
+# it through TMPDIR): a store removes the leftovers of stopped runs from the temporary
+# directory and warns that it did (compactstore.scratch), which depends on what other
+# programs left in the machine's, and warnings are errors here.
+_TMPDIR = tempfile.mkdtemp(prefix="compactstore-tests-")
+atexit.register(shutil.rmtree, _TMPDIR, True)
+os.environ["TMPDIR"] = tempfile.tempdir = _TMPDIR
+
 PG_URL = os.environ.get("COMPACTSTORE_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("COMPACTSTORE_CORPUS") or REPO.parent / "shared" / "corpus")

@@ -43,10 +43,11 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
     stats        see compactstore.admin.StoreStats.as_json
     backup       {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
     restore      {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
-    delete       {location, session, deleted}
-    prune        {older_than_days, dry_run, sessions}
+    delete       {location, session, deleted, freed_bytes}
+    prune        {older_than_days, dry_run, sessions, freed_bytes (null: nothing deleted)}
     db current   {current, head, up_to_date}
     db upgrade   {location, revision}
+    db vacuum    {location, bytes_before, bytes_after, freed_bytes}
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def compact(
 
     Example: compactstore compact s1 --instructions "keep the test failures" --up-to 40
     """
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, create=False) as store:
         result = store.get_session(session_id).compact(instructions=instructions, up_to_seq=up_to)
     if as_json:
         click.echo(render.json_text(render.compaction_json(result)))
@@ -88,7 +88,7 @@ def rollback(
     """
     if boundary_id is not None and compaction_id is not None:
         raise click.UsageError("give --boundary or --compaction, not both")
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, create=False) as store:
         sess = store.get_session(session_id)
         if compaction_id is not None:
             undoes = sess.rollback_plan(compaction_id=compaction_id)
@@ -185,7 +185,7 @@ def replay(
 
         summarizer = resolve(summarizer_spec, model)
     config = read_config(config_file) if config_file is not None else None
-    with CompactStore.open(db, summarizer=summarizer) as store:
+    with CompactStore.open(db, summarizer=summarizer, create=False) as store:
         sess = store.get_session(session_id)
         known = sess.boundaries(include_rolled_back=True)
         recorded = next((b for b in known if b.id == boundary_id), None)
@@ -260,7 +260,7 @@ def worker(
     from compactstore.summarizers import resolve  # the SDKs load only when one is named
 
     summarizer = resolve(summarizer_spec, model)
-    with CompactStore.open(db, summarizer=summarizer) as store:
+    with CompactStore.open(db, summarizer=summarizer, create=False) as store:
         while True:
             for pending in store.pending_jobs():
                 job = store.run_job(pending.id)

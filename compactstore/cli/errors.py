@@ -16,16 +16,18 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 from sqlalchemy import exc as sa_exc
 
 from compactstore.cli.render import one_line
-from compactstore.errors import CompactStoreError
+from compactstore.errors import CompactStoreError, CompactStoreWarning
 
-__all__ = ["CommandError", "CompactstoreGroup", "library_errors"]
+__all__ = ["CommandError", "CompactstoreGroup", "library_errors", "library_warnings"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +54,25 @@ def library_errors(fn: F) -> F:
             raise CommandError(f"database error: {cause}", "DatabaseError") from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def library_warnings() -> Iterator[None]:
+    """Print the library's warnings (a CompactStoreWarning: something was done, not all as
+    asked, or a stopped run's leftovers were removed) as ``Warning: ...`` lines on stderr;
+    other warnings go on as they came."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompactStoreWarning)
+        try:
+            yield
+        finally:
+            for warning in caught:
+                if issubclass(warning.category, CompactStoreWarning):
+                    click.echo(f"Warning: {one_line(str(warning.message))}", err=True)
+                else:
+                    warnings.warn_explicit(
+                        warning.message, warning.category, warning.filename, warning.lineno
+                    )
 
 
 def _wants_json(args: Sequence[str]) -> bool:
@@ -83,7 +104,8 @@ class CompactstoreGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with library_warnings():
+                return super().invoke(ctx)
         except OSError as exc:
             if exc.errno != errno.EPIPE:
                 raise

@@ -153,7 +153,7 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
 
     Example: compactstore breaker s1 --reset
     """
-    with CompactStore.open(db, read_only=not reset) as store:
+    with CompactStore.open(db, read_only=not reset, create=False) as store:
         sess = store.get_session(session_id)
         if reset:
             sess.reset_breaker()

@@ -21,20 +21,26 @@ def db_group() -> None:
 
 
 @db_group.command("upgrade")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Add compactstore's tables to a database that already holds other tables.",
+)
 @db_option
 @json_option
 @library_errors
-def db_upgrade(db: str, as_json: bool) -> None:
+def db_upgrade(force: bool, db: str, as_json: bool) -> None:
     """Create the database or upgrade its schema to this version's head.
 
     A database one additive revision newer than this version is left as it is (this
-    version reads and writes it); a newer one than that is refused.
+    version reads and writes it); a newer one than that is refused. A database holding
+    another program's tables is refused unless --force is given.
 
     Example: compactstore db upgrade --db agent.db
     """
     from compactstore.db.migrate import current_revision
 
-    with CompactStore.open(db, auto_migrate=True) as store:
+    with CompactStore.open(db, auto_migrate=True, allow_other_tables=force) as store:
         location = store.location
         revision = current_revision(store.engine)
     if as_json:
@@ -67,3 +73,40 @@ def db_current(db: str, as_json: bool) -> None:
         click.echo(f"current: {current or 'none'}\nhead:    {head}")
         if usable and current != head:
             click.echo("one additive revision newer than this version: read and written as it is")
+
+
+@db_group.command("vacuum")
+@db_option
+@json_option
+@library_errors
+def db_vacuum(db: str, as_json: bool) -> None:
+    """Give back the space deleted sessions left: SQLite VACUUM (rebuilds the file: it needs
+    free disk space about the file's size, and writers wait meanwhile), PostgreSQL VACUUM of
+    compactstore's tables.
+
+    A SQLite file made by this version gives the space back on delete and prune already.
+
+    Example: compactstore prune --older-than 30 --yes && compactstore db vacuum
+    """
+    from compactstore.admin import vacuum
+
+    with CompactStore.open(db, create=False) as store:
+        report = vacuum(store)
+    if as_json:
+        found = {
+            "location": report.location,
+            "bytes_before": report.before.bytes,
+            "bytes_after": report.after.bytes,
+            "freed_bytes": report.freed_bytes,
+        }
+        click.echo(render.json_text(found))
+    elif report.after.free_bytes is None:  # PostgreSQL: VACUUM makes space reusable
+        click.echo(
+            f"{report.location}: VACUUM (ANALYZE) done; compactstore's tables take "
+            f"{report.after.bytes:,} bytes, the space of deleted rows is reusable"
+        )
+    else:
+        click.echo(
+            f"{report.location}: {report.before.bytes:,} -> {report.after.bytes:,} bytes "
+            f"({report.freed_bytes:,} given back)"
+        )

@@ -71,6 +71,11 @@ def _transcript_warnings() -> Iterator[None]:
     help="Refuse a transcript whose last line is cut short (still being written) instead of "
     "importing the lines before it with a warning.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Add compactstore's tables to a database that already holds other tables.",
+)
 @db_option
 @json_option
 @library_errors
@@ -80,6 +85,7 @@ def import_(
     format_: str | None,
     context_window: int | None,
     strict: bool,
+    force: bool,
     db: str,
     as_json: bool,
 ) -> None:
@@ -101,7 +107,7 @@ def import_(
             f"{format_!r} is not one of: {', '.join((*SOURCES, *FORMAT_NAMES))}",
             param_hint="'--format'",
         )
-    with CompactStore.open(db) as store, _transcript_warnings():
+    with CompactStore.open(db, allow_other_tables=force) as store, _transcript_warnings():
         with progress(f"Importing {_transcript_name(file)}") as report:
             sess = import_file(
                 store,

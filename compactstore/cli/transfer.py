@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from compactstore.admin import Space, database_space
 from compactstore.cli import render
 from compactstore.cli.errors import library_errors
 from compactstore.cli.options import db_option, json_option, output_option, session_argument
@@ -18,10 +19,22 @@ from compactstore.transfer import restore as restore_sessions
 
 __all__ = ["backup", "delete", "prune", "restore"]
 
-_VACUUM = (
-    "The rows are gone; a SQLite file keeps its size until `sqlite3 FILE 'VACUUM'` "
-    "(PostgreSQL's autovacuum reuses the space)."
-)
+
+def _freed(before: Space, after: Space) -> str:
+    """What deleting did to the database's size, and what to do for the rest."""
+    freed = max(0, before.bytes - after.bytes)
+    if after.free_bytes is None:
+        return (
+            f"PostgreSQL's autovacuum makes the space reusable ({after.bytes:,} bytes in "
+            f"compactstore's tables); `compactstore db vacuum` does it now."
+        )
+    line = f"Freed {freed:,} bytes: the database now takes {after.bytes:,}."
+    if after.free_bytes:
+        line += (
+            f" {after.free_bytes:,} bytes stay free inside the file for new rows; "
+            f"`compactstore db vacuum` gives them back to the disk."
+        )
+    return line
 
 
 def _n(count: int, one: str, many: str | None = None) -> str:
@@ -147,14 +160,17 @@ def delete(session_id: str, yes: bool, db: str, as_json: bool) -> None:
             abort=True,
             err=True,
         )
-    with CompactStore.open(db) as store:
+    with CompactStore.open(db, create=False) as store:
+        before = database_space(store)
         store.delete_session(session_id)
+        after = database_space(store)
         location = store.location
     if as_json:
-        click.echo(render.json_text({"location": location, "session": sess.id, "deleted": True}))
+        found = {"location": location, "session": sess.id, "deleted": True}
+        click.echo(render.json_text({**found, "freed_bytes": max(0, before.bytes - after.bytes)}))
     else:
         click.echo(f"Deleted session {sess.id} ({_n(messages, 'message')}) from {location}.")
-        click.echo(_VACUUM)
+        click.echo(_freed(before, after))
 
 
 @click.command(short_help="Delete the sessions idle for more than some days.")
@@ -183,6 +199,7 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
     with CompactStore.open(db, read_only=True) as store:
         stale = prune_sessions(store, days, dry_run=True)
     deleted: list[str] = []
+    before = after = None
     if stale and not dry_run:
         if not yes:
             click.confirm(
@@ -191,13 +208,16 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
                 abort=True,
                 err=True,
             )
-        with CompactStore.open(db) as store:
+        with CompactStore.open(db, create=False) as store:
+            before = database_space(store)
             # Only those shown: one that came back to life meanwhile is kept.
             deleted = prune_sessions(store, days, among=stale)
+            after = database_space(store)
     if as_json:
         listed = stale if dry_run else deleted
         found = {"older_than_days": days, "dry_run": dry_run, "sessions": listed}
-        click.echo(render.json_text(found))
+        freed = None if before is None or after is None else max(0, before.bytes - after.bytes)
+        click.echo(render.json_text({**found, "freed_bytes": freed}))
     elif dry_run:
         click.echo(
             f"{_n(len(stale), 'session')} idle for more than {days:g} days"
@@ -209,5 +229,5 @@ def prune(days: float, dry_run: bool, yes: bool, db: str, as_json: bool) -> None
             f"Deleted {_n(len(deleted), 'session')} idle for more than {days:g} days"
             + (f": {', '.join(deleted)}." if deleted else ".")
         )
-        if deleted:
-            click.echo(_VACUUM)
+        if deleted and before is not None and after is not None:
+            click.echo(_freed(before, after))

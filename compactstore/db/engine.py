@@ -37,6 +37,7 @@ __all__ = [
     "database_errors",
     "describe",
     "is_busy",
+    "no_database",
     "normalize_url",
     "read_tx",
     "sqlite_path",
@@ -92,6 +93,15 @@ def describe(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def no_database(location: object) -> str:
+    """What to say when a command that never creates a database finds none."""
+    return (
+        f"no compactstore database at {location}: check the path (only `compactstore import`, "
+        f"`demo`, `simulate --db`, `restore` and `db upgrade` create one; in Python, "
+        f"CompactStore.open(create=True))"
+    )
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL, or None for other backends and in-memory SQLite."""
     parsed = make_url(url)
@@ -101,34 +111,49 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def create_engine_for(
-    url: str, *, read_only: bool = False, pool: dict[str, Any] | None = None
+    url: str,
+    *,
+    read_only: bool = False,
+    pool: dict[str, Any] | None = None,
+    create: bool = True,
 ) -> Engine:
     """An Engine with compactstore's connection setup for the URL's backend.
 
     ``pool`` holds the connection pool's ``pool_size``, ``max_overflow`` and
     ``pool_timeout`` a caller set (SQLAlchemy's defaults otherwise: 5, 10 and 30 s).
 
-    A new SQLite file (and its directory) is created, unless ``read_only``: then a missing
-    file is a NotFoundError and every connection is read-only (SQLite ``mode=ro``,
-    PostgreSQL ``default_transaction_read_only``).
+    A new SQLite file (and its directory) is created, unless ``read_only`` or not
+    ``create``: then a missing file is a NotFoundError. A ``read_only`` engine's
+    connections are all read-only (SQLite ``mode=ro``, PostgreSQL
+    ``default_transaction_read_only``).
+
+    Raises:
+        NotFoundError: no SQLite file at the path, and it may not be created.
+        DatabaseError: the path is a directory, or the file cannot be created.
     """
     path = sqlite_path(url)
+    if path is not None and path.is_dir():
+        raise DatabaseError(
+            f"{path} is a directory, not a database file: give the database file's path "
+            f"(e.g. {path / 'compactstore.db'})"
+        )
     if path is not None and not path.exists():
         if read_only:
             raise NotFoundError(
                 f"no database at {path}: check the path (reading never creates a database)"
             )
+        if not create:
+            raise NotFoundError(no_database(path))
         # Conversations are private: create the file readable by its owner only
         # (SQLite gives its -wal and -shm files the same mode).
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
-            fix = (
-                "free space on its disk"
-                if exc.errno == errno.ENOSPC
-                else ("check the path and that you may write there")
-            )
+            fix = {
+                errno.ENOSPC: "free space on its disk",
+                errno.EROFS: "its filesystem is mounted read-only: give a path on a writable one",
+            }.get(exc.errno or 0, "check the path and that you may write there")
             raise DatabaseError(
                 f"cannot create the database file {path}: {exc.strerror}; {fix}"
             ) from None
@@ -197,6 +222,10 @@ def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         if not read_only:
+            # Incremental auto-vacuum, so that deleting sessions can give the space back
+            # (db/space.py). It takes effect only in a file with no table yet (a new one;
+            # and before WAL is switched on), or at the next VACUUM; elsewhere a no-op.
+            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             # WAL: readers never block the writer and a crash mid-write leaves the file
             # intact. (A reader finds the mode in the file; it may not change it.)
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -323,7 +352,8 @@ def database_errors(location: str, fn: Callable[[], T]) -> T:
         # Validation should have caught it; say what the database refused, not that it broke.
         raise DatabaseError(f"the database {location} refused the data: {exc.orig}") from None
     except sa_exc.DatabaseError as exc:
-        raise DatabaseError(f"cannot use the database {location}: {_advice(exc)}") from None
+        advice = _advice(exc, location)
+        raise DatabaseError(f"cannot use the database {location}: {advice}") from None
     except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
         # JSON or settings stored in a row that do not parse, or (UnicodeDecodeError) a
         # damaged SQLite schema whose error message the driver cannot even decode.
@@ -339,7 +369,7 @@ def database_errors(location: str, fn: Callable[[], T]) -> T:
         ) from None
 
 
-def _advice(exc: sa_exc.DatabaseError) -> str:
+def _advice(exc: sa_exc.DatabaseError, location: str) -> str:
     """The driver's message and what to do about it, by the kind of failure."""
     reason = " ".join(str(exc.orig).split())  # drivers' messages may span lines
     stop = "" if reason.endswith((".", "?", "!")) else "."
@@ -367,11 +397,42 @@ def _advice(exc: sa_exc.DatabaseError) -> str:
             f"port, user, password and database name"
         )
     if "unable to open database file" in reason:
-        return f"{reason}; check that its directory exists and that you may write there"
+        return f"{reason}: {_cannot_open(Path(location))}"
     return (
         f"{reason}{stop} If it is not a compactstore database or is damaged, restore it from a "
         f"backup or open another file"
     )
+
+
+def _cannot_open(path: Path) -> str:
+    """Why SQLite could not open the file at ``path``, found by looking at the path."""
+    directory = path.parent
+    if path.is_dir():
+        return (
+            f"{path} is a directory, not a database file; give the database file's path "
+            f"(e.g. {path / 'compactstore.db'})"
+        )
+    if not directory.is_dir():
+        return f"its directory {directory} does not exist; check the path"
+    try:
+        read_only_mount = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        read_only_mount = False
+    beside = (
+        "nothing is damaged, but SQLite must create its -wal and -shm files beside the "
+        "database to write it"
+    )
+    if read_only_mount:
+        return (
+            f"the filesystem holding {directory} is mounted read-only; {beside}: commands "
+            f"that only read (show, history, export, ...) work, writing needs a writable mount"
+        )
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return (
+            f"you may not write {path if path.exists() else directory}; {beside}: check the "
+            f"permissions of the file and its directory"
+        )
+    return "check the permissions of the file and its directory, and that you may write there"
 
 
 # SQLSTATEs of PostgreSQL's read_only_sql_transaction and disk_full.

@@ -24,8 +24,11 @@ the mechanical half of this rule for every additive revision.
 from __future__ import annotations
 
 import re
+import sqlite3
+import urllib.parse
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -47,12 +50,14 @@ from compactstore.db.engine import (
     create_engine_for,
     database_errors,
     describe,
+    no_database,
     normalize_url,
     read_tx,
+    sqlite_path,
     with_retry,
     write_tx,
 )
-from compactstore.errors import SchemaError
+from compactstore.errors import NotFoundError, SchemaError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -66,6 +71,7 @@ __all__ = [
     "ensure_schema",
     "head_revision",
     "open_engine",
+    "other_program",
     "record_revision",
     "revision_of",
     "stored_revision",
@@ -201,22 +207,39 @@ def open_engine(
     auto_migrate: bool | None,
     read_only: bool,
     pool: dict[str, Any] | None = None,
+    create: bool = True,
+    allow_other_tables: bool = False,
 ) -> Engine:
     """An Engine on a database whose schema is at head (see :func:`ensure_schema`);
     ``auto_migrate`` None: :func:`default_auto_migrate`.
 
     Raises:
-        NotFoundError: read_only and there is no SQLite file at the path.
+        NotFoundError: no compactstore database there, and read_only or not create.
         SchemaError, DatabaseError: as :func:`ensure_schema` and :func:`database_errors`.
     """
     if auto_migrate is None:
         auto_migrate = default_auto_migrate(url)
-    engine = create_engine_for(url, read_only=read_only, pool=pool)
+    path = sqlite_path(url)
+    if path is not None and not read_only and path.is_file():
+        # Refused before a connection writes a header into an empty file or switches
+        # another program's database to WAL.
+        names = _sqlite_names(path)
+        if names is not None and _version_table.name not in names:
+            if names and not (create and allow_other_tables):
+                raise other_program(location, names)
+            if not create:
+                raise NotFoundError(no_database(location))
+    engine = create_engine_for(url, read_only=read_only, pool=pool, create=create)
     try:
         database_errors(
             location,
             lambda: ensure_schema(
-                engine, auto_migrate=auto_migrate, location=location, read_only=read_only
+                engine,
+                auto_migrate=auto_migrate,
+                location=location,
+                read_only=read_only,
+                create=create,
+                allow_other_tables=allow_other_tables,
             ),
         )
     except BaseException:
@@ -225,8 +248,77 @@ def open_engine(
     return engine
 
 
+def other_program(location: str, tables: list[str]) -> SchemaError:
+    """The refusal of a database that holds another program's tables."""
+    if schema.sessions.name in tables:
+        return _unrevised(location)
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    kind = "table or view" if len(tables) == 1 else "tables or views"
+    return SchemaError(
+        f"{location} is not a compactstore database: it holds {len(tables)} {kind} of "
+        f"another program ({shown}); "
+        f"check the path, or add compactstore's tables beside them with "
+        f"`compactstore db upgrade --force --db {location}` or `import --force` (in Python, "
+        f"CompactStore.open(allow_other_tables=True))"
+    )
+
+
+def _unrevised(location: str) -> SchemaError:
+    return SchemaError(
+        f"the database {location} has compactstore tables but no schema revision; "
+        f"it was not created by compactstore's migrations and cannot be upgraded safely"
+    )
+
+
+def _sqlite_names(path: Path) -> list[str] | None:
+    """The tables and views of a SQLite file, read without writing (None when it cannot be
+    read: opening it then says why)."""
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        names = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name"
+            )
+        ]
+    except (sqlite3.Error, ValueError):  # ValueError: a damaged schema's text is not UTF-8
+        return None
+    finally:
+        connection.close()
+    return names
+
+
+def _other_tables(connection: Connection) -> list[str]:
+    """The tables and views of a database without a compactstore schema."""
+    found = inspect(connection)
+    return sorted({*found.get_table_names(), *found.get_view_names()})
+
+
+def _check_can_create(
+    connection: Connection, *, create: bool, allow_other_tables: bool, location: str
+) -> None:
+    """Refuse to set up compactstore's schema where it is not wanted: anywhere when not
+    ``create``, and beside another program's tables unless ``allow_other_tables``."""
+    others = _other_tables(connection)
+    if others and not (create and allow_other_tables):
+        raise other_program(location, others)
+    if not create:
+        raise NotFoundError(no_database(location))
+
+
 def ensure_schema(
-    engine: Engine, *, auto_migrate: bool, location: str, read_only: bool = False
+    engine: Engine,
+    *,
+    auto_migrate: bool,
+    location: str,
+    read_only: bool = False,
+    create: bool = True,
+    allow_other_tables: bool = False,
 ) -> None:
     """Bring the schema to head, or raise SchemaError saying what to do.
 
@@ -234,12 +326,22 @@ def ensure_schema(
     or an advisory lock (PostgreSQL), reads the revision again under it and creates the
     schema; the others wait for it and find the schema at head. A ``read_only`` engine is
     never migrated: a schema not at head is refused with the command that upgrades it.
+
+    The schema is created only in an empty database, and only with ``create``; beside other
+    tables only with ``allow_other_tables`` too (a mistyped path must not turn another
+    program's database into a compactstore one).
     """
     head = head_revision()
     # Retried too: switching a new SQLite file to WAL (on connect) can meet a busy lock.
     current = with_retry(lambda: current_revision(engine))
     if current == head:
         return
+    if current is None and (read_only or not create):
+        with read_tx(engine) as connection:
+            if stored_revision(connection) is None:
+                _check_can_create(
+                    connection, create=False, allow_other_tables=False, location=location
+                )
     if current is not None and current not in _shipped_revisions():
         with read_tx(engine) as connection:
             if _one_additive_step_newer(connection, stored_revision(connection), head, location):
@@ -259,6 +361,13 @@ def ensure_schema(
             if connection.dialect.name == "postgresql":
                 connection.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
             current = stored_revision(connection)
+            if current is None:
+                _check_can_create(
+                    connection,
+                    create=create,
+                    allow_other_tables=allow_other_tables,
+                    location=location,
+                )
             if current != head and not _one_additive_step_newer(
                 connection, current, head, location
             ):
@@ -300,11 +409,8 @@ def _check_upgradable(
 ) -> None:
     """Refuse a schema that upgrading to head cannot fix: tables without a revision (a
     newer revision is refused or accepted before, by :func:`_one_additive_step_newer`)."""
-    if current is None and inspect(connection).has_table("sessions"):
-        raise SchemaError(
-            f"the database {location} has compactstore tables but no schema revision; "
-            f"it was not created by compactstore's migrations and cannot be upgraded safely"
-        )
+    if current is None and inspect(connection).has_table(schema.sessions.name):
+        raise _unrevised(location)
 
 
 def _one_additive_step_newer(

@@ -36,15 +36,10 @@ class WriterTurns:
 
     def __init__(self, database: Path) -> None:
         self.path = database.with_name(database.name + "-writer")
+        # Opened (created) by the first writer: a store that only reads, or whose database
+        # turns out not to be one, leaves no file beside it.
         self._fd: int | None = None
-        if fcntl is not None:
-            try:
-                # Private like the database (SQLite gives its -wal and -shm files its mode).
-                self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-            except OSError:
-                pass  # a directory we may not write: SQLite's lock alone decides
-            else:
-                weakref.finalize(self, os.close, self._fd)
+        self._opened = False
         self._state = threading.Condition()
         self._waiting = False  # a thread of ours is blocked in flock()
         self._wanted = False  # a writer waits for what that thread gets
@@ -54,10 +49,10 @@ class WriterTurns:
     def acquire(self, deadline: float) -> bool:
         """Wait for the turn until ``deadline`` (``time.monotonic()``); False: no turn was
         taken (no lock file, or the time ran out)."""
-        fd = self._fd
-        if fd is None:
-            return False
         with self._state:
+            fd = self._open()
+            if fd is None:
+                return False
             if self._holds:
                 self._holds += 1
                 return True
@@ -85,6 +80,20 @@ class WriterTurns:
             granted, self._granted, self._wanted = self._granted, False, False
             self._holds = int(granted)
             return granted
+
+    def _open(self) -> int | None:
+        """The lock file's descriptor, opened on the first call (None: no lock file)."""
+        if not self._opened:
+            self._opened = True
+            if fcntl is not None:
+                try:
+                    # Private like the database (SQLite gives its -wal and -shm files its mode).
+                    self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+                except OSError:
+                    pass  # a directory we may not write: SQLite's lock alone decides
+                else:
+                    weakref.finalize(self, os.close, self._fd)
+        return self._fd
 
     def _wait(self, fd: int) -> None:
         try:

@@ -392,7 +392,9 @@ def _is_trajectory(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("history"), list)
 
 
-def _detect(file: TranscriptFile) -> str:
+def _detect(file: TranscriptFile, *, plain: bool = False) -> str:
+    """The file's source; ``plain``: the caller named a message format, so a file that is
+    no other source is plain JSONL (its lines then say what is wrong with them)."""
     if file.suffix == ".traj":
         return "swe-agent"
     first = next((text for _, text, _ in file.lines() if text.strip()), "")
@@ -408,10 +410,12 @@ def _detect(file: TranscriptFile) -> str:
                 whole = json.loads(file.text())
             except RecursionError:
                 raise InvalidInputError(f"{file.name}: JSON nested too deeply") from None
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or a number too long to read
                 whole = None
             if _is_trajectory(whole):
                 return "swe-agent"
+    except ValueError:
+        head = None  # a number too long to read: reading the records names its line
     if _is_trajectory(head):
         return "swe-agent"
     for number, record in file.records():
@@ -420,6 +424,8 @@ def _detect(file: TranscriptFile) -> str:
         source = _classify(record)
         if source is not None:
             return source
+    if plain:
+        return "jsonl"
     raise InvalidInputError(
         f"cannot tell what kind of transcript {file.name} is: its records are neither Claude "
         f"Code, Codex rollout, SWE-agent nor plain messages (with a 'role'); give the format"
@@ -467,7 +473,7 @@ def convert(
     the block types the target store accepts beyond the format's lists (``allow_block_types``).
     """
     source, session_format = _resolve(format)
-    found = source or _detect(file)
+    found = source or _detect(file, plain=session_format is not None)
     produces = SOURCE_FORMATS[found]
     if session_format is not None and produces is not None and session_format != produces:
         raise InvalidInputError(

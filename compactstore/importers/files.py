@@ -1,7 +1,8 @@
 """Reading transcript files line by line: plain or gzip, a path or standard input.
 
 A file is never read whole (except a SWE-agent trajectory, which is one JSON document):
-lines are decoded and parsed one at a time, so memory does not grow with the file. A
+lines are decoded and parsed one at a time, so memory does not grow with the file, and a
+line is read only up to :data:`MAX_LINE_BYTES` (a longer one is refused unread). A
 :class:`TranscriptFile` can be read more than once (detection looks at the start; some
 sources need a first pass); standard input is therefore spooled to a temporary file first.
 
@@ -16,7 +17,7 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,8 +25,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from compactstore.errors import InvalidInputError
+from compactstore.models import CompactionConfig
+from compactstore.scratch import scratch_dir
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "STDIN_NAME",
     "Progress",
     "Record",
@@ -47,9 +51,17 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
 _SPOOL_CHUNK = 1 << 20
 
+# The longest JSONL line read. A line holds one message and what the agent recorded beside
+# it: Claude Code keeps a tool result's content twice (the message and toolUseResult), and
+# JSON escapes may make the line longer than the message as stored, so a line may be twice
+# the largest message the store accepts (CompactionConfig.max_message_bytes). A longer one
+# (a gzip of a gigabyte of spaces) is refused after reading this much, not all of it.
+MAX_LINE_BYTES = 2 * CompactionConfig.model_fields["max_message_bytes"].get_default()
+
 
 def parse_json(name: str, text: str, line: int | None = None) -> Any:
     """Parse one JSON value: a whole document, or line ``line`` of a JSONL file."""
+    where = f"{name} line {line}" if line is not None else name
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -57,8 +69,14 @@ def parse_json(name: str, text: str, line: int | None = None) -> Any:
             f"{name} line {line or exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
         ) from None
     except RecursionError:
-        where = f"{name} line {line}" if line is not None else name
         raise InvalidInputError(f"{where}: JSON nested too deeply") from None
+    except ValueError:
+        # Python refuses to turn a very long run of digits into an int (a guard against
+        # quadratic conversion): the only ValueError json.loads raises besides the above.
+        raise InvalidInputError(
+            f"{where}: a number with more than {sys.get_int_max_str_digits():,} digits, "
+            f"which compactstore does not read"
+        ) from None
 
 
 def json_kind(value: Any) -> str:
@@ -83,10 +101,18 @@ class TranscriptFile:
         strict: refuse a cut last line instead of leaving it out.
     """
 
-    def __init__(self, path: Path, name: str | None = None, *, strict: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        name: str | None = None,
+        *,
+        strict: bool = False,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
         self.path = path
         self.name = name if name is not None else path.name
         self.strict = strict
+        self.max_line_bytes = max_line_bytes
         # The number of a last line left out because it was cut short; None when complete.
         self.cut_line: int | None = None
 
@@ -127,27 +153,40 @@ class TranscriptFile:
     def _count_lines(self) -> int:
         count = 0
         last = b"\n"
+        run = 0  # bytes since the last line end
         with self._open() as stream:
             while chunk := stream.read(_SPOOL_CHUNK):
+                first = chunk.find(b"\n")
+                if run + (len(chunk) if first < 0 else first) > self.max_line_bytes:
+                    break  # a line too long: the reading pass refuses it, unread
+                if first >= 0:
+                    run = len(chunk) - chunk.rfind(b"\n") - 1
+                else:
+                    run += len(chunk)
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
         return count + (last != b"\n")
 
-    def lines(self, progress: Progress | None = None) -> Iterator[tuple[int, str, bool]]:
+    def lines(
+        self, progress: Progress | None = None, *, whole: bool = False
+    ) -> Iterator[tuple[int, str, bool]]:
         """(line number, text, whether it ended with a line end) for every line.
 
         ``progress(lines read, lines in the file)`` is called as the file is read (the lines
-        are counted first, a quick pass).
+        are counted first, a quick pass). A line is read only up to ``max_line_bytes``:
+        a longer one is an error, raised before the rest of it is read (``whole``: no
+        limit, for a one-document format).
 
         Raises:
-            InvalidInputError: unreadable, not UTF-8, a damaged gzip stream, or empty.
+            InvalidInputError: unreadable, not UTF-8, a damaged gzip stream, a line over
+                ``max_line_bytes``, or empty.
         """
         total = self._count_lines() if progress is not None else 0
         step = max(1, total // 100)
         with self._open() as stream:
             offset = 0
             content = False
-            for number, line in enumerate(stream, start=1):
+            for number, line in enumerate(self._bounded(stream, whole), start=1):
                 data = line
                 if number == 1 and data.startswith(_BOM):
                     data, offset = data[len(_BOM) :], len(_BOM)  # not content
@@ -166,6 +205,23 @@ class TranscriptFile:
         if not content:
             raise InvalidInputError(f"{self.name} is empty: there is nothing to import")
 
+    def _bounded(self, stream: Any, whole: bool) -> Iterator[bytes]:
+        """The stream's lines, each read only up to ``max_line_bytes`` (+ its line end)."""
+        if whole:
+            yield from stream
+            return
+        limit = self.max_line_bytes
+        number = 0
+        while line := stream.readline(limit + 1):
+            number += 1
+            if len(line) > limit and not (len(line) == limit + 1 and line.endswith(b"\n")):
+                raise InvalidInputError(
+                    f"{self.name} line {number} is over {limit:,} bytes, longer than a line "
+                    f"holding a message the store accepts can be (twice "
+                    f"CompactionConfig.max_message_bytes); reading stopped there"
+                )
+            yield line
+
     def records(self, progress: Progress | None = None) -> Iterator[Record]:
         """Parse the file as JSONL: every non-blank line must be one JSON object.
 
@@ -178,8 +234,6 @@ class TranscriptFile:
             if not ended:
                 try:
                     json.loads(text)
-                except RecursionError:
-                    pass  # whole but nested too deeply: parse_json says so below
                 except json.JSONDecodeError as exc:
                     if self.strict:
                         raise InvalidInputError(
@@ -188,6 +242,8 @@ class TranscriptFile:
                         ) from None
                     self.cut_line = number
                     return
+                except (RecursionError, ValueError):
+                    pass  # whole but nested too deeply or a huge number: parse_json says so
             value = parse_json(self.name, text, number)
             if not isinstance(value, dict):
                 raise InvalidInputError(
@@ -196,8 +252,8 @@ class TranscriptFile:
             yield number, value
 
     def text(self) -> str:
-        """The whole content as text (for one-document formats)."""
-        return "".join(text for _, text, _ in self.lines())
+        """The whole content as text (for one-document formats: no line limit)."""
+        return "".join(text for _, text, _ in self.lines(whole=True))
 
 
 @contextmanager
@@ -220,7 +276,7 @@ def open_transcript(
     stream: Any = source
     name = getattr(stream, "name", None)
     label = name if isinstance(name, str) and not name.startswith("<") else STDIN_NAME
-    with tempfile.TemporaryDirectory(prefix="compactstore-import-") as tmp:
+    with scratch_dir("compactstore-import-") as tmp:
         spooled = Path(tmp) / "input"
         with spooled.open("wb") as out:
             shutil.copyfileobj(stream, out, _SPOOL_CHUNK)

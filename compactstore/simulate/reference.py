@@ -3,12 +3,12 @@ its summary lists that ours names when we cut at the same place."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from compactstore import summary_audit as audit
 from compactstore.importers import Transcript
 from compactstore.models import CompactionConfig, ImportedMessage
+from compactstore.scratch import scratch_dir
 from compactstore.simulate.report import SimulationReport
 from compactstore.store import CompactStore, Session
 
@@ -40,7 +40,7 @@ def reference_agreement(
     if not transcript.boundaries:
         return
     with (
-        tempfile.TemporaryDirectory(prefix="compactstore-reference-") as tmp,
+        scratch_dir("compactstore-reference-") as tmp,
         CompactStore.open(Path(tmp) / "reference.db") as store,
     ):
         copy = store.import_session(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
@@ -22,6 +21,7 @@ from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_proble
 from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.pairs import pairing_problems
+from compactstore.scratch import scratch_dir
 from compactstore.simulate.real_tokens import RealTokens
 from compactstore.simulate.recall_check import RecallCheck
 from compactstore.simulate.reference import reference_agreement
@@ -110,7 +110,7 @@ def simulate_transcript(
     began = time.perf_counter()
     with ExitStack() as stack:
         if store is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="compactstore-sim-"))
+            tmp = stack.enter_context(scratch_dir("compactstore-sim-"))
             opened = stack.enter_context(CompactStore.open(Path(tmp) / "simulate.db"))
             sid = "simulate-1"
         else:
