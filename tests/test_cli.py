@@ -693,12 +693,12 @@ def test_rollback_yes_undoes_the_latest_boundary(copy: str, copy_store: CompactS
     sess = copy_store.get_session("s1")
     out = ok(invoke(copy, "rollback", "s1", "--yes")).stdout.splitlines()
     assert out[0].startswith("rolled back boundary 2 (partial, manual, ")
-    assert out[-1] == f"active context: {sess.token_usage():,} tokens"
+    assert out[-1] == f"active context: {render.usage_of(sess.token_usage(), 8_000)}"
     assert [b.id for b in sess.boundaries()] == [1]
     # --json, and a given boundary rolls back every one after it too.
     ok(invoke(copy, "compact", "s1"))
     data = as_json(invoke(copy, "rollback", "s1", "--boundary", "1", "--yes", "--json"))
-    assert set(data) == {"session", "rolled_back", "usage"}
+    assert set(data) == {"session", "rolled_back", "compactions", "usage"}
     assert [b["id"] for b in data["rolled_back"]] == [1, 3]
     assert all(set(b) == BOUNDARY_KEYS and b["rolled_back_at"] for b in data["rolled_back"])
     assert data["usage"] == sess.token_usage()
@@ -791,8 +791,11 @@ def test_replay_of_the_recording_is_identical(template: str) -> None:
         "recorded",
         "replayed",
         "result",
+        "rolled_back",
+        "usage",
     }
     assert (data["identical"], data["diff"], data["applied"]) == (True, "", False)
+    assert (data["rolled_back"], data["usage"]) == ([], None)
     assert data["summary_source"] == "recorded"
     assert data["recorded"] == data["replayed"]
     assert set(data["recorded"]) == {

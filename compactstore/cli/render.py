@@ -33,6 +33,7 @@ __all__ = [
     "history_lines",
     "json_text",
     "one_line",
+    "plural",
     "preview",
     "ranges",
     "replay_diff",
@@ -41,6 +42,7 @@ __all__ = [
     "show_json",
     "show_lines",
     "stats_lines",
+    "usage_of",
     "utc",
 ]
 
@@ -55,6 +57,17 @@ def json_text(data: Any) -> str:
 def one_line(message: str) -> str:
     """An error message on one line (drivers' messages may span several)."""
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 message``, ``2 messages``, ``1 boundary``, ``3 boundaries`` (with thousands
+    separators)."""
+    if count == 1:
+        return f"1 {noun}"
+    if plural_form is None:
+        consonant_y = noun.endswith("y") and noun[-2:-1] not in ("a", "e", "o", "u")
+        plural_form = noun[:-1] + "ies" if consonant_y else noun + "s"
+    return f"{count:,} {plural_form}"
 
 
 def utc(timestamp: float | None) -> str:
@@ -237,15 +250,35 @@ def history_lines(compactions: list[CompactionResult]) -> list[str]:
     return lines
 
 
-def rolled_back_lines(undone: list[CompactBoundary], usage: int) -> list[str]:
-    """What `rollback` undid, and the active context's size afterwards."""
-    lines = [
-        f"rolled back boundary {b.id} ({b.strategy.value}, {b.trigger.value}, "
-        f"{utc(b.timestamp)} UTC, {b.messages_removed} messages summarised)"
-        for b in undone
-    ]
-    lines.append(f"active context: {usage:,} tokens")
+def rolled_back_lines(
+    compactions: Iterable[CompactionResult], usage: int, window: int
+) -> list[str]:
+    """What a rollback undid, one line per compaction (by its boundary when it has one), and
+    the active context's size afterwards."""
+    lines = []
+    for c in compactions:
+        what = c.strategy.value if c.strategy is not None else "-"
+        trigger = c.trigger.value if c.trigger is not None else "-"
+        b = c.boundary
+        if b is not None and b.id is not None:
+            lines.append(
+                f"rolled back boundary {b.id} ({b.strategy.value}, {b.trigger.value}, "
+                f"{utc(b.timestamp)} UTC, {plural(b.messages_removed, 'message')} summarised; "
+                f"compaction {c.id})"
+            )
+        else:
+            lines.append(
+                f"rolled back compaction {c.id} ({what}, {trigger}, {utc(c.created_at)} UTC, "
+                f"{'failed' if not c.success else f'had freed {c.tokens_freed:,} tokens'})"
+            )
+    lines.append(f"active context: {usage_of(usage, window)}")
     return lines
+
+
+def usage_of(usage: int, window: int) -> str:
+    """``12,345 tokens (49% of the 25,000-token window)``."""
+    share = usage / window if window else 0.0
+    return f"{usage:,} tokens ({share:.0%} of the {window:,}-token window)"
 
 
 def _boundary_lines(boundary: CompactBoundary | None) -> list[str]:

@@ -1,0 +1,232 @@
+"""What the command line says, read as a new user would: one line per error naming the
+option the user typed, confirmation before replay --apply rolls anything back, the reason a
+re-summary failed, what rollback and worker did, summarizers found in the current
+directory, and counts and tables that read well.
+
+Sessions are built through the library on a SQLite file (the CLI's wording does not depend
+on the backend); the CLI runs in click's CliRunner.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from compactstore import CompactStore
+from compactstore.cli import render
+from tests.conftest import Snapshot
+from tests.test_cli import T0, big_file, build_session, fails, invoke, ok, read_call
+
+# -- usage errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "problem", "command"),
+    [
+        (["show"], "Missing argument 'SESSION'", " show"),
+        (["nonsense"], "No such command 'nonsense'", ""),
+        (["show", "s1", "--bogus"], "No such option '--bogus'", " show"),
+        (["compact", "s1", "--up-to", "x"], "Invalid value for '--up-to'", " compact"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help_and_exits_2(
+    tmp_path: Path, args: list[str], problem: str, command: str
+) -> None:
+    result = invoke(str(tmp_path / "none.db"), *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"Error: {problem}")
+    # (the runner names the program "cli"; the console script says "compactstore")
+    assert line.endswith(f"(see 'cli{command} --help')")
+    # Under --json it stays one JSON object.
+    data = json.loads(invoke(str(tmp_path / "none.db"), *args, "--json").stderr)
+    assert data["kind"] == "UsageError" and problem in data["error"]
+
+
+# -- summarizers that cannot start ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "variables", "hint"),
+    [
+        ("openai", ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY"), "set OPENAI_API_KEY"),
+        ("anthropic", ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "set ANTHROPIC_API_KEY"),
+    ],
+)
+def test_a_builtin_summarizer_without_credentials_is_one_error_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    variables: tuple[str, ...],
+    hint: str,
+) -> None:
+    for variable in variables:
+        monkeypatch.delenv(variable, raising=False)
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        build_session(store)
+    summarizer = ["--summarizer", name, "--model", "x"]
+    for args in (
+        ["worker", "--once", *summarizer],
+        ["replay", "s1", "--boundary", "1", "--resummarize", *summarizer],
+    ):
+        result = fails(invoke(db, *args), f"the {name} summarizer cannot start")
+        assert hint in result.stderr
+        assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+# -- replay --apply -------------------------------------------------------------------------
+
+
+def _session_with_later_compactions(db: str) -> None:
+    """s1 (boundaries 1 and 2, compactions 1-5), then a tool-result budget compaction after
+    boundary 2 (compaction 6)."""
+    with CompactStore.open(db) as store:
+        sess = build_session(store)
+        sess.append(read_call(9, "src/late.py"), timestamp=T0 + 500)
+        sess.append_tool_result(
+            "t9", big_file(9), tool_name="read_file", file_path="src/late.py", timestamp=T0 + 501
+        )
+        result = sess.process_request(now=T0 + 502)
+        assert [c.id for c in sess.compactions()][-1] == 6, result
+
+
+def test_replay_apply_asks_before_rolling_back_and_says_what_it_rolled_back(
+    tmp_path: Path, db_snapshot: Snapshot
+) -> None:
+    db = str(tmp_path / "s.db")
+    _session_with_later_compactions(db)
+    with CompactStore.open(db) as store:
+        before = db_snapshot(store)
+        result = invoke(db, "replay", "s1", "--boundary", "2", "--apply", input="n\n")
+        assert result.exit_code == 1
+        assert (
+            "Replace boundary 2 (compaction 5) of session s1 and roll back the 1 compaction "
+            "recorded after it (6: tool_budget 1)?" in result.stderr
+        )
+        assert "Aborted" in result.stderr and result.stdout == ""
+        assert db_snapshot(store) == before
+        out = ok(invoke(db, "replay", "s1", "--boundary", "2", "--apply", "--yes")).stdout
+        lines = out.splitlines()
+        assert lines[2].startswith("rolled back boundary 2 (partial, manual, ")
+        assert lines[2].endswith("; compaction 5)")
+        assert lines[3].startswith("rolled back compaction 6 (tool_budget, auto, ")
+        assert lines[4].startswith("applied: compaction 7: partial (manual)")
+        sess = store.get_session("s1")
+        assert lines[5] == f"active context: {render.usage_of(sess.token_usage(), 8_000)}"
+        assert [c.id for c in sess.compactions() if c.rolled_back_at is not None] == [5, 6]
+    # A rolled-back boundary replaces nothing, so nothing is asked.
+    ok(invoke(db, "rollback", "s1", "--yes"))
+    data = json.loads(ok(invoke(db, "replay", "s1", "--boundary", "3", "--apply", "--json")).stdout)
+    assert (data["applied"], data["rolled_back"]) == (True, [])
+
+
+def test_replay_apply_warns_when_the_context_no_longer_fits_the_window(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    _session_with_later_compactions(db)
+    with CompactStore.open(db) as store:
+        sess = store.get_session("s1")
+        for i in range(12):  # the log grows past the window with no compaction after it
+            sess.append({"role": "user", "content": f"note {i} " + "word " * 400})
+            sess.append({"role": "assistant", "content": "ok"})
+    result = ok(invoke(db, "replay", "s1", "--boundary", "2", "--apply", "--yes"))
+    with CompactStore.open(db) as store:
+        usage = store.get_session("s1").token_usage()
+    assert usage > 8_000
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+    assert f"now {render.usage_of(usage, 8_000)}" in warning
+    assert "compactstore compact s1" in warning
+
+
+# -- replay --resummarize that could not -----------------------------------------------------
+
+
+def _module(tmp_path: Path, source: str) -> str:
+    """A module in ``tmp_path`` (the working directory of the test), unique per test."""
+    name = f"summarizers_{uuid.uuid4().hex[:10]}"
+    (tmp_path / f"{name}.py").write_text(source)
+    return name
+
+
+FAILING = """
+def broken(messages, previous, instructions):
+    raise RuntimeError("the model server is down")
+
+def good(messages, previous, instructions):
+    return "written from the working directory"
+"""
+
+
+@pytest.fixture
+def bare_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path`` as the working directory, not on sys.path: as the console script runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    return tmp_path
+
+
+def test_a_failed_resummary_says_why_and_exits_1(bare_cwd: Path) -> None:
+    db = str(bare_cwd / "s.db")
+    with CompactStore.open(db) as store:
+        build_session(store)
+    module = _module(bare_cwd, FAILING)
+    args = ["replay", "s1", "--boundary", "1", "--resummarize", "--summarizer"]
+    result = fails(
+        invoke(db, *args, f"{module}:broken"),
+        "--resummarize could not re-summarise boundary 1: summarizer",
+    )
+    assert "RuntimeError: the model server is down" in result.stderr
+    (summary,) = [line for line in result.stdout.splitlines() if line.startswith("summary:")]
+    assert summary.startswith("summary: rule-based (summarizer ")
+    assert "the model server is down" in summary
+    # --json: the document still comes, then the error as JSON.
+    result = invoke(db, *args, f"{module}:broken", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["summary_source"] == "rule"
+    assert json.loads(result.stderr.splitlines()[-1])["kind"] == "SummarizerError"
+
+
+def test_summarizer_module_is_found_in_the_working_directory(bare_cwd: Path) -> None:
+    db = str(bare_cwd / "s.db")
+    with CompactStore.open(db) as store:
+        build_session(store)
+    module = _module(bare_cwd, FAILING)
+    args = ["replay", "s1", "--boundary", "1", "--resummarize", "--summarizer", f"{module}:good"]
+    out = ok(invoke(db, *args)).stdout
+    assert "+written from the working directory" in out.splitlines()
+    assert out.splitlines()[-1] == "summary: written by the summarizer again"
+    out = ok(invoke(db, "worker", "--once", "--summarizer", f"{module}:good")).stdout
+    assert out == f"no background compaction pending in {db}\n"
+    quiet = invoke(db, "worker", "--once", "--summarizer", f"{module}:good", "--json")
+    assert ok(quiet).stdout == ""  # --json: one object per job, so none
+
+
+# -- compact, rollback ----------------------------------------------------------------------
+
+
+def test_compact_up_to_errors_name_the_option(tmp_path: Path, db_snapshot: Snapshot) -> None:
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        build_session(store)
+        before = db_snapshot(store)
+        fails(invoke(db, "compact", "s1", "--up-to", "2"), "--up-to 2 is already summarised")
+        fails(invoke(db, "compact", "s1", "--up-to", "999"), "--up-to 999 is past the last")
+        assert db_snapshot(store) == before
+
+
+def test_rollback_of_a_compaction_says_what_it_undid(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    _session_with_later_compactions(db)
+    out = ok(invoke(db, "rollback", "s1", "--compaction", "6", "--yes")).stdout.splitlines()
+    assert out[0].startswith("rolled back compaction 6 (tool_budget, auto, ")
+    assert out[0].endswith(" tokens)") and "had freed" in out[0]
+    with CompactStore.open(db) as store:
+        usage = store.get_session("s1").token_usage()
+    assert out[1] == f"active context: {render.usage_of(usage, 8_000)}"
+    data = json.loads(ok(invoke(db, "rollback", "s1", "--yes", "--json")).stdout)
+    assert (data["compactions"], [b["id"] for b in data["rolled_back"]]) == ([5], [2])
