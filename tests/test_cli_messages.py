@@ -230,3 +230,90 @@ def test_rollback_of_a_compaction_says_what_it_undid(tmp_path: Path) -> None:
     assert out[1] == f"active context: {render.usage_of(usage, 8_000)}"
     data = json.loads(ok(invoke(db, "rollback", "s1", "--yes", "--json")).stdout)
     assert (data["compactions"], [b["id"] for b in data["rolled_back"]]) == ([5], [2])
+
+
+# -- errors in the user's words -------------------------------------------------------------
+
+
+def test_a_session_missing_from_a_backup_or_restore_names_where_it_was_looked_for(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        build_session(store)
+    result = fails(
+        invoke(db, "backup", "nosuch", "-o", str(tmp_path / "b.db")),
+        f"no session 'nosuch' in {db}",
+    )
+    assert "to copy" not in result.stderr
+    assert not (tmp_path / "b.db").exists()
+    backup = tmp_path / "backup.db"
+    ok(invoke(db, "backup", "s1", "-o", str(backup)))
+    target = str(tmp_path / "t.db")
+    CompactStore.open(target).close()
+    fails(
+        invoke(target, "restore", str(backup), "--session", "nosuch"),
+        f"no session 'nosuch' in the backup {backup}",
+    )
+
+
+def test_a_truncated_trajectory_says_it_looks_truncated(tmp_path: Path) -> None:
+    trajectory = {
+        "history": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Fix the bug in parser.py " + "please " * 50},
+        ],
+        "trajectory": [],
+    }
+    whole = json.dumps(trajectory, indent=2)
+    cut = tmp_path / "run.traj"
+    cut.write_text(whole[: whole.index("please") + 100])  # inside the user's string
+    result = fails(
+        invoke(str(tmp_path / "s.db"), "import", str(cut)),
+        "run.traj line 9: not valid JSON (Unterminated string starting at column ",
+    )
+    assert "starting at at" not in result.stderr
+    assert "it looks truncated" in result.stderr
+    # A mistyped (not cut) document does not claim to be truncated.
+    typo = tmp_path / "typo.traj"
+    typo.write_text(whole.replace('"trajectory": []', '"trajectory": [,]'))
+    result = fails(invoke(str(tmp_path / "s.db"), "import", str(typo)), "typo.traj line ")
+    assert "truncated" not in result.stderr
+
+
+def _claude_code_transcript(path: Path) -> Path:
+    records = [
+        {
+            "type": "user",
+            "uuid": "u1",
+            "parentUuid": None,
+            "sessionId": "abc",
+            "timestamp": "2026-02-12T16:02:25.227Z",
+            "message": {"role": "user", "content": "Hello there"},
+        },
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "parentUuid": "u1",
+            "sessionId": "abc",
+            "timestamp": "2026-02-12T16:02:27.227Z",
+            "message": {
+                "id": "msg_1",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Hi"}],
+            },
+        },
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_transcript_given_the_wrong_format_says_which_it_looks_like(tmp_path: Path) -> None:
+    file = _claude_code_transcript(tmp_path / "cc.jsonl")
+    db = str(tmp_path / "s.db")
+    fails(
+        invoke(db, "import", str(file), "--format", "codex"),
+        "cc.jsonl holds no codex messages to import: it looks like a Claude Code transcript",
+    )
+    data = json.loads(ok(invoke(db, "import", str(file), "--json")).stdout)  # detected
+    assert (data["format"], data["messages"]) == ("anthropic", 2)
