@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 import uuid
 from pathlib import Path
 
@@ -317,3 +318,94 @@ def test_a_transcript_given_the_wrong_format_says_which_it_looks_like(tmp_path: 
     )
     data = json.loads(ok(invoke(db, "import", str(file), "--json")).stdout)  # detected
     assert (data["format"], data["messages"]) == ("anthropic", 2)
+
+
+# -- session ids in NFC ---------------------------------------------------------------------
+
+NFC = unicodedata.normalize("NFC", "café-résumé")
+NFD = unicodedata.normalize("NFD", NFC)
+
+
+def test_nfc_and_nfd_forms_of_an_id_are_one_session(store: CompactStore) -> None:
+    assert NFC != NFD
+    sess = store.session(NFD, now=T0)
+    assert sess.id == NFC
+    sess.append({"role": "user", "content": "hello"})
+    assert store.session(NFC).id == NFC
+    assert store.get_session(NFD).message_count() == 1
+    assert [info.id for info in store.sessions()] == [NFC]
+    store.delete_session(NFD)
+    assert store.sessions() == []
+
+
+def test_a_non_nfc_id_written_before_ids_were_normalised_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compactstore.core import checks
+
+    db = str(tmp_path / "old.db")
+    with monkeypatch.context() as patch:  # an older compactstore stored ids as given
+        patch.setattr(checks, "check_session_id", lambda session_id: session_id)
+        with CompactStore.open(db) as store:
+            store.session(NFD, now=T0).append({"role": "user", "content": "hello"})
+    with CompactStore.open(db) as store:
+        assert store.get_session(NFC).id == NFD
+        assert store.session(NFC).message_count() == 1
+        assert [info.id for info in store.sessions()] == [NFD]
+    out = ok(invoke(db, "show", NFC)).stdout
+    assert out.startswith(f"session {NFD} (anthropic): 1 messages")
+
+
+def test_the_cli_takes_either_form_of_an_id(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
+    ok(invoke(db, "import", str(transcript), "--session", NFD))
+    fails(
+        invoke(db, "import", str(transcript), "--session", NFC), f"session {NFC!r} already exists"
+    )
+    data = json.loads(ok(invoke(db, "sessions", "--json")).stdout)
+    assert [s["id"] for s in data] == [NFC]
+    assert ok(invoke(db, "show", NFD, "--json")).stdout.count(NFC) == 1
+
+
+# -- simulate and import options ------------------------------------------------------------
+
+
+def _chat(path: Path, turns: int = 30) -> Path:
+    lines = []
+    for i in range(turns):
+        lines.append({"role": "user", "content": f"question {i} " + "detail " * 150})
+        lines.append({"role": "assistant", "content": f"answer {i} " + "because " * 150})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.slow
+def test_simulate_names_the_session_it_keeps_and_takes_session(tmp_path: Path) -> None:
+    chat = _chat(tmp_path / "chat.jsonl", turns=8)
+    db = str(tmp_path / "s.db")
+    out = ok(invoke(db, "simulate", str(chat), "--context-window", "8000")).stdout
+    assert out.splitlines()[-1] == (
+        f"kept as session simulate-1 in {db}: compactstore history simulate-1 --db {db}"
+    )
+    data = json.loads(ok(invoke(db, "simulate", str(chat), "--session", "mine", "--json")).stdout)
+    assert data["session"] == "mine"
+    fails(invoke(db, "simulate", str(chat), "--session", "mine"), "'mine' already exists")
+    with CompactStore.open(db) as store:
+        assert {info.id: info.context_window for info in store.sessions()} == {
+            "simulate-1": 8_000,
+            "mine": 200_000,
+        }
+    # Without --db nothing is kept, so there is nothing to name.
+    result = invoke(None, "simulate", str(chat), "--session", "mine")
+    assert result.exit_code == 2 and "--session names the session kept with --db" in result.stderr
+
+
+def test_import_takes_window_as_simulate_does(tmp_path: Path) -> None:
+    chat = _chat(tmp_path / "chat.jsonl", turns=1)
+    db = str(tmp_path / "s.db")
+    data = json.loads(ok(invoke(db, "import", str(chat), "--window", "9000", "--json")).stdout)
+    assert data["context_window"] == 9_000
+    args = ["import", str(chat), "--session", "b", "--context-window", "12000", "--json"]
+    assert json.loads(ok(invoke(db, *args)).stdout)["context_window"] == 12_000

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from compactstore.core.checks import check_session_id
 from compactstore.demo.agent import (
     DEMO_CONTEXT_WINDOW,
     DEMO_SEED,
@@ -149,7 +150,7 @@ def run_demo(
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInputError(f"steps must be a positive whole number, got {steps!r}")
-    sid = _fresh_id(store, session_id)
+    sid = _fresh_id(store, check_session_id(session_id))  # (NFC, as the store keeps it)
     # Played into a temporary database and copied into the store when complete: a demo
     # that is stopped (Ctrl-C, kill, a full disk) leaves no half session there.
     with staging(store) as stage:

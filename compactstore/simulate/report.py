@@ -44,6 +44,7 @@ class SimulationReport:
     window: int
     messages: int
     calls: int
+    session: str | None = None  # the session kept in the store given, if any
     compactions: list[CompactionEvent] = field(default_factory=list)
     freed: dict[str, int] = field(default_factory=dict)
     peak_usage: int = 0
