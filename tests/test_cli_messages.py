@@ -353,7 +353,7 @@ def test_a_non_nfc_id_written_before_ids_were_normalised_is_still_found(
         assert store.session(NFC).message_count() == 1
         assert [info.id for info in store.sessions()] == [NFD]
     out = ok(invoke(db, "show", NFC)).stdout
-    assert out.startswith(f"session {NFD} (anthropic): 1 messages")
+    assert out.startswith(f"session {NFD} (anthropic): 1 message, ")
 
 
 def test_the_cli_takes_either_form_of_an_id(tmp_path: Path) -> None:
@@ -409,3 +409,88 @@ def test_import_takes_window_as_simulate_does(tmp_path: Path) -> None:
     assert data["context_window"] == 9_000
     args = ["import", str(chat), "--session", "b", "--context-window", "12000", "--json"]
     assert json.loads(ok(invoke(db, *args)).stdout)["context_window"] == 12_000
+
+
+# -- counts, tables and the demo's first lines ------------------------------------------------
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    assert [render.plural(n, "boundary") for n in (0, 1, 2)] == [
+        "0 boundaries",
+        "1 boundary",
+        "2 boundaries",
+    ]
+    assert render.plural(1_500, "message") == "1,500 messages"
+    chat = tmp_path / "one.jsonl"
+    chat.write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
+    out = ok(invoke(str(tmp_path / "s.db"), "import", str(chat))).stdout
+    assert out == "imported 1 message into session one (anthropic, 200,000 tokens, 0 boundaries)\n"
+    assert ok(invoke(str(tmp_path / "s.db"), "show", "one")).stdout.startswith(
+        "session one (anthropic): 1 message, "
+    )
+
+
+def test_sessions_columns_line_up_with_long_and_wide_ids(tmp_path: Path) -> None:
+    ids = ["s", "会话-二〇二六-十二月-第一个-很长的名字", "x" * 70, NFD]
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        for sid in ids:
+            store.session(sid, now=T0).append({"role": "user", "content": "hello"})
+    lines = ok(invoke(db, "sessions")).stdout.splitlines()
+    assert len(lines) == len(ids) + 1
+    # Every row is as wide on a terminal, and its window column ends in the same column.
+    assert len({render.display_width(line) for line in lines}) == 1
+    ends = {render.display_width(line[: line.index("200,000") + 7]) for line in lines[1:]}
+    assert len(ends) == 1
+    assert render.display_width("会话") == 4 and render.display_width(NFD) == len(NFC)
+
+
+def test_breaker_says_when_no_microcompact_ran(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with CompactStore.open(db) as store:
+        sess = store.session("chat", now=T0)
+        sess.append({"role": "user", "content": "hello"})
+    out = ok(invoke(db, "breaker", "chat")).stdout.splitlines()
+    assert out[3] == "last microcompact:    none yet"
+    state = sess.breaker()
+    ran = state.model_copy(update={"last_microcompact_at": T0 + 3_600})
+    assert render.breaker_lines(ran, T0)[3] == "last microcompact:    2023-11-14 23:13:20 UTC"
+
+
+def test_simulate_without_anything_freed_says_none(tmp_path: Path) -> None:
+    from compactstore.simulate import summary_lines
+    from compactstore.simulate.report import SimulationReport
+
+    report = SimulationReport(
+        file="t.jsonl", source="jsonl", format="anthropic", window=8_000, messages=1, calls=1
+    )
+    lines = summary_lines(report)
+    assert lines[0].startswith("t.jsonl: jsonl (anthropic), 1 message, 1 model call, ")
+    assert "tokens freed: none" in lines
+
+
+@pytest.mark.slow
+def test_the_demo_says_its_peak_was_the_staged_overflow_that_reactive_recovery_repaired(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "demo.db")
+    out = ok(invoke(db, "demo", "--steps", "30")).stdout.splitlines()
+    with CompactStore.open(db) as store:
+        compactions = store.get_session("demo").compactions()
+    (reactive,) = [c for c in compactions if c.strategy is not None and c.trigger == "reactive"]
+    assert out[0] == f"Simulated 30 steps into session demo of {db}: 71 messages, " + (
+        f"{len(compactions)} compactions."
+    )
+    assert out[1] == (
+        f"Peak usage {reactive.tokens_before:,} of 25,000 tokens "
+        f'({reactive.tokens_before / 25_000:.0%}): the staged "prompt is too long", a burst '
+        f"of tool output sent without the pre-call pipeline, which reactive recovery repaired "
+        f"(compaction {reactive.id}: {reactive.tokens_before:,} → {reactive.tokens_after:,} "
+        f"tokens)."
+    )
+    data = json.loads(ok(invoke(db, "demo", "--steps", "30", "--json")).stdout)["report"]
+    assert out[2] == (
+        f"Largest context the pipeline sent to the model: {data['peak_sent']:,} tokens "
+        f"({data['peak_sent'] / 25_000:.0%} of the window)."
+    )
+    assert 0 < data["peak_sent"] <= 25_000 < data["peak_usage"]

@@ -41,7 +41,7 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
                   finished_at, error} per line, per job run
     import       {session, format, context_window, messages, boundaries}
     demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
-                  peak_usage, context_window}, compactions: [compaction],
+                  peak_usage, peak_sent, context_window}, compactions: [compaction],
                   audit_queries: [{title, sql}]}
     stats        see compactstore.admin.StoreStats.as_json
     backup       {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}

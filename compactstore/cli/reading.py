@@ -165,7 +165,7 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
         return
     if reset:
         click.echo(f"breaker of session {sess.id} reset")
-    click.echo("\n".join(render.breaker_lines(state)))
+    click.echo("\n".join(render.breaker_lines(state, sess.created_at)))
 
 
 @click.command(short_help="Export a session as JSONL.")

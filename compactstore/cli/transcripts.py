@@ -130,8 +130,8 @@ def import_(
         click.echo(render.json_text(found))
         return
     click.echo(
-        f"imported {count:,} messages into session {sess.id} ({sess.format}, "
-        f"{sess.context_window:,} tokens, {boundaries} boundaries)"
+        f"imported {render.plural(count, 'message')} into session {sess.id} ({sess.format}, "
+        f"{sess.context_window:,} tokens, {render.plural(boundaries, 'boundary')})"
     )
 
 

@@ -71,8 +71,9 @@ class DemoReport:
     fired: dict[str, int]  # per stage/event, every key of FIRED_KEYS
     compactions: int
     tokens_freed: dict[str, int]  # per stage/event (rollback frees nothing)
-    peak_usage: int
+    peak_usage: int  # the largest context, the staged "prompt is too long" included
     context_window: int
+    peak_sent: int = 0  # the largest context the pre-call pipeline handed to the model
 
 
 def audit_queries() -> list[tuple[str, str]]:
@@ -180,4 +181,5 @@ def run_demo(
         tokens_freed=agent.freed,
         peak_usage=agent.peak,
         context_window=DEMO_CONTEXT_WINDOW,
+        peak_sent=agent.peak_sent,
     )
