@@ -52,6 +52,7 @@ def test_a_usage_error_is_one_line_naming_the_help_and_exits_2(
 # -- summarizers that cannot start ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "variables", "hint"),
     [
@@ -81,6 +82,21 @@ def test_a_builtin_summarizer_without_credentials_is_one_error_line(
         assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_resolve_checks_credentials_when_it_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactstore.errors import InvalidInputError
+    from compactstore.summarizers import resolve
+
+    for variable in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(InvalidInputError, match="no credentials: set OPENAI_API_KEY"):
+        resolve("openai", "gpt-x")
+    with pytest.raises(InvalidInputError, match="no credentials: set ANTHROPIC_API_KEY"):
+        resolve("anthropic", "claude-x")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "token")  # either credential will do
+    assert resolve("anthropic", "claude-x").client.auth_token == "token"
+
+
 # -- replay --apply -------------------------------------------------------------------------
 
 
@@ -97,6 +113,7 @@ def _session_with_later_compactions(db: str) -> None:
         assert [c.id for c in sess.compactions()][-1] == 6, result
 
 
+@pytest.mark.slow
 def test_replay_apply_asks_before_rolling_back_and_says_what_it_rolled_back(
     tmp_path: Path, db_snapshot: Snapshot
 ) -> None:
@@ -127,6 +144,7 @@ def test_replay_apply_asks_before_rolling_back_and_says_what_it_rolled_back(
     assert (data["applied"], data["rolled_back"]) == (True, [])
 
 
+@pytest.mark.slow
 def test_replay_apply_warns_when_the_context_no_longer_fits_the_window(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     _session_with_later_compactions(db)
@@ -171,6 +189,7 @@ def bare_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_failed_resummary_says_why_and_exits_1(bare_cwd: Path) -> None:
     db = str(bare_cwd / "s.db")
     with CompactStore.open(db) as store:
@@ -192,6 +211,7 @@ def test_a_failed_resummary_says_why_and_exits_1(bare_cwd: Path) -> None:
     assert json.loads(result.stderr.splitlines()[-1])["kind"] == "SummarizerError"
 
 
+@pytest.mark.slow
 def test_summarizer_module_is_found_in_the_working_directory(bare_cwd: Path) -> None:
     db = str(bare_cwd / "s.db")
     with CompactStore.open(db) as store:
@@ -210,6 +230,7 @@ def test_summarizer_module_is_found_in_the_working_directory(bare_cwd: Path) -> 
 # -- compact, rollback ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_compact_up_to_errors_name_the_option(tmp_path: Path, db_snapshot: Snapshot) -> None:
     db = str(tmp_path / "s.db")
     with CompactStore.open(db) as store:
@@ -220,6 +241,7 @@ def test_compact_up_to_errors_name_the_option(tmp_path: Path, db_snapshot: Snaps
         assert db_snapshot(store) == before
 
 
+@pytest.mark.slow
 def test_rollback_of_a_compaction_says_what_it_undid(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     _session_with_later_compactions(db)
@@ -236,6 +258,7 @@ def test_rollback_of_a_compaction_says_what_it_undid(tmp_path: Path) -> None:
 # -- errors in the user's words -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_session_missing_from_a_backup_or_restore_names_where_it_was_looked_for(
     tmp_path: Path,
 ) -> None:
@@ -258,6 +281,7 @@ def test_a_session_missing_from_a_backup_or_restore_names_where_it_was_looked_fo
     )
 
 
+@pytest.mark.slow
 def test_a_truncated_trajectory_says_it_looks_truncated(tmp_path: Path) -> None:
     trajectory = {
         "history": [
@@ -309,6 +333,7 @@ def _claude_code_transcript(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_transcript_given_the_wrong_format_says_which_it_looks_like(tmp_path: Path) -> None:
     file = _claude_code_transcript(tmp_path / "cc.jsonl")
     db = str(tmp_path / "s.db")
@@ -356,6 +381,7 @@ def test_a_non_nfc_id_written_before_ids_were_normalised_is_still_found(
     assert out.startswith(f"session {NFD} (anthropic): 1 message, ")
 
 
+@pytest.mark.slow
 def test_the_cli_takes_either_form_of_an_id(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     transcript = tmp_path / "t.jsonl"
@@ -403,6 +429,7 @@ def test_simulate_names_the_session_it_keeps_and_takes_session(tmp_path: Path) -
     assert result.exit_code == 2 and "--session names the session kept with --db" in result.stderr
 
 
+@pytest.mark.slow
 def test_import_takes_window_as_simulate_does(tmp_path: Path) -> None:
     chat = _chat(tmp_path / "chat.jsonl", turns=1)
     db = str(tmp_path / "s.db")
@@ -415,6 +442,7 @@ def test_import_takes_window_as_simulate_does(tmp_path: Path) -> None:
 # -- counts, tables and the demo's first lines ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     assert [render.plural(n, "boundary") for n in (0, 1, 2)] == [
         "0 boundaries",

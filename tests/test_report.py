@@ -401,6 +401,7 @@ def _value(label: str) -> float:
     return float(label.removesuffix("k").replace(",", "")) * (1000 if label.endswith("k") else 1)
 
 
+@pytest.mark.slow
 def test_the_usage_axis_has_one_unit_and_a_scale_above_the_window(
     store: CompactStore, tmp_path: Path
 ) -> None:
