@@ -237,7 +237,7 @@ def replay(
         recorded = next((b for b in known if b.id == boundary_id), None)
         if recorded is None:
             raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
-        before = _rolled_back_ids(sess)
+        before = _rolled_back_ids(sess) if apply else set()
         live = [b.id for b in known if b.rolled_back_at is None]
         if apply and live and live[-1] == boundary_id and not yes:
             # (on any other live boundary the library refuses --apply with its own error)
