@@ -12,6 +12,7 @@ import contextlib
 import os
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -422,7 +423,7 @@ class CompactStore:
         def tx(connection: Connection) -> repo.SessionRow:
             row = open_session(
                 connection,
-                sid,
+                _stored_id(connection, session_id, sid),
                 format=format,
                 context_window=context_window,
                 config=config,
@@ -431,7 +432,7 @@ class CompactStore:
                 location=self.location,
             )
             if name is not None and row.summarizer != name:
-                repo.update_session(connection, sid, summarizer=name)
+                repo.update_session(connection, row.id, summarizer=name)
                 row = replace(row, summarizer=name)
             return row
 
@@ -440,7 +441,7 @@ class CompactStore:
     def get_session(self, session_id: str) -> Session:
         """Open an existing session; NotFoundError when there is none."""
         sid = checks.check_session_id(session_id)
-        row = self._read(lambda c: repo.get_session(c, sid))
+        row = self._read(lambda c: repo.get_session(c, _stored_id(c, session_id, sid)))
         if row is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
         return Session(self, row)
@@ -516,9 +517,15 @@ class CompactStore:
             NotFoundError: no such session.
         """
         sid = checks.check_session_id(session_id)
-        if not self._write(lambda connection: delete_sessions(connection, [sid])):
+
+        def tx(connection: Connection) -> str | None:
+            stored = _stored_id(connection, session_id, sid)
+            return stored if delete_sessions(connection, [stored]) else None
+
+        stored = self._write(tx)
+        if stored is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
-        self._cache.drop(sid)
+        self._cache.drop(stored)
         self._release_free_pages()
 
     def _release_free_pages(self) -> None:
@@ -529,3 +536,17 @@ class CompactStore:
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
         return self._read(session_infos)
+
+
+def _stored_id(connection: Connection, given: str, normalized: str) -> str:
+    """The id a session is stored under: ``normalized`` (NFC, as every session is written
+    now), or, when a database written before ids were normalized holds the session in
+    another form and not in NFC, that form (the one given, or NFD)."""
+    if given == normalized and unicodedata.is_normalized("NFD", normalized):
+        return normalized  # no other form to look for (an ASCII id): no extra read
+    if repo.get_session(connection, normalized) is not None:
+        return normalized
+    for form in dict.fromkeys((given, unicodedata.normalize("NFD", normalized))):
+        if form != normalized and repo.get_session(connection, form) is not None:
+            return form
+    return normalized

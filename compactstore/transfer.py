@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
+from compactstore.core import checks
 from compactstore.db import transfer as db
 from compactstore.db.engine import read_tx, sqlite_path
 from compactstore.db.migrate import head_revision, stored_revision
@@ -38,7 +39,11 @@ DAY = 86_400.0
 
 
 def copy_sessions(
-    source: CompactStore, target: CompactStore, session_ids: Iterable[str] | None = None
+    source: CompactStore,
+    target: CompactStore,
+    session_ids: Iterable[str] | None = None,
+    *,
+    source_name: str | None = None,
 ) -> CopyReport:
     """Copy whole sessions from one store into another, in one write transaction.
 
@@ -46,6 +51,7 @@ def copy_sessions(
         source: the store to read (one consistent snapshot).
         target: the store to write; sessions it already has are refused.
         session_ids: the sessions to copy; None copies them all.
+        source_name: how errors name the source (default: its location).
 
     Returns:
         The sessions copied, rows per table, and old -> new row ids per renumbered table.
@@ -55,7 +61,8 @@ def copy_sessions(
         ConflictError: a session already exists in the target; nothing is written.
         SchemaError: the two databases are at different schema revisions.
     """
-    wanted = None if session_ids is None else list(session_ids)
+    wanted = None if session_ids is None else [checks.check_session_id(s) for s in session_ids]
+    name = source_name or source.location
 
     def tx(target_connection: Connection) -> CopyReport:
         with read_tx(source.engine) as source_connection:
@@ -65,6 +72,11 @@ def copy_sessions(
                     f"{source.location} has schema revision {theirs} and {target.location} "
                     f"has {ours}: upgrade both to the same revision first"
                 )
+            if wanted is not None:
+                have = set(db.session_ids(source_connection, wanted))
+                missing = [sid for sid in dict.fromkeys(wanted) if sid not in have]
+                if missing:
+                    raise NotFoundError(f"no session {', '.join(map(repr, missing))} in {name}")
             return db.copy_sessions(source_connection, target_connection, wanted)
 
     return target._write(tx)
@@ -186,7 +198,7 @@ def restore(
         if revision is None:
             raise InvalidInputError(f"{src} is not a compactstore backup (no compactstore schema)")
         if revision == head_revision():
-            return copy_sessions(source, store, session_ids)
+            return copy_sessions(source, store, session_ids, source_name=f"the backup {src}")
     finally:
         source.close()
     with scratch_dir("compactstore-restore-") as tmp:
@@ -201,7 +213,7 @@ def restore(
                 f"compactstore (pip install -U compactstore)"
             ) from None
         try:
-            return copy_sessions(older, store, session_ids)
+            return copy_sessions(older, store, session_ids, source_name=f"the backup {src}")
         finally:
             older.close()
 

@@ -22,7 +22,6 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -356,7 +355,7 @@ def test_renderers_need_neither_a_database_nor_a_runner() -> None:
     )
     assert [row.split() for row in render.sessions_lines([info])] == [
         ["session", "format", "window", "messages"],
-        ["s1", "anthropic", "8000", "18"],
+        ["s1", "anthropic", "8,000", "18"],
     ]
     state = BreakerState(
         consecutive_failures=2,
@@ -463,9 +462,9 @@ def test_sessions_lists_every_session(template: str) -> None:
     table = ok(invoke(template, "sessions")).stdout.splitlines()
     assert [row.split() for row in table] == [
         ["session", "format", "window", "messages"],
-        ["s1", "anthropic", "8000", "18"],
-        ["other", "openai", "50000", "0"],
-        ["empty", "anthropic", "200000", "0"],
+        ["s1", "anthropic", "8,000", "18"],
+        ["other", "openai", "50,000", "0"],
+        ["empty", "anthropic", "200,000", "0"],
     ]
     data = as_json(invoke(template, "sessions", "--json"))
     assert data[0] == {
@@ -693,12 +692,12 @@ def test_rollback_yes_undoes_the_latest_boundary(copy: str, copy_store: CompactS
     sess = copy_store.get_session("s1")
     out = ok(invoke(copy, "rollback", "s1", "--yes")).stdout.splitlines()
     assert out[0].startswith("rolled back boundary 2 (partial, manual, ")
-    assert out[-1] == f"active context: {sess.token_usage():,} tokens"
+    assert out[-1] == f"active context: {render.usage_of(sess.token_usage(), 8_000)}"
     assert [b.id for b in sess.boundaries()] == [1]
     # --json, and a given boundary rolls back every one after it too.
     ok(invoke(copy, "compact", "s1"))
     data = as_json(invoke(copy, "rollback", "s1", "--boundary", "1", "--yes", "--json"))
-    assert set(data) == {"session", "rolled_back", "usage"}
+    assert set(data) == {"session", "rolled_back", "compactions", "usage"}
     assert [b["id"] for b in data["rolled_back"]] == [1, 3]
     assert all(set(b) == BOUNDARY_KEYS and b["rolled_back_at"] for b in data["rolled_back"])
     assert data["usage"] == sess.token_usage()
@@ -791,8 +790,11 @@ def test_replay_of_the_recording_is_identical(template: str) -> None:
         "recorded",
         "replayed",
         "result",
+        "rolled_back",
+        "usage",
     }
     assert (data["identical"], data["diff"], data["applied"]) == (True, "", False)
+    assert (data["rolled_back"], data["usage"]) == ([], None)
     assert data["summary_source"] == "recorded"
     assert data["recorded"] == data["replayed"]
     assert set(data["recorded"]) == {
@@ -958,9 +960,10 @@ def test_breaker_shows_and_resets_the_counters(copy: str, copy_store: CompactSto
         "consecutive failures: 3",
         "tripped:              yes",
         "reactive attempts:    2",
-        f"last microcompact:    {_utc(sess.breaker().last_microcompact_at)} UTC",
+        "last microcompact:    none yet",  # (its clock starts at the session's creation)
         "summary fallbacks:    0 in a row",
     ]
+    assert sess.breaker().last_microcompact_at == sess.created_at == T0
     data = as_json(invoke(copy, "breaker", "s1", "--json"))
     assert data == {
         "session": "s1",
@@ -983,11 +986,6 @@ def test_breaker_shows_and_resets_the_counters(copy: str, copy_store: CompactSto
     _trip_breaker(copy_store, "s1")
     out = ok(invoke(copy, "breaker", "s1", "--reset")).stdout
     assert out.startswith("breaker of session s1 reset\nconsecutive failures: 0\n")
-
-
-def _utc(timestamp: float | None) -> str:
-    assert timestamp is not None
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # -- import, export -------------------------------------------------------------------------
@@ -1121,6 +1119,7 @@ def test_demo_simulates_a_session_then_prints_its_history_and_audit_queries(
         "compactions",
         "tokens_freed",
         "peak_usage",
+        "peak_sent",
         "context_window",
     }
     assert (data["report"]["session_id"], data["report"]["steps"]) == ("d2", 8)

@@ -753,8 +753,13 @@ def test_plain_jsonl_in_the_wrong_format_names_the_line(tmp_path: Path) -> None:
 
 def test_explicit_source_overrides_detection(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "plain.jsonl", PLAIN["anthropic"])
-    with pytest.raises(InvalidInputError, match="holds no conversation messages"):
-        read_transcript(path, format="codex")  # as a rollout, it has no conversation
+    # As a rollout it has no conversation, and the error says what it looks like.
+    with pytest.raises(
+        InvalidInputError,
+        match=r"plain\.jsonl holds no codex messages to import: it looks like plain JSONL of "
+        "messages; import it as format 'jsonl'",
+    ):
+        read_transcript(path, format="codex")
     with pytest.raises(InvalidInputError, match="unknown import format 'cursor'"):
         read_transcript(path, format="cursor")
 

@@ -219,7 +219,7 @@ def test_imported_and_simulated_sessions(tmp_path: Path) -> None:
 
 
 def test_all_sessions_get_a_safe_file_each(store: CompactStore, tmp_path: Path) -> None:
-    ids = ["../../escape", "a/b", "A/B", "..", "plain"]
+    ids = ["../../escape", "a/b", "A/B", "..", "Plain", "plain", "index"]
     for sid in ids:
         chat = new_session(store, sid=sid)
         chat.request(f"request of {sid}")
@@ -231,7 +231,11 @@ def test_all_sessions_get_a_safe_file_each(store: CompactStore, tmp_path: Path) 
     assert not (tmp_path / "escape").exists()
     names = {safe_filename(sid) for sid in ids}
     assert len(names) == len(ids)
-    assert all(re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{10}\.html", n) for n in names)
+    # A plain lower-case id is its own name; any other gets a hash of the whole id.
+    assert safe_filename("plain") == "plain.html"
+    hashed = names - {"plain.html"}
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+-[0-9a-f]{10}\.html", n) for n in hashed)
+    assert len({n.lower() for n in names}) == len(ids)  # distinct without case too
     links = [a["href"] or "" for t, a in Page(index.read_text("utf-8")).tags if t == "a"]
     assert sorted(links) == sorted(names)
     for sid in ids:
@@ -381,3 +385,54 @@ def test_the_demo_ends_with_the_command_that_writes_its_report(
     assert written.exit_code == 0, written.output
     page = Page((tmp_path / "demo.html").read_text("utf-8"))
     assert page.field("model_calls") >= 40  # the demo records every model call
+
+
+def _axis_labels(page: str) -> list[str]:
+    svg = page[page.index('<svg id="usage-chart"') :]
+    svg = svg[: svg.index("</svg>")]
+    return [
+        label
+        for label in re.findall(r'text-anchor="end">([^<]*)</text>', svg)
+        if re.fullmatch(r"[\d.,]+k?", label)
+    ]
+
+
+def _value(label: str) -> float:
+    return float(label.removesuffix("k").replace(",", "")) * (1000 if label.endswith("k") else 1)
+
+
+@pytest.mark.slow
+def test_the_usage_axis_has_one_unit_and_a_scale_above_the_window(
+    store: CompactStore, tmp_path: Path
+) -> None:
+    chat = new_session(store, sid="over", context_window=25_000)
+    chat.request("the original request")
+    while chat.sess.token_usage() < 40_000:  # past the window, as a burst the API refused
+        chat.chatter(2, chars=4_000)
+    recovered = chat.sess.reactive_recover("prompt is too long", now=chat.tick())
+    assert recovered is not None and recovered.success and recovered.tokens_before > 40_000
+    page = write_report(store, "over", tmp_path / "over.html").read_text("utf-8")
+    labels = _axis_labels(page)
+    assert labels[:5] == ["0", "6.25k", "12.5k", "18.75k", "25k"]  # never "6,250" beside "12k"
+    assert all(label.endswith("k") for label in labels[1:])
+    # The reactive marker above the window is under the highest label.
+    assert _value(labels[-1]) <= recovered.tokens_before * 1.05 < _value(labels[-1]) + 6_250
+    assert _value(labels[-1]) > 25_000
+
+
+def test_a_small_window_axis_is_in_tokens_and_the_legend_never_says_none(tmp_path: Path) -> None:
+    with CompactStore.open(tmp_path / "bg.db", summarizer=lambda m, p, i: "summary") as store:
+        chat = new_session(store, sid="small", context_window=8_000)
+        chat.request("the original request")
+        while True:  # the call that starts a background summary records a row, no strategy
+            chat.chatter(2)
+            if chat.sess.process_request(background=True, now=chat.tick()).background:
+                break
+        assert any(c.strategy is None for c in chat.sess.compactions())
+        page = write_report(store, "small", tmp_path / "small.html").read_text("utf-8")
+    assert _axis_labels(page) == ["0", "2,000", "4,000", "6,000", "8,000"]
+    legend = page[page.index('<ul class="legend">') :]
+    legend = legend[: legend.index("</ul>")]
+    assert ">none<" not in legend
+    assert "no change (an attempt, or a background start)" in legend
+    assert safe_filename("small") == "small.html"

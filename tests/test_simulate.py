@@ -168,6 +168,7 @@ def test_format_takes_the_names_import_takes(tmp_path: Path) -> None:
         assert json.loads(out.stdout)["validity"] == 1.0
     wrong = CliRunner().invoke(cli, ["simulate", str(file), "--format", "claude-code"])
     assert wrong.exit_code == 1
-    assert "s.jsonl holds no conversation messages" in wrong.stderr  # read as Claude Code
+    # Read as Claude Code it holds nothing, and the error says what it looks like.
+    assert "s.jsonl holds no claude-code messages to import: it looks like plain" in wrong.stderr
     unknown = CliRunner().invoke(cli, ["simulate", str(file), "--format", "yaml"])
     assert unknown.exit_code != 0 and "yaml" in unknown.stderr

@@ -26,11 +26,14 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
                   else null)
     history      {session, compactions: [compaction]}
     compact      compaction
-    rollback     {session, rolled_back: [boundary], usage}
+    rollback     {session, rolled_back: [boundary], compactions: [id], usage}
+                  (compactions: every compaction id the rollback undid)
     replay       {session, boundary_id, applied, summary_source, identical, diff,
                   recorded: {kept, messages_removed, tokens_before, tokens_after, summary_text},
                   replayed: {... the same keys, or null when the replay cut nothing},
-                  result: compaction}
+                  result: compaction, rolled_back: [id], usage}
+                  (rolled_back and usage: what --apply rolled back and the active
+                  context's tokens after it; [] and null without --apply)
     blob         {session, blob_id, bytes, sha256, output, content}
     breaker      {session, consecutive_failures, tripped, reactive_attempts,
                   last_microcompact_at, consecutive_fallbacks, reset}
@@ -38,7 +41,7 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
                   finished_at, error} per line, per job run
     import       {session, format, context_window, messages, boundaries}
     demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
-                  peak_usage, context_window}, compactions: [compaction],
+                  peak_usage, peak_sent, context_window}, compactions: [compaction],
                   audit_queries: [{title, sql}]}
     stats        see compactstore.admin.StoreStats.as_json
     backup       {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from compactstore.cli import render
-from compactstore.cli.errors import library_errors
+from compactstore.cli.errors import CommandError, library_errors
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import (
     config_option,
@@ -18,9 +21,34 @@ from compactstore.cli.options import (
     session_argument,
 )
 from compactstore.errors import InvalidInputError, NotFoundError
-from compactstore.store import CompactStore
+from compactstore.models import CompactionResult, CompactStrategy
+from compactstore.store import CompactStore, Session
 
 __all__ = ["compact", "replay", "rollback", "worker"]
+
+
+def _summarizer(spec: str, model: str | None) -> Any:
+    """The summarizer ``--summarizer`` names; ``module:callable`` is looked for in the
+    current directory too, as ``python -m`` would (the console script's path lacks it)."""
+    from compactstore.summarizers import resolve  # the SDKs load only when one is named
+
+    here = os.getcwd()
+    if ":" in spec and here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+    return resolve(spec, model)
+
+
+def _rolled_back_ids(sess: Session) -> set[int]:
+    return {c.id for c in sess.compactions() if c.id is not None and c.rolled_back_at is not None}
+
+
+def _newly_rolled_back(sess: Session, before: set[int]) -> list[CompactionResult]:
+    """The compactions rolled back since ``before`` (the ids rolled back then) was read."""
+    return [
+        c
+        for c in sess.compactions()
+        if c.id is not None and c.rolled_back_at is not None and c.id not in before
+    ]
 
 
 @click.command(short_help="Compact a session now.")
@@ -44,7 +72,15 @@ def compact(
     Example: compactstore compact s1 --instructions "keep the test failures" --up-to 40
     """
     with CompactStore.open(db, create=False) as store:
-        result = store.get_session(session_id).compact(instructions=instructions, up_to_seq=up_to)
+        sess = store.get_session(session_id)
+        try:
+            result = sess.compact(instructions=instructions, up_to_seq=up_to)
+        except InvalidInputError as exc:
+            # The library names its argument; here it is the --up-to option.
+            message = str(exc)
+            if up_to is not None and message.startswith("up_to_seq "):
+                message = "--up-to " + message.removeprefix("up_to_seq ")
+            raise InvalidInputError(message) from None
     if as_json:
         click.echo(render.json_text(render.compaction_json(result)))
     else:
@@ -108,18 +144,25 @@ def rollback(
             )
         if not yes:
             click.confirm(question, abort=True, err=True)
+        before = _rolled_back_ids(sess)
         if compaction_id is not None:
             undone = sess.rollback(compaction_id=compaction_id)
         else:
             undone = sess.rollback(boundary_id)
+        compactions = _newly_rolled_back(sess, before)
         usage = sess.token_usage()
     if as_json:
-        rolled_back = [b.model_dump(mode="json") for b in undone]
-        click.echo(
-            render.json_text({"session": sess.id, "rolled_back": rolled_back, "usage": usage})
-        )
+        found = {
+            "session": sess.id,
+            "rolled_back": [b.model_dump(mode="json") for b in undone],
+            "compactions": [c.id for c in compactions],
+            "usage": usage,
+        }
+        click.echo(render.json_text(found))
     else:
-        click.echo("\n".join(render.rolled_back_lines(undone, usage)))
+        lines = render.rolled_back_lines(compactions, usage, sess.context_window)
+        click.echo("\n".join(lines))
+    _warn_over_window(sess.id, usage, sess.context_window)
 
 
 @click.command(short_help="Replay a compaction and diff it with the recording.")
@@ -150,6 +193,7 @@ def rollback(
     help="With --resummarize: anthropic, openai (needs --model) or module:callable.",
 )
 @click.option("--model", metavar="M", help="The model of the anthropic or openai summarizer.")
+@click.option("--yes", "-y", is_flag=True, help="With --apply: do not ask before rolling back.")
 @db_option
 @json_option
 @library_errors
@@ -161,6 +205,7 @@ def replay(
     resummarize: bool,
     summarizer_spec: str | None,
     model: str | None,
+    yes: bool,
     db: str,
     as_json: bool,
 ) -> None:
@@ -171,6 +216,11 @@ def replay(
     (whenever the replayed cut removes exactly the recorded messages), rule-based, or
     by the summarizer again (--resummarize --summarizer ...).
 
+    --apply records the replayed result in place of the boundary. Applied to a live
+    boundary it first rolls back that boundary and every compaction recorded after it: it
+    says which and asks (unless --yes), then prints them and the active context's size, with
+    a warning when that exceeds the window. A --resummarize whose summarizer fails exits 1.
+
     Example: compactstore replay s1 --boundary 3 --resummarize --summarizer openai --model gpt-5
     """
     if resummarize and summarizer_spec is None:
@@ -179,11 +229,7 @@ def replay(
         )
     if not resummarize and (summarizer_spec is not None or model is not None):
         raise InvalidInputError("--summarizer and --model only apply with --resummarize")
-    summarizer = None
-    if summarizer_spec is not None:
-        from compactstore.summarizers import resolve  # the SDKs load only when one is named
-
-        summarizer = resolve(summarizer_spec, model)
+    summarizer = None if summarizer_spec is None else _summarizer(summarizer_spec, model)
     config = read_config(config_file) if config_file is not None else None
     with CompactStore.open(db, summarizer=summarizer, create=False) as store:
         sess = store.get_session(session_id)
@@ -191,12 +237,27 @@ def replay(
         recorded = next((b for b in known if b.id == boundary_id), None)
         if recorded is None:
             raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
+        before = _rolled_back_ids(sess) if apply else set()
+        live = [b.id for b in known if b.rolled_back_at is None]
+        if apply and live and live[-1] == boundary_id and not yes:
+            # (on any other live boundary the library refuses --apply with its own error)
+            _confirm_replacing(sess, boundary_id)
         with progress(f"Replaying boundary {boundary_id}") as report:
             report(0, 1)
             result = sess.replay(boundary_id, config=config, apply=apply, resummarize=resummarize)
             report(1, 1)
+        undone = _newly_rolled_back(sess, before) if apply else []
+        usage = sess.token_usage() if apply else None
+        window = sess.context_window
     diff = render.replay_diff(recorded, result.boundary)
     source = result.summary.source if result.summary is not None else "rule"
+    # --resummarize asked for the summarizer: a rule-based summary instead is a failure.
+    failed = resummarize and result.boundary is not None and source != "summarizer"
+    if result.summary is None:
+        what = result.strategy.value if result.strategy is not None else "this"
+        reason = f"a {what} compaction's summary is not written by a summarizer"
+    else:
+        reason = result.summary.reason or "the summarizer failed"
     if as_json:
         found = {
             "session": sess.id,
@@ -208,19 +269,71 @@ def replay(
             "recorded": render.boundary_json(recorded),
             "replayed": render.boundary_json(result.boundary),
             "result": render.compaction_json(result),
+            "rolled_back": [c.id for c in undone],
+            "usage": usage,
         }
         click.echo(render.json_text(found))
-        return
-    if diff:
-        click.echo(diff)
     else:
-        click.echo(
-            f"identical: the replay of boundary {boundary_id} gives the recorded summary "
-            f"and kept range"
+        if diff:
+            click.echo(diff)
+        else:
+            click.echo(
+                f"identical: the replay of boundary {boundary_id} gives the recorded summary "
+                f"and kept range"
+            )
+        line = f"summary: {render.SUMMARY_SOURCES[source]}"
+        if result.summary is None and result.strategy is CompactStrategy.SESSION_MEMORY:
+            line = "summary: the session memory's notes (no summarizer writes them)"
+        elif failed:
+            line += f" ({reason})"
+        click.echo(line)
+        if apply:
+            if undone:
+                click.echo("\n".join(render.rolled_back_lines(undone, usage or 0, window)[:-1]))
+            click.echo(f"applied: {render.describe(result)}")
+            click.echo(f"active context: {render.usage_of(usage or 0, window)}")
+    if apply and usage is not None:
+        _warn_over_window(sess.id, usage, window)
+    if failed:
+        applied = f"; compaction {result.id} was recorded with it" if apply else ""
+        raise CommandError(
+            f"--resummarize could not re-summarise boundary {boundary_id}: {reason}{applied}",
+            "SummarizerError",
         )
-    click.echo(f"summary: {render.SUMMARY_SOURCES[source]}")
-    if apply:
-        click.echo(f"applied: {render.describe(result)}")
+
+
+def _warn_over_window(session_id: str, usage: int, window: int) -> None:
+    """After a rollback: say so on stderr when the active context no longer fits."""
+    if usage > window:
+        click.echo(
+            f"Warning: the active context is now {render.usage_of(usage, window)}: the "
+            f"compactions rolled back no longer shrink it. The agent's next "
+            f"process_request() compacts it again, or run: compactstore compact {session_id}",
+            err=True,
+        )
+
+
+def _confirm_replacing(sess: Session, boundary_id: int) -> None:
+    """Ask before ``replay --apply`` rolls back a live boundary and what came after it."""
+    compactions = sess.compactions()
+    own = next(
+        (c for c in compactions if c.boundary is not None and c.boundary.id == boundary_id), None
+    )
+    if own is None or own.id is None:
+        return  # the library refuses such a boundary with its own error
+    later = [c for c in compactions if c.id is not None and c.id > own.id and not c.rolled_back_at]
+    question = f"Replace boundary {boundary_id} (compaction {own.id}) of session {sess.id}"
+    if later:
+        strategies: dict[str, int] = {}
+        for c in later:
+            name = c.strategy.value if c.strategy is not None else "failed"
+            strategies[name] = strategies.get(name, 0) + 1
+        kinds = ", ".join(f"{name} {count}" for name, count in strategies.items())
+        question += (
+            f" and roll back the {render.plural(len(later), 'compaction')} recorded after it "
+            f"({render.ranges(c.id for c in later if c.id is not None)}: {kinds})"
+        )
+    click.confirm(question + "?", abort=True, err=True)
 
 
 @click.command(short_help="Run pending background compactions.")
@@ -257,15 +370,15 @@ def worker(
 
     Example: compactstore worker --db agents.db --summarizer anthropic --model claude-haiku-4-5
     """
-    from compactstore.summarizers import resolve  # the SDKs load only when one is named
-
-    summarizer = resolve(summarizer_spec, model)
+    summarizer = _summarizer(summarizer_spec, model)
     with CompactStore.open(db, summarizer=summarizer, create=False) as store:
+        ran = 0
         while True:
             for pending in store.pending_jobs():
                 job = store.run_job(pending.id)
                 if job is None:
                     continue  # another worker took it
+                ran += 1
                 if as_json:
                     click.echo(json.dumps(job.model_dump(mode="json"), sort_keys=True))
                 else:
@@ -275,5 +388,7 @@ def worker(
                         + (f": {job.error}" if job.error else "")
                     )
             if once:
+                if not ran and not as_json:
+                    click.echo(f"no background compaction pending in {store.location}")
                 return
             time.sleep(poll)

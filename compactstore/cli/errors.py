@@ -4,7 +4,8 @@ JSON object) on stderr, and an exit code.
 - exit 1: a library error (its class name is the JSON ``kind``: ``NotFoundError``,
   ``DatabaseError``, ...), an output file that cannot be written (``OutputError``), or a
   refused confirmation;
-- exit 2: a usage error (``UsageError``);
+- exit 2: a usage error (``UsageError``), also one line: the problem and the command's
+  ``--help`` to read;
 - exit 0 when stdout is closed early (``compactstore export s1 | head``): the reader has
   what it wanted, so nothing more is written and no traceback is shown.
 """
@@ -27,7 +28,13 @@ from sqlalchemy import exc as sa_exc
 from compactstore.cli.render import one_line
 from compactstore.errors import CompactStoreError, CompactStoreWarning
 
-__all__ = ["CommandError", "CompactstoreGroup", "library_errors", "library_warnings"]
+__all__ = [
+    "CommandError",
+    "CompactstoreGroup",
+    "library_errors",
+    "library_warnings",
+    "usage_error_line",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,6 +97,15 @@ def _error_json(exc: click.ClickException) -> str:
     return json.dumps({"error": exc.format_message(), "kind": kind}, ensure_ascii=False)
 
 
+def usage_error_line(exc: click.UsageError) -> str:
+    """A usage error as one line, the command's help named at its end (click prints the
+    usage, a hint and the error on three)."""
+    message = one_line(exc.format_message()).rstrip(".")
+    if exc.ctx is None:
+        return f"Error: {message}"
+    return f"Error: {message} (see '{exc.ctx.command_path} --help')"
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
     try:
@@ -128,6 +144,8 @@ class CompactstoreGroup(click.Group):
         except click.ClickException as exc:
             if _wants_json(argv):
                 click.echo(_error_json(exc), err=True)
+            elif isinstance(exc, click.UsageError):
+                click.echo(usage_error_line(exc), err=True)
             else:
                 exc.show()
             sys.exit(exc.exit_code)

@@ -90,10 +90,11 @@ def history(session_id: str, db: str, as_json: bool) -> None:
     Example: compactstore history s1
     """
     with CompactStore.open(db, read_only=True) as store:
-        compactions = store.get_session(session_id).compactions()
+        sess = store.get_session(session_id)
+        compactions = sess.compactions()
     if as_json:
         found = [render.compaction_json(c) for c in compactions]
-        click.echo(render.json_text({"session": session_id, "compactions": found}))
+        click.echo(render.json_text({"session": sess.id, "compactions": found}))
     else:
         click.echo("\n".join(render.history_lines(compactions)))
 
@@ -117,7 +118,8 @@ def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: b
     Example: compactstore blob s1 3 -o result.txt
     """
     with CompactStore.open(db, read_only=True) as store:
-        content = store.get_session(session_id).get_blob(blob_id)
+        sess = store.get_session(session_id)
+        content = sess.get_blob(blob_id)
     data = content.encode("utf-8")
     decoded = decoded_single_media(content) if output is not None else None
     if decoded is not None:
@@ -126,7 +128,7 @@ def blob(session_id: str, blob_id: int, output: Path | None, db: str, as_json: b
         write_output(output, data, db=db)
     if as_json:
         found = {
-            "session": session_id,
+            "session": sess.id,
             "blob_id": blob_id,
             "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
@@ -165,7 +167,7 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
         return
     if reset:
         click.echo(f"breaker of session {sess.id} reset")
-    click.echo("\n".join(render.breaker_lines(state)))
+    click.echo("\n".join(render.breaker_lines(state, sess.created_at)))
 
 
 @click.command(short_help="Export a session as JSONL.")

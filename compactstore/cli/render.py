@@ -11,6 +11,7 @@ import difflib
 import json
 import re
 import shlex
+import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,9 +31,11 @@ __all__ = [
     "demo_json",
     "demo_lines",
     "describe",
+    "display_width",
     "history_lines",
     "json_text",
     "one_line",
+    "plural",
     "preview",
     "ranges",
     "replay_diff",
@@ -41,6 +44,7 @@ __all__ = [
     "show_json",
     "show_lines",
     "stats_lines",
+    "usage_of",
     "utc",
 ]
 
@@ -55,6 +59,17 @@ def json_text(data: Any) -> str:
 def one_line(message: str) -> str:
     """An error message on one line (drivers' messages may span several)."""
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 message``, ``2 messages``, ``1 boundary``, ``3 boundaries`` (with thousands
+    separators)."""
+    if count == 1:
+        return f"1 {noun}"
+    if plural_form is None:
+        consonant_y = noun.endswith("y") and noun[-2:-1] not in ("a", "e", "o", "u")
+        plural_form = noun[:-1] + "ies" if consonant_y else noun + "s"
+    return f"{count:,} {plural_form}"
 
 
 def utc(timestamp: float | None) -> str:
@@ -88,14 +103,42 @@ def _kept(segment: tuple[int, int] | None) -> str:
 # -- sessions and the active context --------------------------------------------------------
 
 
+def display_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: wide (CJK) characters take two, combining
+    marks none."""
+    return sum(
+        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        for ch in text
+    )
+
+
+def _pad(text: str, width: int, *, right: bool = False) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns."""
+    fill = " " * max(width - display_width(text), 0)
+    return fill + text if right else text + fill
+
+
 def sessions_lines(infos: Iterable[SessionInfo]) -> list[str]:
-    """The `sessions` table."""
-    lines = [f"{'session':<32} {'format':<10} {'window':>9} {'messages':>9}"]
-    for info in infos:
-        lines.append(
-            f"{info.id:<32} {info.format:<10} {info.context_window:>9} {info.message_count:>9}"
+    """The `sessions` table, its columns as wide as their widest value (on a terminal: wide
+    characters count twice), so long and CJK ids keep the columns aligned."""
+    rows = [
+        (info.id, info.format, f"{info.context_window:,}", f"{info.message_count:,}")
+        for info in infos
+    ]
+    header = ("session", "format", "window", "messages")
+    widths = [max(display_width(row[i]) for row in (header, *rows)) for i in range(4)]
+
+    def line(row: tuple[str, str, str, str]) -> str:
+        return "  ".join(
+            (
+                _pad(row[0], widths[0]),
+                _pad(row[1], widths[1]),
+                _pad(row[2], widths[2], right=True),
+                _pad(row[3], widths[3], right=True),
+            )
         )
-    return lines
+
+    return [line(header), *(line(row) for row in rows)]
 
 
 def _tail(context: ActiveContext, limit: int | None) -> tuple[ContextMessage, ...]:
@@ -141,12 +184,12 @@ def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) 
     boundary = "no boundary" if context.boundary is None else f"boundary {context.boundary.id}"
     share = context.usage / context.context_window
     lines = [
-        f"session {context.session_id} ({context.fmt.name}): {len(items)} messages, "
+        f"session {context.session_id} ({context.fmt.name}): {plural(len(items), 'message')}, "
         f"{context.usage:,} of {context.context_window:,} tokens ({share:.0%}), {boundary}"
     ]
     if len(shown) < len(items):
         lines.append(
-            f"{len(items) - len(shown):,} older messages not shown "
+            f"{plural(len(items) - len(shown), 'older message')} not shown "
             f"(newest {len(shown):,}; --all shows every one)"
         )
     lines.append(f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content")
@@ -196,7 +239,7 @@ def describe(result: CompactionResult) -> str:
         boundary = result.boundary
         name = "boundary" if boundary.id is None else f"boundary {boundary.id}"
         text += (
-            f"; {name} summarised {boundary.messages_removed} messages and keeps "
+            f"; {name} summarised {plural(boundary.messages_removed, 'message')} and keeps "
             f"{_kept(boundary.preserved_segment)}"
         )
     return text
@@ -237,15 +280,35 @@ def history_lines(compactions: list[CompactionResult]) -> list[str]:
     return lines
 
 
-def rolled_back_lines(undone: list[CompactBoundary], usage: int) -> list[str]:
-    """What `rollback` undid, and the active context's size afterwards."""
-    lines = [
-        f"rolled back boundary {b.id} ({b.strategy.value}, {b.trigger.value}, "
-        f"{utc(b.timestamp)} UTC, {b.messages_removed} messages summarised)"
-        for b in undone
-    ]
-    lines.append(f"active context: {usage:,} tokens")
+def rolled_back_lines(
+    compactions: Iterable[CompactionResult], usage: int, window: int
+) -> list[str]:
+    """What a rollback undid, one line per compaction (by its boundary when it has one), and
+    the active context's size afterwards."""
+    lines = []
+    for c in compactions:
+        what = c.strategy.value if c.strategy is not None else "-"
+        trigger = c.trigger.value if c.trigger is not None else "-"
+        b = c.boundary
+        if b is not None and b.id is not None:
+            lines.append(
+                f"rolled back boundary {b.id} ({b.strategy.value}, {b.trigger.value}, "
+                f"{utc(b.timestamp)} UTC, {plural(b.messages_removed, 'message')} summarised; "
+                f"compaction {c.id})"
+            )
+        else:
+            lines.append(
+                f"rolled back compaction {c.id} ({what}, {trigger}, {utc(c.created_at)} UTC, "
+                f"{'failed' if not c.success else f'had freed {c.tokens_freed:,} tokens'})"
+            )
+    lines.append(f"active context: {usage_of(usage, window)}")
     return lines
+
+
+def usage_of(usage: int, window: int) -> str:
+    """``12,345 tokens (49% of the 25,000-token window)``."""
+    share = usage / window if window else 0.0
+    return f"{usage:,} tokens ({share:.0%} of the {window:,}-token window)"
 
 
 def _boundary_lines(boundary: CompactBoundary | None) -> list[str]:
@@ -297,14 +360,16 @@ SUMMARY_SOURCES = {
 # -- breaker, stats, demo -------------------------------------------------------------------
 
 
-def breaker_lines(state: BreakerState) -> list[str]:
-    """The `breaker` counters, one per line."""
+def breaker_lines(state: BreakerState, created_at: float | None = None) -> list[str]:
+    """The `breaker` counters, one per line. The time trigger of microcompact counts from
+    the session's creation (``created_at``) until one runs: that time is not a run."""
     last = state.last_microcompact_at
+    microcompact = "none yet" if last is None or last == created_at else f"{utc(last)} UTC"
     return [
         f"consecutive failures: {state.consecutive_failures}",
         f"tripped:              {'yes' if state.tripped else 'no'}",
         f"reactive attempts:    {state.reactive_attempts}",
-        f"last microcompact:    {utc(last)}{' UTC' if last is not None else ''}",
+        f"last microcompact:    {microcompact}",
         f"summary fallbacks:    {state.consecutive_fallbacks} in a row",
     ]
 
@@ -348,11 +413,47 @@ def demo_json(
             "compactions": report.compactions,
             "tokens_freed": dict(report.tokens_freed),
             "peak_usage": report.peak_usage,
+            "peak_sent": report.peak_sent,
             "context_window": report.context_window,
         },
         "compactions": [compaction_json(c) for c in compactions],
         "audit_queries": [{"title": title, "sql": sql} for title, sql in queries],
     }
+
+
+def _demo_peak(report: DemoReport, compactions: list[CompactionResult]) -> list[str]:
+    """The demo's peak usage, and when it is the staged "prompt is too long" (a burst sent
+    without the pre-call pipeline), that reactive recovery repaired it."""
+    window = report.context_window
+    peak = (
+        f"Peak usage {report.peak_usage:,} of {window:,} tokens "
+        f"({share(report.peak_usage, window)})"
+    )
+    repaired = next(
+        (
+            c
+            for c in compactions
+            if c.trigger is not None
+            and c.trigger.value == "reactive"
+            and c.success
+            and c.tokens_before == report.peak_usage
+        ),
+        None,
+    )
+    if repaired is None:
+        return [peak + "."]
+    return [
+        f'{peak}: the staged "prompt is too long", a burst of tool output sent without the '
+        f"pre-call pipeline, which reactive recovery repaired (compaction {repaired.id}: "
+        f"{repaired.tokens_before:,} → {repaired.tokens_after:,} tokens).",
+        f"Largest context the pipeline sent to the model: {report.peak_sent:,} tokens "
+        f"({share(report.peak_sent, window)} of the window).",
+    ]
+
+
+def share(part: int, whole: int) -> str:
+    """``part`` as a percentage of ``whole``: ``95%``."""
+    return f"{part / whole:.0%}" if whole else "-"
 
 
 def demo_lines(
@@ -366,14 +467,14 @@ def demo_lines(
 ) -> list[str]:
     """What `demo` prints: the run, its history, the SQL to audit it and the command that
     writes its report (``db`` as the user gave it)."""
-    peak = report.peak_usage / report.context_window if report.context_window else 0.0
     fired = ", ".join(f"{k} {v}" for k, v in report.fired.items()) or "none"
     freed = ", ".join(f"{k} {v:,}" for k, v in report.tokens_freed.items()) or "none"
     client = f"sqlite3 {shlex.quote(location)}" if backend == "sqlite" else f"psql ({location})"
     lines = [
-        f"Simulated {report.steps} steps into session {report.session_id} of {location}: "
-        f"{report.messages:,} messages, {report.compactions} compactions, peak usage "
-        f"{report.peak_usage:,} of {report.context_window:,} tokens ({peak:.0%}).",
+        f"Simulated {plural(report.steps, 'step')} into session {report.session_id} of "
+        f"{location}: {plural(report.messages, 'message')}, "
+        f"{plural(report.compactions, 'compaction')}.",
+        *_demo_peak(report, compactions),
         f"Stages fired: {fired}",
         f"Tokens freed: {freed}",
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import warnings
 from collections.abc import Iterator
@@ -63,7 +64,11 @@ def _transcript_warnings() -> Iterator[None]:
     "format of plain JSONL (anthropic, openai, minicode); default: detected from the content.",
 )
 @click.option(
-    "--context-window", type=click.IntRange(min=1_000), help="Context window of the new session."
+    "--context-window",
+    "--window",
+    "context_window",
+    type=click.IntRange(min=1_000),
+    help="Context window of the new session, in tokens (--window is the same option).",
 )
 @click.option(
     "--strict",
@@ -131,8 +136,8 @@ def import_(
         click.echo(render.json_text(found))
         return
     click.echo(
-        f"imported {count:,} messages into session {sess.id} ({sess.format}, "
-        f"{sess.context_window:,} tokens, {boundaries} boundaries)"
+        f"imported {render.plural(count, 'message')} into session {sess.id} ({sess.format}, "
+        f"{sess.context_window:,} tokens, {render.plural(boundaries, 'boundary')})"
     )
 
 
@@ -140,10 +145,18 @@ def import_(
 @_transcript_argument
 @click.option(
     "--window",
+    "--context-window",
+    "window",
     type=click.IntRange(min=1_000),
     default=200_000,
     show_default=True,
-    help="Context window of the simulated model, in tokens.",
+    help="Context window of the simulated model, in tokens (--context-window is the same option).",
+)
+@click.option(
+    "--session",
+    "session_id",
+    metavar="ID",
+    help="With --db: the id of the session kept there (default: the first free simulate-N).",
 )
 @click.option(
     "--format",
@@ -164,6 +177,7 @@ def import_(
 def simulate(
     file: Path,
     window: int,
+    session_id: str | None,
     format_: str | None,
     config_file: Path | None,
     no_usage: bool,
@@ -183,6 +197,10 @@ def simulate(
     from compactstore import simulate as sim
     from compactstore.importers import read_transcript
 
+    if session_id is not None and db is None:
+        raise click.UsageError(
+            "--session names the session kept with --db; without --db nothing is kept"
+        )
     config = read_config(config_file) if config_file is not None else None
 
     def show(event: sim.CompactionEvent) -> None:
@@ -203,14 +221,21 @@ def simulate(
                 on_compaction=show,
                 store=store,
                 use_usage=not no_usage,
+                session_id=session_id,
             )
+        location = None if store is None else store.location
     finally:
         if store is not None:
             store.close()
     if as_json:
         click.echo(render.json_text(result.to_dict()))
-    else:
-        click.echo("\n".join(sim.summary_lines(result)))
+        return
+    click.echo("\n".join(sim.summary_lines(result)))
+    if result.session is not None:
+        click.echo(
+            f"kept as session {result.session} in {location}: compactstore history "
+            f"{shlex.quote(result.session)} --db {shlex.quote(str(db))}"
+        )
 
 
 @click.command(short_help="Simulate a long agent session, then audit it.")

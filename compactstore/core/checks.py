@@ -77,6 +77,9 @@ def now_or_clock(value: float | None, what: str = "now") -> float:
 
 
 def check_session_id(session_id: Any) -> str:
+    """A valid session id in Unicode normalization form NFC: the id every session is stored
+    and looked up under, so an id typed in NFD (as macOS file names give it: "é" as "e" and
+    a combining accent) names the same session as the same text in NFC."""
     if not isinstance(session_id, str) or not session_id:
         raise InvalidInputError(f"session id must be a non-empty string, got {session_id!r}")
     if len(session_id) > 255:
@@ -90,7 +93,7 @@ def check_session_id(session_id: Any) -> str:
             f"controls or zero-width characters)"
         )
     check_utf8(session_id, "session id")
-    return session_id
+    return unicodedata.normalize("NFC", session_id)
 
 
 def check_column_text(text: str, what: str, max_length: int | None = None) -> None:

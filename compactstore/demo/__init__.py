@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from compactstore.core.checks import check_session_id
 from compactstore.demo.agent import (
     DEMO_CONTEXT_WINDOW,
     DEMO_SEED,
@@ -70,8 +71,9 @@ class DemoReport:
     fired: dict[str, int]  # per stage/event, every key of FIRED_KEYS
     compactions: int
     tokens_freed: dict[str, int]  # per stage/event (rollback frees nothing)
-    peak_usage: int
+    peak_usage: int  # the largest context, the staged "prompt is too long" included
     context_window: int
+    peak_sent: int = 0  # the largest context the pre-call pipeline handed to the model
 
 
 def audit_queries() -> list[tuple[str, str]]:
@@ -149,7 +151,7 @@ def run_demo(
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInputError(f"steps must be a positive whole number, got {steps!r}")
-    sid = _fresh_id(store, session_id)
+    sid = _fresh_id(store, check_session_id(session_id))  # (NFC, as the store keeps it)
     # Played into a temporary database and copied into the store when complete: a demo
     # that is stopped (Ctrl-C, kill, a full disk) leaves no half session there.
     with staging(store) as stage:
@@ -179,4 +181,5 @@ def run_demo(
         tokens_freed=agent.freed,
         peak_usage=agent.peak,
         context_window=DEMO_CONTEXT_WINDOW,
+        peak_sent=agent.peak_sent,
     )

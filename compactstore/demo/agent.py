@@ -85,6 +85,7 @@ class Agent:
         self.fired = dict.fromkeys(FIRED_KEYS, 0)
         self.freed = dict.fromkeys(FIRED_KEYS[:-1], 0)
         self.peak = 0
+        self.peak_sent = 0
         self.rereads: list[tuple[int, str]] = []  # (seq, content) of unchanged re-reads
         self.follow_ups = iter(FOLLOW_UPS)
         self.later_memory = iter(LATER_MEMORY)
@@ -151,6 +152,7 @@ class Agent:
         """The pre-call pipeline, as an agent runs it before every model call."""
         result = self.session.process_request(now=self.tick(1, 3))
         self.peak = max(self.peak, result.tokens_before)
+        self.peak_sent = max(self.peak_sent, result.tokens_after)  # what the model is sent
         # The model call: its provider counts about 1.45 tokens per estimated token (the
         # Claude Code transcripts' ratio), which the store learns from (a model_calls row).
         self.session.record_usage(round(1.45 * self.session.context().raw_tokens), now=self.clock)

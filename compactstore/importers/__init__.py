@@ -283,7 +283,7 @@ class TranscriptBuilder:
     def finish(self) -> list[Item]:
         """Release everything and check the transcript is whole; the last items."""
         if not self.count:
-            raise InvalidInputError(f"{self.name} holds no conversation messages to import")
+            raise _NoMessagesError(f"{self.name} holds no conversation messages to import")
         self.release()
         for item in self._boundaries:
             if item.boundary.first_kept_index > self.count:
@@ -480,22 +480,73 @@ def convert(
             f"{file.name} is a {found} transcript, which imports as format {produces!r}, "
             f"not {session_format!r}"
         )
+    fmt, items = _converter(file, found, session_format, progress, extension)
+    if source is not None:  # told, not detected: it may be the wrong one
+        items = _told_the_wrong_source(file, source, items)
+    return found, fmt, items
+
+
+def _converter(
+    file: TranscriptFile,
+    found: str,
+    session_format: str | None,
+    progress: Progress | None,
+    extension: BlockTypeExtension,
+) -> tuple[str, Iterator[Item]]:
+    """The session format and the items of a transcript of source ``found``."""
     if found == "claude-code":
         from compactstore.importers import claude_code
 
-        return found, "anthropic", claude_code.convert(file, progress, extension)
+        return "anthropic", claude_code.convert(file, progress, extension)
     if found == "codex":
         from compactstore.importers import codex
 
-        return found, "openai", codex.convert(file, progress, extension)
+        return "openai", codex.convert(file, progress, extension)
     if found == "swe-agent":
         from compactstore.importers import swe_agent
 
-        return found, "openai", swe_agent.convert(file, progress, extension)
+        return "openai", swe_agent.convert(file, progress, extension)
     from compactstore.importers import jsonl
 
     fmt = session_format or jsonl.detect_format(file)
-    return found, fmt, jsonl.convert(file, fmt, progress, extension)
+    return fmt, jsonl.convert(file, fmt, progress, extension)
+
+
+class _NoMessagesError(InvalidInputError):
+    """A transcript in which the importer found no conversation message."""
+
+
+def _told_the_wrong_source(
+    file: TranscriptFile, told: str, items: Iterator[Item]
+) -> Iterator[Item]:
+    """``items``; when they are none at all, say which source the file looks like instead
+    of the one it was given as (a Claude Code file read as codex has no codex records)."""
+    try:
+        yield from items
+    except _NoMessagesError:
+        try:
+            looks = _detect(file)
+        except InvalidInputError:
+            raise _NoMessagesError(
+                f"{file.name} holds no {told} messages to import, and it looks like no "
+                f"known transcript"
+            ) from None
+        if looks == told:
+            raise
+        raise _NoMessagesError(
+            f"{file.name} holds no {told} messages to import: it looks like "
+            f"{_LOOKS_LIKE.get(looks, looks)}; import it as format {looks!r} (or leave the "
+            f"format out to detect it)"
+        ) from None
+
+
+# How an error names each source (see _told_the_wrong_source).
+_LOOKS_LIKE = {
+    "claude-code": "a Claude Code transcript",
+    "codex": "a Codex rollout",
+    "swe-agent": "a SWE-agent trajectory",
+    "jsonl": "plain JSONL of messages",
+}
 
 
 def _warn_cut(file: TranscriptFile) -> None:

@@ -65,9 +65,19 @@ def parse_json(name: str, text: str, line: int | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"{name} line {line or exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
-        ) from None
+        # json's messages may end in "at" ("Unterminated string starting at"): one "at" here.
+        problem = f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+        where = f"{name} line {line or exc.lineno}"
+        ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        if ends_early and line is None:
+            # A whole document that stops before its value does was cut short, not mistyped.
+            raise InvalidInputError(
+                f"{where}: not valid JSON ({problem}): the file ends before its JSON does, so "
+                f"it looks truncated (cut short while being written or copied)"
+            ) from None
+        if ends_early:
+            problem += "; the line ends before its JSON does"
+        raise InvalidInputError(f"{where}: not valid JSON ({problem})") from None
     except RecursionError:
         raise InvalidInputError(f"{where}: JSON nested too deeply") from None
     except ValueError:

@@ -273,11 +273,19 @@ def _markup(text: str) -> Any:
 
 
 def safe_filename(session_id: str) -> str:
-    """A file name for a session's page: letters, digits, ``-`` and ``_`` from its id, then
-    a hash of the whole id (ids may hold ``/``, ``..`` or differ only in case)."""
+    """A file name for a session's page: ``ID.html`` for an id of lower-case letters,
+    digits, ``-`` and ``_`` (``demo.html``); for any other id its letters, digits, ``-`` and
+    ``_``, then a hash of the whole id (ids may hold ``/``, ``..`` or differ only in case,
+    which a case-insensitive file system would not tell apart)."""
+    if _PLAIN_ID.fullmatch(session_id) and session_id != "index":  # (index.html: --all's)
+        return f"{session_id}.html"
     readable = re.sub(r"[^A-Za-z0-9_-]+", "_", session_id).strip("_")[:60] or "session"
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{readable}-{digest}.html"
+
+
+# An id that is a file name as it is, on every file system (see safe_filename).
+_PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,59}", re.ASCII)
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -24,8 +24,15 @@ def css_name(value: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "_", value.lower())
 
 
-def _k(tokens: float) -> str:
-    return f"{tokens / 1000:,.0f}k" if tokens >= 10_000 else f"{tokens:,.0f}"
+def _k(tokens: float, unit: float) -> str:
+    """An axis label in the axis's one unit: thousands (``6.25k``, ``12.5k``, ``25k``) on an
+    axis that reaches 10,000 tokens (``unit``), else tokens (``1,500``, ``3,000``)."""
+    if unit < 10_000:
+        return f"{tokens:,.0f}"
+    return f"{tokens / 1000:,.2f}".rstrip("0").rstrip(".") + "k"
+
+
+_MAX_LABELS = 8  # token labels on the usage chart's axis, at most
 
 
 def top_seq(data: ReportData) -> int:
@@ -57,20 +64,25 @@ def usage_chart(data: ReportData) -> str:
         f'<rect class="plot" x="{LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}"/>',
     ]
     out.append(f'<text class="axis" x="{LEFT - 6}" y="{_TOP + plot_h}" text-anchor="end">0</text>')
-    for share in (0.25, 0.5, 0.75):
-        level = y(data.context_window * share)
-        out.append(
-            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{level}" y2="{level}"/>'
-        )
+    # Grid lines at quarters of the window, above it too when usage went past it (a marker
+    # up there still has a scale), every few quarters when there would be too many.
+    quarters = int(top_tokens // (data.context_window / 4))
+    every = max(1, -(-quarters // _MAX_LABELS))
+    every = every if every <= 2 else -(-every // 4) * 4  # 1, 2 or whole windows
+    for quarter in sorted({*range(every, quarters + 1, every), 4}):  # the window: always
+        tokens = data.context_window * quarter / 4
+        level = y(tokens)
+        if quarter != 4:
+            out.append(
+                f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{level}" y2="{level}"/>'
+            )
         out.append(
             f'<text class="axis" x="{LEFT - 6}" y="{level + 4}" text-anchor="end">'
-            f"{_k(data.context_window * share)}</text>"
+            f"{_k(tokens, top_tokens)}</text>"
         )
     window, threshold = y(data.context_window), y(data.context_window * data.threshold)
     out += [
         f'<line class="window" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{window}" y2="{window}"/>',
-        f'<text class="axis" x="{LEFT - 6}" y="{window + 4}" text-anchor="end">'
-        f"{_k(data.context_window)}</text>",
         f'<line class="threshold" x1="{LEFT}" x2="{WIDTH - RIGHT}" '
         f'y1="{threshold}" y2="{threshold}"/>',
         f'<text class="label" x="{WIDTH - RIGHT - 4}" y="{threshold - 4}" text-anchor="end">'
@@ -153,7 +165,8 @@ def context_chart(data: ReportData) -> str:
     out = [
         f'<svg id="context-chart" class="chart" viewBox="0 0 {WIDTH} {_CONTEXT_HEIGHT}" '
         f'role="img" aria-label="the active context, one bar per message">',
-        f'<text class="axis" x="{LEFT - 6}" y="{_TOP + 8}" text-anchor="end">{_k(biggest)}</text>',
+        f'<text class="axis" x="{LEFT - 6}" y="{_TOP + 8}" text-anchor="end">'
+        f"{_k(biggest, biggest)}</text>",
         f'<text class="axis" x="{LEFT - 6}" y="{_TOP + plot_h}" text-anchor="end">0</text>',
     ]
     for index, item in enumerate(items):

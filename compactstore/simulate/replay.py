@@ -13,9 +13,10 @@ from typing import Any
 
 from compactstore import summary_audit as audit
 from compactstore.context import ActiveContext
+from compactstore.core.checks import check_session_id
 from compactstore.db import model_calls
 from compactstore.engines.summary import file_actions
-from compactstore.errors import MissingExtraError
+from compactstore.errors import ConflictError, InvalidInputError, MissingExtraError
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_problems
 from compactstore.importers import Transcript, read_transcript
@@ -102,21 +103,40 @@ def simulate_transcript(
     store: CompactStore | None = None,
     use_usage: bool = True,
     calibrate: bool = True,
+    session_id: str | None = None,
 ) -> SimulationReport:
     """Replay an already-read transcript into a fresh session (a temporary SQLite file
-    unless ``store`` is given) and measure every model call."""
+    unless ``store`` is given) and measure every model call.
+
+    The session kept in ``store`` is ``session_id``, by default the first free
+    ``simulate-N``; the report's ``session`` names it.
+
+    Raises:
+        InvalidInputError: ``session_id`` without ``store``, or not a valid session id.
+        ConflictError: ``store`` already has ``session_id``.
+    """
     import time
 
     began = time.perf_counter()
     with ExitStack() as stack:
         if store is None:
+            if session_id is not None:
+                raise InvalidInputError("a session id names the session kept in a store: give one")
             tmp = stack.enter_context(scratch_dir("compactstore-sim-"))
             opened = stack.enter_context(CompactStore.open(Path(tmp) / "simulate.db"))
             sid = "simulate-1"
         else:
             taken = {info.id for info in store.sessions()}
-            sid = next(f"simulate-{n}" for n in itertools.count(len(taken) + 1)
-                       if f"simulate-{n}" not in taken)  # fmt: skip
+            if session_id is not None:
+                sid = check_session_id(session_id)
+                if sid in taken:
+                    raise ConflictError(
+                        f"session {sid!r} already exists in {store.location}; simulate into "
+                        f"a new session id"
+                    )
+            else:
+                sid = next(f"simulate-{n}" for n in itertools.count(len(taken) + 1)
+                           if f"simulate-{n}" not in taken)  # fmt: skip
             # Built apart and copied into the store when complete: a run that is stopped
             # (Ctrl-C, kill, a full disk) leaves no half session there.
             opened = stack.enter_context(staging(store))
@@ -125,6 +145,7 @@ def simulate_transcript(
         replay = _Replay(transcript, name, sid, window, config, opened, progress, on_compaction)
         replay.calibrate = calibrate
         report = replay.run()
+        report.session = sid if store is not None else None
     reference_agreement(report, transcript, config)
     report.seconds = time.perf_counter() - began
     return report

@@ -44,6 +44,7 @@ class SimulationReport:
     window: int
     messages: int
     calls: int
+    session: str | None = None  # the session kept in the store given, if any
     compactions: list[CompactionEvent] = field(default_factory=list)
     freed: dict[str, int] = field(default_factory=dict)
     peak_usage: int = 0
@@ -179,6 +180,11 @@ class SimulationReport:
         return data
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _share(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
@@ -186,11 +192,12 @@ def _share(value: float | None) -> str:
 def summary_lines(report: SimulationReport) -> list[str]:
     """A readable summary of a report."""
     lines = [
-        f"{report.file}: {report.source} ({report.format}), {report.messages} messages, "
-        f"{report.calls} model calls, window {report.window:,}, {report.seconds:.1f} s",
+        f"{report.file}: {report.source} ({report.format}), {_n(report.messages, 'message')}, "
+        f"{_n(report.calls, 'model call')}, window {report.window:,}, {report.seconds:.1f} s",
         f"compactions: {len(report.compactions)}; peak usage {report.peak_usage:,} "
         f"({report.fit_max:.0%} of the window)",
-        "tokens freed: " + ", ".join(f"{k} {v:,}" for k, v in report.freed.items() if v),
+        "tokens freed: "
+        + (", ".join(f"{k} {v:,}" for k, v in report.freed.items() if v) or "none"),
         f"validity {report.validity:.1%}"
         + ("" if report.sdk_checked else " (pairing only: SDK types not installed)")
         + f"; original request retained {report.request_share:.1%}"

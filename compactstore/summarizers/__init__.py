@@ -46,7 +46,8 @@ def resolve(spec: str, model: str | None = None, **options: Any) -> Any:
 
     Raises:
         InvalidInputError: an unknown name, a module or attribute that does not exist, a
-            value that is not callable, a missing model, or a model for a plain callable.
+            value that is not callable, a missing model, a model for a plain callable, or
+            a built-in summarizer whose SDK finds no credentials (``OPENAI_API_KEY``...).
         MissingExtraError: the built-in summarizer's extra is not installed.
     """
     if not isinstance(spec, str) or not spec.strip():

@@ -52,14 +52,34 @@ class _LLMSummarizer(ABC):
     _module: str
     _extra: str
     _client: str  # the SDK's client class
+    _sdk_error: str  # the SDK's base exception class
+    _credentials: tuple[str, ...]  # the client's attributes, one of which holds a credential
+    _credentials_hint: str  # what to set when none does
 
     @classmethod
     def from_env(cls, *, model: str, **options: Any) -> Self:
         """A summarizer over the SDK's default client (``anthropic.Anthropic()``,
         ``openai.OpenAI()``), configured by the SDK's own environment variables
-        (``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``, ``OPENAI_API_KEY``/``OPENAI_BASE_URL``)."""
+        (``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL``, ``OPENAI_API_KEY``/``OPENAI_BASE_URL``).
+
+        Raises:
+            InvalidInputError: the SDK finds no credentials (the message names the variable
+                to set), or cannot build its client.
+        """
         sdk = require_sdk(cls._module, cls._extra)
-        return cls(getattr(sdk, cls._client)(), model=model, **options)
+        try:
+            client = getattr(sdk, cls._client)()
+        except getattr(sdk, cls._sdk_error) as exc:  # e.g. openai: no OPENAI_API_KEY
+            hint = f"{cls._credentials_hint} " if "credential" in str(exc).lower() else ""
+            raise InvalidInputError(
+                f"the {cls.name} summarizer cannot start: {hint}(the {cls._module} SDK says: {exc})"
+            ) from None
+        if all(getattr(client, name, None) is None for name in cls._credentials):
+            # The client would fail on its first request instead: say it now.
+            raise InvalidInputError(
+                f"the {cls.name} summarizer cannot start: {cls._credentials_hint}"
+            )
+        return cls(client, model=model, **options)
 
     def __init__(
         self,
@@ -148,6 +168,9 @@ class AnthropicSummarizer(_LLMSummarizer):
     _module = "anthropic"
     _extra = "anthropic"
     _client = "Anthropic"
+    _sdk_error = "AnthropicError"
+    _credentials = ("api_key", "auth_token")
+    _credentials_hint = "no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)"
 
     def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
         response = self.client.messages.create(
@@ -185,6 +208,9 @@ class OpenAISummarizer(_LLMSummarizer):
     _module = "openai"
     _extra = "openai"
     _client = "OpenAI"
+    _sdk_error = "OpenAIError"
+    _credentials = ("api_key",)
+    _credentials_hint = "no credentials: set OPENAI_API_KEY"
 
     def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
         response = self.client.chat.completions.create(
