@@ -34,6 +34,7 @@ from compactstore.db.common import SID, columns
 from compactstore.db.history import next_context_version
 from compactstore.db.schema import (
     compact_boundaries,
+    compaction_configs,
     compactions,
     message_edits,
     messages,
@@ -122,7 +123,21 @@ class CompactionRow(NamedTuple):
 
 
 _BOUNDARY = columns(compact_boundaries, BoundaryRow)
-_COMPACTION = columns(compactions, CompactionRow)
+# A row's config is the compaction_configs row it names, or (rows written before that
+# table, or by an older version) its own copy.
+_COMPACTION = [
+    func.coalesce(compaction_configs.c.config, compactions.c.config).label("config")
+    if column.name == "config"
+    else column
+    for column in columns(compactions, CompactionRow)
+]
+_WITH_CONFIG = compactions.outerjoin(
+    compaction_configs,
+    and_(
+        compaction_configs.c.session_id == compactions.c.session_id,
+        compaction_configs.c.hash == compactions.c.config_hash,
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,7 +505,9 @@ def _one_compaction(
     connection: Connection, session_id: str, condition: ColumnElement[bool]
 ) -> CompactionRow | None:
     row = connection.execute(
-        select(*_COMPACTION).where(compactions.c.session_id == session_id, condition)
+        select(*_COMPACTION)
+        .select_from(_WITH_CONFIG)
+        .where(compactions.c.session_id == session_id, condition)
     ).one_or_none()
     return None if row is None else CompactionRow._make(row)
 
@@ -508,7 +525,9 @@ def boundary_rows(
 
 
 def compaction_rows(connection: Connection, session_id: str) -> list[CompactionRow]:
-    query = select(*_COMPACTION).where(compactions.c.session_id == session_id)
+    query = (
+        select(*_COMPACTION).select_from(_WITH_CONFIG).where(compactions.c.session_id == session_id)
+    )
     return [
         CompactionRow._make(row) for row in connection.execute(query.order_by(compactions.c.id))
     ]

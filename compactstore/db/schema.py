@@ -27,6 +27,7 @@ from sqlalchemy import (
 __all__ = [
     "breaker_state",
     "compact_boundaries",
+    "compaction_configs",
     "compaction_jobs",
     "compaction_leases",
     "compactions",
@@ -150,6 +151,22 @@ Index(
     compact_boundaries.c.id,
 )
 
+# Each distinct config a session's compactions ran under, stored once: a session compacts
+# under the same config hundreds of times, and a copy in every compactions row was most of
+# its bytes. Keyed by the SHA-256 of the config's JSON (compactions.config_hash).
+compaction_configs = Table(
+    "compaction_configs",
+    metadata,
+    Column(
+        "session_id",
+        SESSION_ID,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("hash", String(64), primary_key=True),
+    Column("config", Text, nullable=False),
+)
+
 compactions = Table(
     "compactions",
     metadata,
@@ -165,7 +182,11 @@ compactions = Table(
     Column("boundary_id", Integer, ForeignKey("compact_boundaries.id")),
     Column("created_at", Float, nullable=False),
     Column("steps", Text, nullable=False),
+    # The config the compaction ran under (replay runs it again): the compaction_configs
+    # row named by config_hash. Rows written before that table existed (and rows an older
+    # version writes) hold the JSON here and no hash; rows with a hash hold ''.
     Column("config", Text, nullable=False),
+    Column("config_hash", String(64)),
     # What was lost: seqs that left the active context, results cleared or persisted (as
     # [tool-use id, call seq] pairs: an id may be used again, SPEC §9.0), blobs.
     Column("removed_seqs", Text, nullable=False),
