@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy import Connection
 
+from compactstore.core import recording
 from compactstore.core.checks import (
     MAX_NAME,
     NewToolResult,
@@ -27,7 +28,7 @@ from compactstore.errors import InvalidInputError, InvalidMessageError, NotFound
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import ResultContent, storage_json
 from compactstore.models import CompactionConfig
-from compactstore.tokens import TokenCounter
+from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
     "dedup_candidate",
@@ -192,7 +193,17 @@ def tool_result_message(
         result.tool_use_id, text, tool_name=result.tool_name, is_error=result.is_error
     )
     pending = prepare_message(adapter, config, count_tokens, message, timestamp)
-    return pending if earlier is None else replace(pending, dedup_of_seq=earlier[1])
+    if earlier is None:
+        return pending
+    # What the stub saves, recorded with it (a read_dedup compaction).
+    whole = adapter.tool_result_message(
+        result.tool_use_id, result.content, tool_name=result.tool_name, is_error=result.is_error
+    )
+    return replace(
+        pending,
+        dedup_of_seq=earlier[1],
+        tokens_in_full=message_tokens(adapter, whole, count_tokens),
+    )
 
 
 def store_tool_result(
@@ -218,4 +229,6 @@ def store_tool_result(
     seq = insert_messages(connection, session, adapter, [pending])[0]
     if dedup and path is not None and expected is None:
         repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
+    if expected is not None:
+        recording.record_read_dedup(connection, session, seq, expected, pending)
     return seq

@@ -41,7 +41,7 @@ from compactstore.db.schema import (
 )
 from compactstore.db.sessions import SessionRow
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactionConfig, SummaryState
+from compactstore.models import CompactionConfig, CompactStrategy, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -121,6 +121,9 @@ class CompactionRow(NamedTuple):
     summarizer_fallback: bool | None
     summarizer_reason: str | None
 
+
+# The strategy of a re-read stored as a stub (at append time): never rolled back.
+READ_DEDUP = CompactStrategy.READ_DEDUP.value
 
 _BOUNDARY = columns(compact_boundaries, BoundaryRow)
 # A row's config is the compaction_configs row it names, or (rows written before that
@@ -460,7 +463,8 @@ def roll_back_from(
 def _roll_back_compactions(
     connection: Connection, session_id: str, compaction_id: int, now: float
 ) -> None:
-    """Compaction ``compaction_id`` and every live one after it, noting the newest id then."""
+    """Compaction ``compaction_id`` and every live one after it, noting the newest id then.
+    Read dedups stay live: their stub is the logged message, which no rollback changes."""
     latest = connection.execute(
         select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
     ).scalar_one()
@@ -470,6 +474,7 @@ def _roll_back_compactions(
             compactions.c.session_id == session_id,
             compactions.c.id >= compaction_id,
             compactions.c.rolled_back_at.is_(None),
+            or_(compactions.c.strategy.is_(None), compactions.c.strategy != READ_DEDUP),
         )
         .values(
             rolled_back_at=now,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -21,6 +22,7 @@ from compactstore.db.schema import (
     breaker_state,
     compact_boundaries,
     compaction_configs,
+    compaction_steps,
     compactions,
     memory_entries,
     message_edits,
@@ -184,7 +186,8 @@ def insert_boundary(connection: Connection, session_id: str, **values: Any) -> i
 def insert_compaction(connection: Connection, session_id: str, **values: Any) -> int:
     """Insert a compactions row; one that changed messages of the context
     (``changed_after_seq``) records the context version its transaction produces. The
-    ``config`` JSON is stored once per session (:func:`config_hash`), the row names it."""
+    ``config`` JSON is stored once per session (:func:`config_hash`), the row names it;
+    each of its ``steps`` (JSON) is a compaction_steps row too."""
     values["config_hash"] = config_hash(connection, session_id, values.pop("config"))
     values["config"] = ""
     if values.get("changed_after_seq") is not None:
@@ -192,7 +195,28 @@ def insert_compaction(connection: Connection, session_id: str, **values: Any) ->
     result = connection.execute(
         insert(compactions).values(session_id=session_id, **values).returning(compactions.c.id)
     )
-    return int(result.scalar_one())
+    compaction_id = int(result.scalar_one())
+    steps = json.loads(values["steps"])
+    if steps:
+        connection.execute(
+            insert(compaction_steps),
+            [
+                {
+                    "compaction_id": compaction_id,
+                    "position": position,
+                    "session_id": session_id,
+                    "strategy": step["strategy"],
+                    "trigger": step["trigger"],
+                    "success": step["success"],
+                    "tokens_freed": step["tokens_freed"],
+                    "results_cleared": step.get("results_cleared"),
+                    "results_persisted": step.get("results_persisted"),
+                    "detail": step.get("detail", ""),
+                }
+                for position, step in enumerate(steps)
+            ],
+        )
+    return compaction_id
 
 
 def config_hash(connection: Connection, session_id: str, config: str) -> str:
