@@ -5,12 +5,21 @@ stage did and freed, and ``stats`` counts the same."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from compactstore import CompactStore, CompactStrategy, CompactTrigger, ConflictError
+from compactstore import (
+    AsyncCompactStore,
+    CompactionResult,
+    CompactStore,
+    CompactStrategy,
+    CompactTrigger,
+    ConflictError,
+)
 from compactstore.admin import store_stats
 from compactstore.db.migrate import head_revision
 from tests.conftest import Snapshot
@@ -206,3 +215,59 @@ def test_the_report_lists_a_read_dedup_but_draws_no_marker_at_its_own_tokens(
     assert dedup in data.others
     chart = usage_chart(data)
     assert f'href="#c{budget.id}"' in chart and f'href="#c{dedup.id}"' not in chart
+
+
+def test_on_compaction_is_called_with_each_read_dedup(db_url: str) -> None:
+    seen: list[CompactionResult] = []
+    with CompactStore.open(db_url, on_compaction=seen.append) as store:
+        chat = new_session(store)
+        chat.request("Explain src/app.py")
+        _read(chat, "src/app.py", SOURCE)
+        assert seen == []
+        _read(chat, "src/app.py", SOURCE)
+        (recorded,) = chat.sess.compactions()
+    (result,) = seen
+    assert result.strategy == CompactStrategy.READ_DEDUP and result.id == recorded.id
+    assert result.model_dump(exclude={"messages"}) == recorded.model_dump(exclude={"messages"})
+
+
+@pytest.mark.slow
+def test_an_async_on_compaction_is_awaited_for_a_read_dedup_and_may_use_the_store(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[int | None, int]] = []
+    store: Any = None
+
+    async def on_compaction(result: CompactionResult) -> None:
+        sess = await store.get_session("s")
+        seen.append((result.id, await sess.message_count()))
+
+    async def main() -> int:
+        nonlocal store
+        store = await AsyncCompactStore.open(tmp_path / "a.db", on_compaction=on_compaction)
+        async with store:
+            sess = await store.session("s", now=T0)
+            await sess.append({"role": "user", "content": "Explain src/app.py"}, timestamp=T0)
+            for n in (1, 2):
+                call = {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": f"t{n}",
+                            "name": "read_file",
+                            "input": {"file_path": "src/app.py"},
+                        }
+                    ],
+                }
+                await sess.append(call, timestamp=T0 + n)
+                append = sess.append_tool_result(
+                    f"t{n}", SOURCE, tool_name="read_file", file_path="src/app.py"
+                )
+                seq = await asyncio.wait_for(append, 10)
+            (recorded,) = await sess.compactions()
+            assert recorded.id is not None
+            return recorded.id if seq == 4 else -1
+
+    dedup_id = asyncio.run(main())
+    assert seen == [(dedup_id, 5)]

@@ -27,7 +27,7 @@ from compactstore.engines import read_dedup
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import ResultContent, storage_json
-from compactstore.models import CompactionConfig
+from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
@@ -215,10 +215,11 @@ def store_tool_result(
     *,
     expected: tuple[str, int] | None,
     final: bool,
-) -> int | None:
+) -> tuple[int, CompactionResult | None] | None:
     """Store a tool result prepared for ``expected`` (the earlier read it points at, or
-    None for the whole content); None when that is no longer the read to point at, so the
-    caller prepares it again. With ``final`` the whole content is stored in any case."""
+    None for the whole content): its seq, and the read_dedup compaction recorded when it
+    is a stub. None when that is no longer the read to point at, so the caller prepares it
+    again. With ``final`` the whole content is stored in any case."""
     sid, path = session.id, result.file_path
     dedup = _dedups(session, result) and path is not None
     digest = read_dedup.content_hash(_hashed(result))
@@ -229,6 +230,6 @@ def store_tool_result(
     seq = insert_messages(connection, session, adapter, [pending])[0]
     if dedup and path is not None and expected is None:
         repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
-    if expected is not None:
-        recording.record_read_dedup(connection, session, seq, expected, pending)
-    return seq
+    if expected is None:
+        return seq, None
+    return seq, recording.record_read_dedup(connection, session, seq, expected, pending)

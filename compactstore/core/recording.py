@@ -218,7 +218,7 @@ def record_read_dedup(
     seq: int,
     earlier: tuple[str, int],
     stub: PendingMessage,
-) -> int:
+) -> CompactionResult:
     """Record that the re-read stored at ``seq`` is a stub pointing at the earlier read
     ``earlier`` (path, seq): a read_dedup compaction freeing what the content would have
     taken. Its tokens before and after are the re-read's own, in full and as the stub (the
@@ -238,7 +238,7 @@ def record_read_dedup(
         results_cleared=0,
         results_persisted=0,
     )
-    return repo.insert_compaction(
+    compaction_id = repo.insert_compaction(
         connection,
         session.id,
         trigger=CompactTrigger.AUTO.value,
@@ -262,6 +262,17 @@ def record_read_dedup(
             file_path=path,
             dedup_of_seq=earlier_seq,
         ).model_dump_json(),
+    )
+    return CompactionResult(
+        id=compaction_id,
+        success=freed > 0,
+        strategy=CompactStrategy.READ_DEDUP,
+        trigger=CompactTrigger.AUTO,
+        tokens_before=before,
+        tokens_after=stub.tokens,
+        tokens_freed=freed,
+        steps=[step],
+        created_at=stub.created_at,
     )
 
 
