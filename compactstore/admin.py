@@ -28,8 +28,11 @@ class StoreStats:
     message_tokens: int
     compactions: int
     compactions_rolled_back: int
-    # Recorded compactions per strategy; "none" counts attempts that did nothing (failures).
+    # Recorded compactions per strategy (a call's heaviest stage); "none" counts attempts
+    # that did nothing (failures).
     compactions_by_strategy: dict[str, int] = field(default_factory=dict)
+    # Per stage: (times it acted, tokens it freed), each stage of a call counted.
+    stages: dict[str, tuple[int, int]] = field(default_factory=dict)
     boundaries_live: int = 0
     boundaries_rolled_back: int = 0
     blobs: int = 0
@@ -50,6 +53,10 @@ class StoreStats:
                 "total": self.compactions,
                 "rolled_back": self.compactions_rolled_back,
                 "by_strategy": dict(self.compactions_by_strategy),
+                "stages": {
+                    name: {"count": count, "tokens_freed": freed}
+                    for name, (count, freed) in self.stages.items()
+                },
             },
             "boundaries": {
                 "live": self.boundaries_live,

@@ -96,7 +96,7 @@ class AsyncSession:
         timestamp: float | None = None,
     ) -> int:
         """See :meth:`Session.append_tool_result`."""
-        return await self._step(
+        call = partial(
             self._session.append_tool_result,
             tool_use_id,
             content,
@@ -105,6 +105,12 @@ class AsyncSession:
             is_error=is_error,
             timestamp=timestamp,
         )
+        # A read dedup is a recorded compaction: an async on_compaction is awaited here, on
+        # the loop, once the step thread is done (it may use the store).
+        core = self.store._core
+        seq, callbacks = await self._step(core.pausing, call)
+        await core.called_back(callbacks)
+        return seq
 
     async def invalidate(self, file_path: str) -> bool:
         """See :meth:`Session.invalidate`."""

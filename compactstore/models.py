@@ -262,6 +262,11 @@ class CompactionStep(BaseModel):
     tokens_freed: int
     success: bool = True
     detail: str = ""
+    # Tool results the stage took out of the context in full: cleared (a placeholder
+    # stands for it) and persisted (a preview or media note names its blob). None in
+    # steps recorded before compactstore counted them.
+    results_cleared: int | None = None
+    results_persisted: int | None = None
 
 
 class SummaryInfo(BaseModel):
@@ -318,8 +323,9 @@ class CompactionResult(BaseModel):
     created_at: float | None = None
     rolled_back_at: float | None = None
     removed_seqs: list[int] = Field(default_factory=list)
-    # (tool-use id, call seq) of each tool result cleared or persisted: an id may be used
-    # again once its earlier call is answered (SPEC §9.0), so the id alone is not enough.
+    # (tool-use id, call seq) of each tool result cleared or persisted (how many of each:
+    # ``results_cleared``, ``results_persisted``): an id may be used again once its earlier
+    # call is answered (SPEC §9.0), so the id alone is not enough.
     cleared_tool_calls: list[tuple[str, int]] = Field(default_factory=list)
     blob_ids: list[int] = Field(default_factory=list)
     instructions: str | None = None
@@ -359,6 +365,23 @@ class CompactionResult(BaseModel):
     def cleared_tool_use_ids(self) -> list[str]:
         """The tool-use ids of ``cleared_tool_calls``, in order."""
         return [tool_use_id for tool_use_id, _ in self.cleared_tool_calls]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def results_cleared(self) -> int | None:
+        """How many of ``cleared_tool_calls`` were cleared (a placeholder stands for each),
+        over every step; None for a compaction recorded before they were counted."""
+        counts = [step.results_cleared for step in self.steps]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def results_persisted(self) -> int | None:
+        """How many tool results were persisted (a preview or note names each blob of
+        ``blob_ids``), over every step; None for a compaction recorded before they were
+        counted."""
+        counts = [step.results_persisted for step in self.steps]
+        return None if None in counts else sum(c or 0 for c in counts)
 
 
 class JobInfo(BaseModel):

@@ -217,7 +217,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     timestamp,
                 )
             )
-            seq = store._write(
+            stored = store._write(
                 functools.partial(
                     self._store_tool_result,
                     result=result,
@@ -226,7 +226,10 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     final=last,
                 )
             )
-            if seq is not None:
+            if stored is not None:
+                seq, dedup = stored
+                if dedup is not None:
+                    store._notify(dedup)  # a read_dedup compaction was recorded
                 return seq
         raise AssertionError("the last try always stores the result")
 
@@ -238,7 +241,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         pending: PendingMessage,
         expected: tuple[str, int] | None,
         final: bool,
-    ) -> int | None:
+    ) -> tuple[int, CompactionResult | None] | None:
         return store_tool_result(
             connection,
             self._locked(connection),

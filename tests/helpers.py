@@ -40,6 +40,7 @@ TABLES = {
     "breaker_state",
     "memory_entries",
     "model_calls",
+    "compaction_configs",
 }
 
 

@@ -64,6 +64,8 @@ COMPACTION_KEYS = {
     "removed_seqs",
     "cleared_tool_calls",
     "cleared_tool_use_ids",
+    "results_cleared",
+    "results_persisted",
     "blob_ids",
     "instructions",
     "error",
@@ -592,7 +594,7 @@ def test_history_has_a_row_per_compaction_and_what_was_lost(
     assert lines[0].split()[:4] == ["id", "time", "(UTC)", "trigger"]
     assert "tokens before → after" in lines[0]
     rows, lost = lines[1::2], lines[2::2]
-    assert len(rows) == len(compactions) == 5
+    assert len(rows) == len(compactions) == 6
     full = compactions[2]
     assert full.strategy is not None and full.strategy.value == "full"
     assert rows[2].split()[:6] == [
@@ -606,10 +608,17 @@ def test_history_has_a_row_per_compaction_and_what_was_lost(
     assert f"{full.tokens_before:,} → {full.tokens_after:,}" in rows[2]
     assert rows[2].split()[-4:] == [f"{full.tokens_freed:,}", "1", "4", "-"]
     assert lost[2].strip() == (
-        "lost: seqs 1-4; 0 tool results cleared or persisted; blobs -; kept seq 5-8"
+        "lost: seqs 1-4; 0 tool results cleared, 0 persisted; blobs -; kept seq 5-8"
     )
-    assert lost[0].strip() == "lost: seqs -; 1 tool result cleared or persisted; blobs 1"
-    assert rows[4].split()[3:5] == ["manual", "partial"]
+    assert lost[0].strip() == "lost: seqs -; 0 tool results cleared, 1 persisted; blobs 1"
+    # The re-read of src/small.py is a stub, recorded as a compaction of its own; the stub
+    # is longer than the tiny file, so it freed nothing.
+    dedup = compactions[4]
+    assert dedup.strategy is not None and dedup.strategy.value == "read_dedup"
+    assert rows[4].split()[3:6] == ["auto", "read_dedup", "no"]
+    assert dedup.tokens_freed < 0
+    assert lost[4].strip() == "seq 16 re-read src/small.py unchanged: points at seq 14"
+    assert rows[5].split()[3:5] == ["manual", "partial"]
 
 
 def test_history_of_a_session_without_compactions(template: str) -> None:
@@ -767,7 +776,7 @@ def test_rollback_then_replay_apply_restores_the_active_context(
     out = ok(invoke(copy, "replay", "s1", "--boundary", "2", "--apply")).stdout.splitlines()
     assert out[0] == "identical: the replay of boundary 2 gives the recorded summary and kept range"
     assert out[1] == "summary: the recorded text, reused"
-    assert out[2].startswith("applied: compaction 6: partial (manual) freed ")
+    assert out[2].startswith("applied: compaction 7: partial (manual) freed ")
     assert sess.active_context() == before
     assert [b.id for b in sess.boundaries()] == [1, 3]
 
@@ -1145,10 +1154,26 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
     }
     assert data["sessions"] == 3
     assert data["messages"]["count"] == 18
+    compactions = copy_store.get_session("s1").compactions()
+    freed = {
+        strategy: sum(
+            step.tokens_freed
+            for c in compactions
+            for step in c.steps
+            if step.success and step.strategy.value == strategy
+        )
+        for strategy in ("full", "partial", "tool_budget")
+    }
     assert data["compactions"] == {
-        "total": 5,
+        "total": 6,
         "rolled_back": 0,
-        "by_strategy": {"full": 1, "partial": 1, "tool_budget": 3},
+        "by_strategy": {"full": 1, "partial": 1, "read_dedup": 1, "tool_budget": 3},
+        # Each stage that acted (the read dedup grew the context: it did not).
+        "stages": {
+            "full": {"count": 1, "tokens_freed": freed["full"]},
+            "partial": {"count": 1, "tokens_freed": freed["partial"]},
+            "tool_budget": {"count": 3, "tokens_freed": freed["tool_budget"]},
+        },
     }
     assert data["boundaries"] == {"live": 2, "rolled_back": 0}
     blobs = [big_file(0), big_file(2), big_file(4)]
@@ -1165,10 +1190,13 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
     assert data["compactions"]["rolled_back"] == 1
 
     lines = ok(invoke(copy, "stats")).stdout.splitlines()
-    assert lines[1:5] == [
+    assert lines[1:6] == [
         "sessions:       3",
         f"messages:       18 ({data['messages']['tokens']:,} tokens)",
-        "compactions:    5 (1 rolled back): full 1, partial 1, tool_budget 3",
+        "compactions:    6 (1 rolled back): full 1, partial 1, read_dedup 1, tool_budget 3",
+        f"stages:         full 1 ({freed['full']:,} tokens freed), partial 1 "
+        f"({freed['partial']:,} tokens freed), tool_budget 3 ({freed['tool_budget']:,} tokens "
+        "freed)",
         "boundaries:     1 live, 1 rolled back",
     ]
 

@@ -249,3 +249,57 @@ def test_a_readme_python_snippet_runs(
         for value in namespace.values():
             if isinstance(value, CompactStore):
                 value.close()
+
+
+# -- the audit SQL -----------------------------------------------------------------------------
+
+
+def _audit_statements() -> list[str]:
+    """The statements of the ```` ```sql ```` block under '## Auditing with SQL'."""
+    text = README.read_text(encoding="utf-8")
+    start = text.find("\n## Auditing with SQL\n")
+    assert start >= 0, "README.md has no '## Auditing with SQL' section"
+    block = re.search(r"```sql\n(.*?)```", text[start:], re.DOTALL)
+    assert block is not None, "'## Auditing with SQL' has no sql block"
+    code = "\n".join(
+        line for line in block.group(1).splitlines() if not line.lstrip().startswith("--")
+    )
+    return [s.strip() for s in code.split(";") if s.strip()]
+
+
+@pytest.mark.slow
+def test_the_readme_audit_sql_runs_and_counts_each_stage_as_stats_does(tmp_path: Path) -> None:
+    import sqlite3
+
+    from compactstore.admin import store_stats
+    from compactstore.demo import run_demo
+
+    path = tmp_path / "audit.db"
+    with CompactStore.open(path) as store:
+        report = run_demo(store, steps=150)
+        stages = store_stats(store).stages
+        compactions = store.get_session(report.session_id).compactions()
+    statements = _audit_statements()
+    assert len(statements) >= 6
+    with sqlite3.connect(path) as plain:
+        found = {sql: plain.execute(sql).fetchall() for sql in statements}
+    # Each runs; the third lists every read dedup.
+    assert len(found[statements[2]]) == report.fired["read_dedup"] > 0
+    # The first: what each stage did, live compactions only (the demo rolled back its manual
+    # compact and what came after it), as the recorded steps say; stats counts them all.
+    live: dict[str, tuple[int, int]] = {}
+    for c in compactions:
+        for step in c.steps:
+            if step.success and c.rolled_back_at is None:
+                count, freed = live.get(step.strategy.value, (0, 0))
+                live[step.strategy.value] = (count + 1, freed + step.tokens_freed)
+    per_stage = {row[0]: (row[1], row[2]) for row in found[statements[0]]}
+    assert per_stage == live
+    assert (
+        per_stage["read_dedup"]
+        == stages["read_dedup"]
+        == (
+            report.fired["read_dedup"],
+            report.tokens_freed["read_dedup"],
+        )
+    )

@@ -76,6 +76,9 @@ def test_several_stages_in_one_call_name_the_heaviest_and_list_each(store: Compa
     assert row.id == result.id and row.steps == result.steps
     assert len(row.blob_ids) == 2
     assert len(row.cleared_tool_use_ids) == 2 + 3  # two persisted, three cleared
+    # Each step says which: the budget persisted two, microcompact cleared three.
+    assert [(s.results_cleared, s.results_persisted) for s in row.steps] == [(0, 2), (3, 0), (0, 0)]
+    assert (row.results_cleared, row.results_persisted) == (3, 2)
     assert result.boundary is not None and result.boundary.strategy == CompactStrategy.FULL
     assert chat.sess.token_usage() == result.tokens_after < 0.85 * 18_000
 

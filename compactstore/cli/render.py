@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from compactstore.media import shown_text
-from compactstore.models import BreakerState, CompactBoundary, CompactionResult, SessionInfo
+from compactstore.models import (
+    BreakerState,
+    CompactBoundary,
+    CompactionResult,
+    CompactStrategy,
+    SessionInfo,
+)
 
 if TYPE_CHECKING:
     from compactstore.admin import StoreStats
@@ -43,6 +49,7 @@ __all__ = [
     "sessions_lines",
     "show_json",
     "show_lines",
+    "stage_text",
     "stats_lines",
     "usage_of",
     "utc",
@@ -267,9 +274,10 @@ def history_lines(compactions: list[CompactionResult]) -> list[str]:
             f"{boundary.messages_removed if boundary is not None else 0:>7}  "
             f"{utc(c.rolled_back_at) if c.rolled_back_at is not None else '-'}"
         )
-        lost = [f"seqs {ranges(c.removed_seqs)}"]
-        cleared = len(c.cleared_tool_use_ids)
-        lost.append(f"{cleared} tool result{'' if cleared == 1 else 's'} cleared or persisted")
+        if c.strategy == CompactStrategy.READ_DEDUP and c.steps:
+            lines.append(f"{'':>7}{c.steps[0].detail}")
+            continue
+        lost = [f"seqs {ranges(c.removed_seqs)}", _results_lost(c)]
         lost.append(f"blobs {', '.join(str(i) for i in c.blob_ids) or '-'}")
         detail = f"{'':>7}lost: {'; '.join(lost)}"
         if boundary is not None:
@@ -278,6 +286,16 @@ def history_lines(compactions: list[CompactionResult]) -> list[str]:
             detail += f"; failed: {preview(_why_not(c), 80)}"
         lines.append(detail)
     return lines
+
+
+def _results_lost(result: CompactionResult) -> str:
+    """How many tool results a compaction cleared and persisted (both in one figure for
+    rows recorded before compactstore counted them apart)."""
+    cleared, persisted = result.results_cleared, result.results_persisted
+    if cleared is None or persisted is None:
+        count = len(result.cleared_tool_use_ids)
+        return f"{count} tool result{'' if count == 1 else 's'} cleared or persisted"
+    return f"{cleared} tool result{'' if cleared == 1 else 's'} cleared, {persisted} persisted"
 
 
 def rolled_back_lines(
@@ -386,6 +404,7 @@ def stats_lines(found: StoreStats) -> list[str]:
             f"{found.compactions:,} ({found.compactions_rolled_back:,} rolled back)"
             + (f": {strategies}" if strategies else ""),
         ),
+        ("stages", stage_text(found.stages)),
         (
             "boundaries",
             f"{found.boundaries_live:,} live, {found.boundaries_rolled_back:,} rolled back",
@@ -398,6 +417,32 @@ def stats_lines(found: StoreStats) -> list[str]:
             ("file size", f"{found.db_file_bytes:,} bytes (+{found.wal_file_bytes or 0:,} WAL)")
         )
     return [f"{name + ':':<16}{value}" for name, value in rows]
+
+
+def stage_text(stages: dict[str, tuple[int, int]]) -> str:
+    """What each stage did: ``tool_budget 60 (133,844 tokens freed), ...``; the figures of
+    ``stats`` and of the demo's summary."""
+    return (
+        ", ".join(
+            f"{name} {count:,} ({freed:,} tokens freed)" for name, (count, freed) in stages.items()
+        )
+        or "none"
+    )
+
+
+def _per_stage(figures: dict[str, int], style: str) -> str:
+    """The demo's figures per stage, the manual compact shown within "full" (where the
+    rows, and ``stats``, count it), then the rollback."""
+    manual = figures.get("manual", 0)
+    parts = []
+    for key, value in figures.items():
+        if key == "manual":
+            continue
+        text = f"{key} {style.format(value)}"
+        if key == "full" and manual:
+            text += f" ({style.format(manual)} manual)"
+        parts.append(text)
+    return ", ".join(parts) or "none"
 
 
 def demo_json(
@@ -467,8 +512,8 @@ def demo_lines(
 ) -> list[str]:
     """What `demo` prints: the run, its history, the SQL to audit it and the command that
     writes its report (``db`` as the user gave it)."""
-    fired = ", ".join(f"{k} {v}" for k, v in report.fired.items()) or "none"
-    freed = ", ".join(f"{k} {v:,}" for k, v in report.tokens_freed.items()) or "none"
+    fired = _per_stage(report.fired, "{:}")
+    freed = _per_stage(report.tokens_freed, "{:,}")
     client = f"sqlite3 {shlex.quote(location)}" if backend == "sqlite" else f"psql ({location})"
     lines = [
         f"Simulated {plural(report.steps, 'step')} into session {report.session_id} of "

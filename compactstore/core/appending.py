@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from sqlalchemy import Connection
 
+from compactstore.core import recording
 from compactstore.core.checks import (
     MAX_NAME,
     NewToolResult,
@@ -26,8 +27,8 @@ from compactstore.engines import read_dedup
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import ResultContent, storage_json
-from compactstore.models import CompactionConfig
-from compactstore.tokens import TokenCounter
+from compactstore.models import CompactionConfig, CompactionResult
+from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
     "dedup_candidate",
@@ -192,7 +193,17 @@ def tool_result_message(
         result.tool_use_id, text, tool_name=result.tool_name, is_error=result.is_error
     )
     pending = prepare_message(adapter, config, count_tokens, message, timestamp)
-    return pending if earlier is None else replace(pending, dedup_of_seq=earlier[1])
+    if earlier is None:
+        return pending
+    # What the stub saves, recorded with it (a read_dedup compaction).
+    whole = adapter.tool_result_message(
+        result.tool_use_id, result.content, tool_name=result.tool_name, is_error=result.is_error
+    )
+    return replace(
+        pending,
+        dedup_of_seq=earlier[1],
+        tokens_in_full=message_tokens(adapter, whole, count_tokens),
+    )
 
 
 def store_tool_result(
@@ -204,10 +215,11 @@ def store_tool_result(
     *,
     expected: tuple[str, int] | None,
     final: bool,
-) -> int | None:
+) -> tuple[int, CompactionResult | None] | None:
     """Store a tool result prepared for ``expected`` (the earlier read it points at, or
-    None for the whole content); None when that is no longer the read to point at, so the
-    caller prepares it again. With ``final`` the whole content is stored in any case."""
+    None for the whole content): its seq, and the read_dedup compaction recorded when it
+    is a stub. None when that is no longer the read to point at, so the caller prepares it
+    again. With ``final`` the whole content is stored in any case."""
     sid, path = session.id, result.file_path
     dedup = _dedups(session, result) and path is not None
     digest = read_dedup.content_hash(_hashed(result))
@@ -218,4 +230,6 @@ def store_tool_result(
     seq = insert_messages(connection, session, adapter, [pending])[0]
     if dedup and path is not None and expected is None:
         repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
-    return seq
+    if expected is None:
+        return seq, None
+    return seq, recording.record_read_dedup(connection, session, seq, expected, pending)

@@ -149,6 +149,8 @@ class PendingMessage:
     created_at: float
     pinned: bool = False
     dedup_of_seq: int | None = None
+    # A read-dedup stub: the tokens the re-read would have taken in full.
+    tokens_in_full: int | None = None
 
 
 def check_cache_sessions(cache_sessions: Any) -> int:

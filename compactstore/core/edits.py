@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext
 from compactstore.core.replay_inputs import EditRun
 from compactstore.db import repository as repo
-from compactstore.models import CompactStrategy, CompactTrigger, SummaryState
+from compactstore.models import CompactionStep, CompactStrategy, CompactTrigger, SummaryState
 
 __all__ = ["clear", "pop"]
 
@@ -47,7 +47,17 @@ def _compaction(
         summary_text="",
         boundary_id=boundary_id,
         created_at=at,
-        steps=repo.dumps([]),
+        steps=repo.dumps(
+            [
+                CompactionStep(
+                    strategy=strategy,
+                    trigger=CompactTrigger.MANUAL,
+                    tokens_freed=context.usage - tokens_after,
+                    results_cleared=0,
+                    results_persisted=0,
+                ).model_dump(mode="json")
+            ]
+        ),
         config=context.config.model_dump_json(),
         removed_seqs=repo.dumps(removed),
         cleared_tool_calls=repo.dumps([]),

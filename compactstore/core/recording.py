@@ -16,7 +16,8 @@ from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.core.cache import CachedContext
-from compactstore.core.replay_inputs import ImportedRun, Recorded
+from compactstore.core.checks import PendingMessage
+from compactstore.core.replay_inputs import DedupRun, ImportedRun, Recorded
 from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
 from compactstore.engines.imported import cut_as_imported
@@ -39,6 +40,7 @@ __all__ = [
     "record_attempt",
     "record_imported",
     "record_outcome",
+    "record_read_dedup",
     "running_result",
     "summary_columns",
     "superseded_result",
@@ -207,6 +209,70 @@ def record_outcome(
         error=error,
         summary=info,
         started_by=started_by,
+    )
+
+
+def record_read_dedup(
+    connection: Connection,
+    session: repo.SessionRow,
+    seq: int,
+    earlier: tuple[str, int],
+    stub: PendingMessage,
+) -> CompactionResult:
+    """Record that the re-read stored at ``seq`` is a stub pointing at the earlier read
+    ``earlier`` (path, seq): a read_dedup compaction freeing what the content would have
+    taken. Its tokens before and after are the re-read's own, in full and as the stub (the
+    rest of the context did not change). Nothing else changes: the stub is the logged
+    message, so no edit is written and the context version stays (an append)."""
+    path, earlier_seq = earlier
+    before = stub.tokens if stub.tokens_in_full is None else stub.tokens_in_full
+    # As for every stage, success means it freed something: the stub of a tiny file can be
+    # longer than the file.
+    freed = before - stub.tokens
+    step = CompactionStep(
+        strategy=CompactStrategy.READ_DEDUP,
+        trigger=CompactTrigger.AUTO,
+        tokens_freed=freed,
+        success=freed > 0,
+        detail=f"seq {seq} re-read {path} unchanged: points at seq {earlier_seq}",
+        results_cleared=0,
+        results_persisted=0,
+    )
+    compaction_id = repo.insert_compaction(
+        connection,
+        session.id,
+        trigger=CompactTrigger.AUTO.value,
+        strategy=CompactStrategy.READ_DEDUP.value,
+        success=freed > 0,
+        tokens_before=before,
+        tokens_after=stub.tokens,
+        tokens_freed=freed,
+        summary_text="",
+        boundary_id=None,
+        created_at=stub.created_at,
+        steps=repo.dumps([step.model_dump(mode="json")]),
+        config=session.config.model_dump_json(),
+        removed_seqs="[]",
+        cleared_tool_calls="[]",
+        blob_ids="[]",
+        inputs=DedupRun(
+            call="read_dedup",
+            now=stub.created_at,
+            last_seq=seq,
+            file_path=path,
+            dedup_of_seq=earlier_seq,
+        ).model_dump_json(),
+    )
+    return CompactionResult(
+        id=compaction_id,
+        success=freed > 0,
+        strategy=CompactStrategy.READ_DEDUP,
+        trigger=CompactTrigger.AUTO,
+        tokens_before=before,
+        tokens_after=stub.tokens,
+        tokens_freed=freed,
+        steps=[step],
+        created_at=stub.created_at,
     )
 
 

@@ -25,7 +25,12 @@ from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.engines.pipeline import Outcome
 from compactstore.errors import ConflictError, DatabaseError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactBoundary, CompactionConfig, CompactionResult
+from compactstore.models import (
+    CompactBoundary,
+    CompactionConfig,
+    CompactionResult,
+    CompactStrategy,
+)
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -121,6 +126,11 @@ def live_compaction(connection: Connection, session_id: str, compaction_id: int)
     if row.rolled_back_at is not None:
         raise ConflictError(
             f"compaction {compaction_id} of session {session_id!r} is already rolled back"
+        )
+    if row.strategy == CompactStrategy.READ_DEDUP:
+        raise ConflictError(
+            f"compaction {compaction_id} of session {session_id!r} is a read dedup: the "
+            "re-read was stored as the stub, so there is nothing to undo"
         )
 
 

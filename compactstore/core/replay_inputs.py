@@ -15,7 +15,16 @@ from compactstore.context import ActiveContext
 from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.models import SummaryState
 
-__all__ = ["EditRun", "EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
+__all__ = [
+    "DedupRun",
+    "EditRun",
+    "EngineRun",
+    "ImportedRun",
+    "Recorded",
+    "ReplayInputs",
+    "UsageCheck",
+    "parse",
+]
 
 # Rows written before the field had its name spell ``call`` as "kind".
 _CALL_ALIASES = AliasChoices("call", "kind")
@@ -114,7 +123,17 @@ class EditRun(_Recorded):
     call: Literal["clear", "pop"] = Field(validation_alias=_CALL_ALIASES)
 
 
-Recorded = EngineRun | ImportedRun | UsageCheck | EditRun
+class DedupRun(_Recorded):
+    """A re-read stored as a stub pointing at an earlier read (read dedup, at append time):
+    no engine ran and the stub is the logged message, so there is nothing to run again or
+    undo. ``last_seq`` is the stub's seq."""
+
+    call: Literal["read_dedup"] = Field(validation_alias=_CALL_ALIASES)
+    file_path: str
+    dedup_of_seq: int  # the earlier read it points at
+
+
+Recorded = EngineRun | ImportedRun | UsageCheck | EditRun | DedupRun
 ReplayInputs = Annotated[Recorded, Field(union_mode="left_to_right")]
 
 _ADAPTER: TypeAdapter[Recorded] = TypeAdapter(ReplayInputs)

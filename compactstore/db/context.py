@@ -34,13 +34,14 @@ from compactstore.db.common import SID, columns
 from compactstore.db.history import next_context_version
 from compactstore.db.schema import (
     compact_boundaries,
+    compaction_configs,
     compactions,
     message_edits,
     messages,
 )
 from compactstore.db.sessions import SessionRow
 from compactstore.formats import MessageFormat
-from compactstore.models import CompactionConfig, SummaryState
+from compactstore.models import CompactionConfig, CompactStrategy, SummaryState
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -121,8 +122,25 @@ class CompactionRow(NamedTuple):
     summarizer_reason: str | None
 
 
+# The strategy of a re-read stored as a stub (at append time): never rolled back.
+READ_DEDUP = CompactStrategy.READ_DEDUP.value
+
 _BOUNDARY = columns(compact_boundaries, BoundaryRow)
-_COMPACTION = columns(compactions, CompactionRow)
+# A row's config is the compaction_configs row it names, or (rows written before that
+# table, or by an older version) its own copy.
+_COMPACTION = [
+    func.coalesce(compaction_configs.c.config, compactions.c.config).label("config")
+    if column.name == "config"
+    else column
+    for column in columns(compactions, CompactionRow)
+]
+_WITH_CONFIG = compactions.outerjoin(
+    compaction_configs,
+    and_(
+        compaction_configs.c.session_id == compactions.c.session_id,
+        compaction_configs.c.hash == compactions.c.config_hash,
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +463,8 @@ def roll_back_from(
 def _roll_back_compactions(
     connection: Connection, session_id: str, compaction_id: int, now: float
 ) -> None:
-    """Compaction ``compaction_id`` and every live one after it, noting the newest id then."""
+    """Compaction ``compaction_id`` and every live one after it, noting the newest id then.
+    Read dedups stay live: their stub is the logged message, which no rollback changes."""
     latest = connection.execute(
         select(func.max(compactions.c.id)).where(compactions.c.session_id == session_id)
     ).scalar_one()
@@ -455,6 +474,7 @@ def _roll_back_compactions(
             compactions.c.session_id == session_id,
             compactions.c.id >= compaction_id,
             compactions.c.rolled_back_at.is_(None),
+            or_(compactions.c.strategy.is_(None), compactions.c.strategy != READ_DEDUP),
         )
         .values(
             rolled_back_at=now,
@@ -490,7 +510,9 @@ def _one_compaction(
     connection: Connection, session_id: str, condition: ColumnElement[bool]
 ) -> CompactionRow | None:
     row = connection.execute(
-        select(*_COMPACTION).where(compactions.c.session_id == session_id, condition)
+        select(*_COMPACTION)
+        .select_from(_WITH_CONFIG)
+        .where(compactions.c.session_id == session_id, condition)
     ).one_or_none()
     return None if row is None else CompactionRow._make(row)
 
@@ -508,7 +530,9 @@ def boundary_rows(
 
 
 def compaction_rows(connection: Connection, session_id: str) -> list[CompactionRow]:
-    query = select(*_COMPACTION).where(compactions.c.session_id == session_id)
+    query = (
+        select(*_COMPACTION).select_from(_WITH_CONFIG).where(compactions.c.session_id == session_id)
+    )
     return [
         CompactionRow._make(row) for row in connection.execute(query.order_by(compactions.c.id))
     ]

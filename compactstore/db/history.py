@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -19,6 +21,8 @@ from compactstore.db.common import SID, columns
 from compactstore.db.schema import (
     breaker_state,
     compact_boundaries,
+    compaction_configs,
+    compaction_steps,
     compactions,
     memory_entries,
     message_edits,
@@ -33,6 +37,7 @@ __all__ = [
     "BlobRow",
     "BreakerRow",
     "appended_conflicts",
+    "config_hash",
     "count_fallback",
     "edited_since",
     "get_blob",
@@ -180,13 +185,54 @@ def insert_boundary(connection: Connection, session_id: str, **values: Any) -> i
 
 def insert_compaction(connection: Connection, session_id: str, **values: Any) -> int:
     """Insert a compactions row; one that changed messages of the context
-    (``changed_after_seq``) records the context version its transaction produces."""
+    (``changed_after_seq``) records the context version its transaction produces. The
+    ``config`` JSON is stored once per session (:func:`config_hash`), the row names it;
+    each of its ``steps`` (JSON) is a compaction_steps row too."""
+    values["config_hash"] = config_hash(connection, session_id, values.pop("config"))
+    values["config"] = ""
     if values.get("changed_after_seq") is not None:
         values["context_version"] = next_context_version(session_id)
     result = connection.execute(
         insert(compactions).values(session_id=session_id, **values).returning(compactions.c.id)
     )
-    return int(result.scalar_one())
+    compaction_id = int(result.scalar_one())
+    steps = json.loads(values["steps"])
+    if steps:
+        connection.execute(
+            insert(compaction_steps),
+            [
+                {
+                    "compaction_id": compaction_id,
+                    "position": position,
+                    "session_id": session_id,
+                    "strategy": step["strategy"],
+                    "trigger": step["trigger"],
+                    "success": step["success"],
+                    "tokens_freed": step["tokens_freed"],
+                    "results_cleared": step.get("results_cleared"),
+                    "results_persisted": step.get("results_persisted"),
+                    "detail": step.get("detail", ""),
+                }
+                for position, step in enumerate(steps)
+            ],
+        )
+    return compaction_id
+
+
+def config_hash(connection: Connection, session_id: str, config: str) -> str:
+    """The SHA-256 of a config's JSON, stored in ``compaction_configs`` unless the session
+    has it already (its write transaction holds the session, so no one else adds it)."""
+    digest = hashlib.sha256(config.encode("utf-8")).hexdigest()
+    known = connection.execute(
+        select(compaction_configs.c.hash).where(
+            compaction_configs.c.session_id == session_id, compaction_configs.c.hash == digest
+        )
+    ).first()
+    if known is None:
+        connection.execute(
+            insert(compaction_configs).values(session_id=session_id, hash=digest, config=config)
+        )
+    return digest
 
 
 def next_context_version(session_id: str) -> ScalarSelect[Any]:

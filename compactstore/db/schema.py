@@ -27,8 +27,10 @@ from sqlalchemy import (
 __all__ = [
     "breaker_state",
     "compact_boundaries",
+    "compaction_configs",
     "compaction_jobs",
     "compaction_leases",
+    "compaction_steps",
     "compactions",
     "memory_entries",
     "message_edits",
@@ -150,6 +152,22 @@ Index(
     compact_boundaries.c.id,
 )
 
+# Each distinct config a session's compactions ran under, stored once: a session compacts
+# under the same config hundreds of times, and a copy in every compactions row was most of
+# its bytes. Keyed by the SHA-256 of the config's JSON (compactions.config_hash).
+compaction_configs = Table(
+    "compaction_configs",
+    metadata,
+    Column(
+        "session_id",
+        SESSION_ID,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("hash", String(64), primary_key=True),
+    Column("config", Text, nullable=False),
+)
+
 compactions = Table(
     "compactions",
     metadata,
@@ -165,7 +183,11 @@ compactions = Table(
     Column("boundary_id", Integer, ForeignKey("compact_boundaries.id")),
     Column("created_at", Float, nullable=False),
     Column("steps", Text, nullable=False),
+    # The config the compaction ran under (replay runs it again): the compaction_configs
+    # row named by config_hash. Rows written before that table existed (and rows an older
+    # version writes) hold the JSON here and no hash; rows with a hash hold ''.
     Column("config", Text, nullable=False),
+    Column("config_hash", String(64)),
     # What was lost: seqs that left the active context, results cleared or persisted (as
     # [tool-use id, call seq] pairs: an id may be used again, SPEC §9.0), blobs.
     Column("removed_seqs", Text, nullable=False),
@@ -207,6 +229,35 @@ compactions = Table(
     Column("rolled_back_version", Integer),
 )
 Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
+
+# What each stage of a recorded compaction did, one row per stage (a call that ran the tool
+# budget and then a full compact is one compactions row, named by its heaviest stage, with
+# two rows here): SQL over this table says what every stage did and freed. A read dedup is
+# a compaction of its own (strategy read_dedup, one step). Mirrors compactions.steps.
+compaction_steps = Table(
+    "compaction_steps",
+    metadata,
+    Column(
+        "compaction_id",
+        Integer,
+        ForeignKey("compactions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    # The stage's place in the call, from 0.
+    Column("position", Integer, primary_key=True, autoincrement=False),
+    Column("session_id", SESSION_ID, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("strategy", String(32), nullable=False),
+    Column("trigger", String(32), nullable=False),
+    # The stage changed the context and freed tokens (a read dedup: it stored the stub).
+    Column("success", Boolean, nullable=False),
+    Column("tokens_freed", Integer, nullable=False),
+    # Tool results it cleared (placeholder) and persisted (preview or note naming a blob);
+    # NULL for steps recorded before they were counted.
+    Column("results_cleared", Integer),
+    Column("results_persisted", Integer),
+    Column("detail", Text, nullable=False, server_default=text("''")),
+)
+Index("ix_compaction_steps_session", compaction_steps.c.session_id, compaction_steps.c.strategy)
 
 message_edits = Table(
     "message_edits",

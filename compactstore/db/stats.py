@@ -9,7 +9,7 @@ from sqlalchemy import Connection, func, select
 
 from compactstore.db import schema
 
-__all__ = ["store_counts"]
+__all__ = ["stage_counts", "store_counts"]
 
 
 def _count(connection: Connection, table: Any, *where: Any) -> int:
@@ -18,8 +18,30 @@ def _count(connection: Connection, table: Any, *where: Any) -> int:
     )
 
 
+def stage_counts(
+    connection: Connection, session_id: str | None = None
+) -> dict[str, tuple[int, int]]:
+    """Stage -> (times it acted, tokens it freed) over every recorded compaction (rolled
+    back ones included) of the store, or of one session: the successful compaction_steps
+    rows by strategy. A call that ran several stages counts once for each."""
+    steps = schema.compaction_steps
+    query = (
+        select(steps.c.strategy, func.count(), func.coalesce(func.sum(steps.c.tokens_freed), 0))
+        .where(steps.c.success.is_(True))
+        .group_by(steps.c.strategy)
+        .order_by(steps.c.strategy)
+    )
+    if session_id is not None:
+        query = query.where(steps.c.session_id == session_id)
+    return {
+        str(strategy): (int(count), int(freed))
+        for strategy, count, freed in connection.execute(query)
+    }
+
+
 def store_counts(connection: Connection) -> dict[str, Any]:
-    """Sessions, messages, compactions, boundaries, blobs and memory entries of the store."""
+    """Sessions, messages, compactions (by strategy, and by stage), boundaries, blobs and
+    memory entries of the store."""
     messages, tokens = connection.execute(
         select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
     ).one()
@@ -44,6 +66,7 @@ def store_counts(connection: Connection) -> dict[str, Any]:
             connection, schema.compactions, schema.compactions.c.rolled_back_at.is_not(None)
         ),
         "compactions_by_strategy": by_strategy,
+        "stages": stage_counts(connection),
         "boundaries_live": _count(connection, boundaries, boundaries.c.rolled_back_at.is_(None)),
         "boundaries_rolled_back": _count(
             connection, boundaries, boundaries.c.rolled_back_at.is_not(None)

@@ -30,10 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compactstore.core.checks import check_session_id
+from compactstore.db.stats import stage_counts
 from compactstore.demo.agent import (
     DEMO_CONTEXT_WINDOW,
     DEMO_SEED,
     FIRED_KEYS,
+    STAGE_KEYS,
     START_EPOCH,
     Agent,
 )
@@ -68,9 +70,11 @@ class DemoReport:
     session_id: str
     steps: int
     messages: int
-    fired: dict[str, int]  # per stage/event, every key of FIRED_KEYS
+    # Per stage (STAGE_KEYS: the session's compaction_steps rows that acted, by strategy;
+    # the manual compact counts under "full" too) and per event ("manual", "rollback").
+    fired: dict[str, int]
     compactions: int
-    tokens_freed: dict[str, int]  # per stage/event (rollback frees nothing)
+    tokens_freed: dict[str, int]  # the same keys but "rollback" (it frees nothing)
     peak_usage: int  # the largest context, the staged "prompt is too long" included
     context_window: int
     peak_sent: int = 0  # the largest context the pre-call pipeline handed to the model
@@ -79,20 +83,24 @@ class DemoReport:
 def audit_queries() -> list[tuple[str, str]]:
     """Three (title, SQL) queries to audit the demo; portable to SQLite and PostgreSQL.
 
-    Paste one into ``sqlite3 compactstore.db`` (or ``psql``). The first two read the
-    ``compaction_history`` view, the third the persisted tool results.
+    Paste one into ``sqlite3 compactstore.db`` (or ``psql``). The first reads what each
+    stage did (``compaction_steps``), the second the ``compaction_history`` view, the third
+    the persisted tool results.
     """
     return [
         (
-            "Tokens freed per strategy",
-            """SELECT session_id, strategy, trigger,
-       COUNT(*) AS compactions,
-       SUM(tokens_freed) AS tokens_freed,
-       SUM(CASE WHEN rolled_back IS NULL THEN 0 ELSE 1 END) AS rolled_back
-FROM compaction_history
-WHERE strategy IS NOT NULL
-GROUP BY session_id, strategy, trigger
-ORDER BY session_id, SUM(tokens_freed) DESC, strategy, trigger;""",
+            "What each stage did and freed (the figures of the summary and of stats)",
+            """SELECT s.session_id, s.strategy,
+       COUNT(*) AS times,
+       SUM(s.tokens_freed) AS tokens_freed,
+       SUM(s.results_cleared) AS results_cleared,
+       SUM(s.results_persisted) AS results_persisted,
+       SUM(CASE WHEN c.rolled_back_at IS NULL THEN 0 ELSE 1 END) AS rolled_back
+FROM compaction_steps AS s
+JOIN compactions AS c ON c.id = s.compaction_id
+WHERE s.success
+GROUP BY s.session_id, s.strategy
+ORDER BY s.session_id, SUM(s.tokens_freed) DESC, s.strategy;""",
         ),
         (
             "What each boundary removed",
@@ -168,9 +176,11 @@ def run_demo(
             agent.step(index)
             if progress is not None:
                 progress(index + 1, steps)
-        fired, saved = agent.dedup_stats()
-        agent.fired["read_dedup"] = fired
-        agent.freed["read_dedup"] = saved
+        # What each stage did, as the rows say (and `compactstore stats` counts it): every
+        # stage of a call counted, the manual compact among the full ones.
+        stages = stage._read(lambda connection: stage_counts(connection, sid))
+        for key in STAGE_KEYS:
+            agent.fired[key], agent.freed[key] = stages.get(key, (0, 0))
         compactions = len(session.compactions())
     return DemoReport(
         session_id=sid,

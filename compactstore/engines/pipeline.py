@@ -112,9 +112,23 @@ class Outcome:
                 tokens_freed=stage.tokens_freed if stage.effective else 0,
                 success=stage.effective,
                 detail=stage.detail,
+                **_results_out(stage),
             )
             for stage in self.stages
         ]
+
+
+def _results_out(stage: StageResult) -> dict[str, int]:
+    """How many tool results a stage cleared and persisted (none when it freed nothing:
+    its edits are not recorded)."""
+    if not stage.effective:
+        return {"results_cleared": 0, "results_persisted": 0}
+    edited = sum(len(edit.tool_use_ids) for edit in stage.edits)
+    persisted = {(blob.seq, blob.tool_use_id) for blob in stage.blobs}
+    in_edits = sum(
+        1 for edit in stage.edits for i in edit.tool_use_ids if (edit.seq, i) in persisted
+    )
+    return {"results_cleared": edited - in_edits, "results_persisted": len(persisted)}
 
 
 def process(

@@ -164,7 +164,9 @@ def render(data: ReportData, *, written_at: float | None = None) -> str:
         data_json=_markup(script_json(numbers)),
         usage_chart=_markup(usage_chart(data)),
         context_chart=_markup(context_chart(data)),
-        strategies=sorted({c.strategy for c in data.compactions}, key=_strategy_order),
+        strategies=sorted(
+            {c.strategy for c in data.compactions if c.on_chart}, key=_strategy_order
+        ),
         states=[s for s in _STATES if any(item.state == s for item in data.context)],
         version=__version__,
         written_at=time.time() if written_at is None else written_at,

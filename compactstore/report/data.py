@@ -19,7 +19,7 @@ from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
 from compactstore.media import media_markers
-from compactstore.models import BreakerState, CompactionResult, CompactTrigger
+from compactstore.models import BreakerState, CompactionResult, CompactStrategy, CompactTrigger
 from compactstore.store import CompactStore, Session
 
 __all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
@@ -66,6 +66,12 @@ class CompactionView:
     def rolled_back(self) -> bool:
         return self.result.rolled_back_at is not None
 
+    @property
+    def on_chart(self) -> bool:
+        """Whether it is drawn on the usage curve: a read dedup's tokens are the re-read's
+        own, not the context's (it is listed with the others)."""
+        return self.result.strategy != CompactStrategy.READ_DEDUP
+
 
 @dataclass(frozen=True, slots=True)
 class ReportData:
@@ -104,7 +110,7 @@ class ReportData:
     def peak(self) -> int:
         """The highest usage any model call or compaction saw."""
         seen = [c.usage for c in self.calls] + [c.real_tokens or 0 for c in self.calls]
-        seen += [c.result.tokens_before for c in self.compactions]
+        seen += [c.result.tokens_before for c in self.compactions if c.on_chart]
         return max([self.usage, *seen])
 
 

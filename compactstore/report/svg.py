@@ -106,7 +106,8 @@ def usage_chart(data: ReportData) -> str:
         estimate = [(x(c.seq), y(c.usage)) for c in calls]
         out.append(f'<path class="usage" d="{_path([estimate])}"/>')
     for view in data.compactions:
-        out.append(_marker(view, x(view.last_seq), y(view.result.tokens_before)))
+        if view.on_chart:
+            out.append(_marker(view, x(view.last_seq), y(view.result.tokens_before)))
     out.append(
         f'<line id="cursor" class="cursor" x1="{LEFT}" x2="{LEFT}" y1="{_TOP}" '
         f'y2="{_TOP + plot_h}"/>'
