@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from compactstore.db import schema
+from compactstore.db.model_calls import cost_totals
 
 __all__ = ["store_counts"]
 
@@ -19,7 +20,8 @@ def _count(connection: Connection, table: Any, *where: Any) -> int:
 
 
 def store_counts(connection: Connection) -> dict[str, Any]:
-    """Sessions, messages, compactions, boundaries, blobs and memory entries of the store."""
+    """Sessions, messages, compactions, boundaries, blobs and memory entries of the store,
+    and its model calls' tokens by kind and cost (the ledger's sums)."""
     messages, tokens = connection.execute(
         select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
     ).one()
@@ -35,6 +37,7 @@ def store_counts(connection: Connection) -> dict[str, Any]:
         select(func.count(), func.coalesce(func.sum(schema.tool_result_blobs.c.size), 0))
     ).one()
     boundaries = schema.compact_boundaries
+    ledger = cost_totals(connection)
     return {
         "sessions": _count(connection, schema.sessions),
         "messages": int(messages),
@@ -51,4 +54,14 @@ def store_counts(connection: Connection) -> dict[str, Any]:
         "blobs": int(blobs),
         "blob_bytes": int(blob_bytes),
         "memory_entries": _count(connection, schema.memory_entries),
+        "model_calls": ledger.calls,
+        "model_calls_unpriced": ledger.calls - ledger.priced_calls,
+        "call_tokens": {
+            "input": ledger.input_tokens,
+            "cache_read": ledger.cache_read_tokens,
+            "cache_write_5m": ledger.cache_write_5m_tokens,
+            "cache_write_1h": ledger.cache_write_1h_tokens,
+            "output": ledger.output_tokens,
+        },
+        "cost_usd": ledger.cost_usd,
     }
