@@ -161,9 +161,15 @@ def call_usage(**fields: Any) -> CallUsage:
             not one of CallUsage's, or JSON fields of the wrong shape.
     """
     try:
-        return CallUsage(**fields)
+        usage = CallUsage(**fields)
     except ValidationError as exc:
         raise InvalidInputError(f"usage: {_problems(exc)}") from None
+    for name in ("iterations", "cache_miss_reason", "input_transformations"):
+        try:
+            json.dumps(getattr(usage, name))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"usage: {name} is not JSON data ({exc})") from None
+    return usage
 
 
 def _problems(exc: ValidationError) -> str:

@@ -302,6 +302,7 @@ def test_a_long_prompt_is_billed_at_the_long_rates(store: CompactStore) -> None:
         ({"cache_write_1h_tokens": True}, "cache_write_1h_tokens"),
         ({"cache_write_5m_tokens": "10"}, "cache_write_5m_tokens"),
         ({"iterations": {"type": "message"}}, "iterations"),
+        ({"cache_miss_reason": {"type": {1, 2}}}, "cache_miss_reason is not JSON"),
     ],
 )
 def test_record_usage_refuses_bad_counts_and_records_nothing(
@@ -585,3 +586,77 @@ def test_an_imported_claude_code_transcript_has_its_own_usage_sums(
         ) / MTOK
     assert cost.unpriced_calls == 0
     assert cost.cost_usd == pytest.approx(by_hand, rel=1e-9)
+
+
+def _rollout(kind: str, payload: dict[str, Any], second: int) -> str:
+    stamp = f"2026-09-25T14:02:{second:02d}.000Z"
+    return json.dumps({"timestamp": stamp, "type": kind, "payload": payload})
+
+
+def _token_count(uncached: int, cached: int, output: int, second: int) -> str:
+    usage = {"input_tokens": uncached + cached, "cached_input_tokens": cached}
+    usage["output_tokens"] = output
+    return _rollout(
+        "event_msg", {"type": "token_count", "info": {"last_token_usage": usage}}, second
+    )
+
+
+def _say(role: str, text: str, second: int) -> str:
+    kind = "output_text" if role == "assistant" else "input_text"
+    item = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+    return _rollout("response_item", item, second)
+
+
+def test_an_imported_codex_rollout_fills_the_ledger_from_its_token_counts(
+    tmp_path: Path, store: CompactStore
+) -> None:
+    from compactstore.importers import import_file
+
+    path = tmp_path / "rollout.jsonl"
+    lines = [
+        _rollout("session_meta", {"id": "1", "cwd": "/w"}, 0),
+        _rollout("turn_context", {"cwd": "/w", "model": "gpt-6-sol"}, 1),
+        _say("user", "fix the build " + words(3_000), 2),
+        _token_count(1_200, 0, 90, 3),  # newer Codex: the count before the reply's items
+        _say("assistant", "Fixed.", 4),
+        _say("user", "and the tests " + words(3_000), 5),
+        _say("assistant", "Done.", 6),
+        _token_count(900, 1_024, 40, 7),  # older Codex: after them
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cost = import_file(store, path, session_id="codex").cost()
+    assert (cost.calls, cost.unpriced_calls) == (2, 0)
+    # Codex's input_tokens includes the cached part: the ledger keeps them apart.
+    assert (cost.input_tokens, cost.cache_read_tokens, cost.output_tokens) == (2_100, 1_024, 130)
+    assert cost.cache_write_tokens == 0
+    # GPT-6 Sol: $2 input, $10 output, cached input 0.1x.
+    assert cost.cost_usd == pytest.approx((2_100 * 2 + 1_024 * 0.2 + 130 * 10) / MTOK, abs=1e-12)
+    with store.engine.connect() as connection:
+        models = connection.execute(
+            select(model_calls.c.model).where(model_calls.c.session_id == "codex")
+        ).scalars()
+        assert list(models) == ["gpt-6-sol", "gpt-6-sol"]
+
+
+def test_a_transcript_usage_with_a_bad_count_names_its_line(tmp_path: Path) -> None:
+    from compactstore.importers import read_transcript
+
+    record = {
+        "type": "assistant",
+        "uuid": "u1",
+        "parentUuid": None,
+        "sessionId": "s",
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "message": {
+            "id": "m1",
+            "role": "assistant",
+            "model": "claude-opus-5",
+            "content": [{"type": "text", "text": "hi"}],
+            "usage": {"input_tokens": 3, "output_tokens": -1, "cache_read_input_tokens": 9},
+        },
+    }
+    first = {**record, "type": "user", "uuid": "u0", "message": {"role": "user", "content": "x"}}
+    path = tmp_path / "cc.jsonl"
+    path.write_text(json.dumps(first) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"line 2: .*output_tokens must be a whole"):
+        read_transcript(path)
