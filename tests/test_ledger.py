@@ -660,3 +660,25 @@ def test_a_transcript_usage_with_a_bad_count_names_its_line(tmp_path: Path) -> N
     path.write_text(json.dumps(first) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
     with pytest.raises(InvalidInputError, match=r"line 2: .*output_tokens must be a whole"):
         read_transcript(path)
+
+
+def test_the_models_that_check_prefixes_have_dated_prices() -> None:
+    from compactstore.pricing import price_table
+
+    table = price_table(None)
+    for model in (
+        "claude-fable-5-1",
+        "claude-fable-5-2",
+        "claude-mythos-5-1",
+        "claude-mythos-5-2",
+        "claude-opus-5-5",
+        "claude-sonnet-5-5",
+        "claude-haiku-5-5",
+        "gpt-6.2-sol",
+    ):
+        price = table.price(model)
+        assert price is not None, model
+        assert price.cache_read <= 0.1 and price.cache_write_5m == 1.25
+    assert table.price("claude-sonnet-5-5-20261007") == table.price("claude-sonnet-5-5")
+    # A name that only starts like a priced model is not that model.
+    assert table.price("claude-fable-5-3") is None and table.price("gpt-6-sol-mini") is None
