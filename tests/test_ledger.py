@@ -682,3 +682,19 @@ def test_the_models_that_check_prefixes_have_dated_prices() -> None:
     assert table.price("claude-sonnet-5-5-20261007") == table.price("claude-sonnet-5-5")
     # A name that only starts like a priced model is not that model.
     assert table.price("claude-fable-5-3") is None and table.price("gpt-6-sol-mini") is None
+
+
+@pytest.mark.slow
+def test_the_ledger_survives_a_backup_and_restore(db_url: str, tmp_path: Path) -> None:
+    from compactstore.transfer import backup, restore
+
+    with CompactStore.open(db_url) as store:
+        sess = session(store)
+        sess.append_response(anthropic_reply(), now=T0 + 1)
+        before = sess.cost()
+        rows = ledger_rows(store, "s")
+        backup(store, tmp_path / "backup.db")
+        store.delete_session("s")
+        restore(store, tmp_path / "backup.db")
+        assert store.get_session("s").cost() == before
+        assert ledger_rows(store, "s") == rows
