@@ -19,6 +19,7 @@ from compactstore.errors import (
     SchemaError,
     SummarizerError,
 )
+from compactstore.ledger import CacheRewrite, CallUsage, SessionCost
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -32,6 +33,7 @@ from compactstore.models import (
     SessionInfo,
     SummaryInfo,
 )
+from compactstore.pricing import ModelPrice
 from compactstore.store import CompactStore, Session
 from compactstore.tokens import estimate_tokens
 
@@ -39,6 +41,8 @@ __all__ = [
     "AsyncCompactStore",
     "AsyncSession",
     "BreakerState",
+    "CacheRewrite",
+    "CallUsage",
     "CompactBoundary",
     "CompactStore",
     "CompactStoreError",
@@ -55,10 +59,12 @@ __all__ = [
     "JobInfo",
     "MemoryEntry",
     "MissingExtraError",
+    "ModelPrice",
     "NotFoundError",
     "PluginError",
     "SchemaError",
     "Session",
+    "SessionCost",
     "SessionInfo",
     "Summarizer",
     "SummarizerError",

@@ -38,6 +38,12 @@ class StoreStats:
     blobs: int = 0
     blob_bytes: int = 0
     memory_entries: int = 0
+    # The ledger (model_calls): calls, those without a cost, tokens by kind, cost in US
+    # dollars of the priced calls (None when none has a price).
+    model_calls: int = 0
+    model_calls_unpriced: int = 0
+    call_tokens: dict[str, int] = field(default_factory=dict)
+    cost_usd: float | None = None
     # SQLite only: size of the database file and of its write-ahead log (None elsewhere).
     db_file_bytes: int | None = None
     wal_file_bytes: int | None = None
@@ -64,6 +70,12 @@ class StoreStats:
             },
             "blobs": {"count": self.blobs, "bytes": self.blob_bytes},
             "memory_entries": self.memory_entries,
+            "model_calls": {
+                "count": self.model_calls,
+                "unpriced": self.model_calls_unpriced,
+                "tokens": dict(self.call_tokens),
+                "cost_usd": self.cost_usd,
+            },
             "db_file_bytes": self.db_file_bytes,
             "wal_file_bytes": self.wal_file_bytes,
         }

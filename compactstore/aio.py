@@ -69,6 +69,7 @@ from compactstore.models import (
     JobInfo,
     SessionInfo,
 )
+from compactstore.pricing import Prices, price_table
 from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback, CompactStore
 from compactstore.tokens import TokenCounter
 
@@ -249,6 +250,7 @@ class AsyncCompactStore:
         pool_timeout: float | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
+        prices: Prices | None = None,
     ) -> AsyncCompactStore:
         """Open (and create or upgrade) a store; the arguments are
         :meth:`CompactStore.open`'s, except that ``summarizer`` (and ``on_compaction``)
@@ -271,6 +273,7 @@ class AsyncCompactStore:
         check_summarizer(summarizer, allow_async=True)
         check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
+        table = price_table(prices)
         pool = check_pool(pool_size, max_overflow, pool_timeout)
         # Opening (checking, creating or upgrading the schema) is sync code: in a thread.
         engine = await asyncio.to_thread(
@@ -296,6 +299,7 @@ class AsyncCompactStore:
                 redactor=redactor,
                 cache_sessions=cache_sessions,
                 allow_block_types=allow_block_types,
+                prices=table,
             )
             await asyncio.to_thread(core.start_threads)
         except BaseException:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from compactstore.context import ActiveContext
 from compactstore.core.steps import Paused
+from compactstore.ledger import SessionCost
 from compactstore.models import (
     BreakerState,
     CompactBoundary,
@@ -152,9 +153,38 @@ class AsyncSession:
             for message in chunk:
                 yield message
 
-    async def record_usage(self, input_tokens: int, *, now: float | None = None) -> bool:
+    async def record_usage(
+        self,
+        input_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_5m_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        iterations: list[dict[str, Any]] | None = None,
+        cache_miss_reason: dict[str, Any] | None = None,
+        input_transformations: list[dict[str, Any]] | None = None,
+        now: float | None = None,
+    ) -> bool:
         """See :meth:`Session.record_usage`."""
-        return await self._step(self._session.record_usage, input_tokens, now=now)
+        return await self._step(
+            self._session.record_usage,
+            input_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_5m_tokens=cache_write_5m_tokens,
+            cache_write_1h_tokens=cache_write_1h_tokens,
+            output_tokens=output_tokens,
+            model=model,
+            iterations=iterations,
+            cache_miss_reason=cache_miss_reason,
+            input_transformations=input_transformations,
+            now=now,
+        )
+
+    async def cost(self) -> SessionCost:
+        """See :meth:`Session.cost`."""
+        return await self._step(self._session.cost)
 
     async def append_response(
         self, response: Any, *, timestamp: float | None = None, now: float | None = None

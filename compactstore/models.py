@@ -20,6 +20,7 @@ from pydantic import (
 
 from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
 from compactstore.frozen import FrozenDict, freeze, thaw
+from compactstore.ledger import CallUsage
 
 __all__ = [
     "MEMORY_KINDS",
@@ -456,6 +457,7 @@ class ImportedMessage:
     timestamp: float | None = None  # epoch seconds; None: the import time
     usage: int | None = None  # the prompt size the provider reported for the call producing it
     where: str | None = None  # its place in the file, for errors ("run.jsonl line 12")
+    ledger: CallUsage | None = None  # what that call was billed for, when the transcript says
 
 
 class ImportedBoundary(BaseModel):

@@ -25,6 +25,7 @@ from compactstore.core.appending import (
     tool_result_message,
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
+from compactstore.core.cost import session_cost
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
@@ -33,6 +34,7 @@ from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFound
 from compactstore.formats.base import storable_text
 from compactstore.formats.sdk_objects import has_sdk_object, response_turn
 from compactstore.formats.sdk_types import to_request
+from compactstore.ledger import SessionCost, call_usage, response_usage, usage_cost
 from compactstore.models import (
     CompactionResult,
     CompactTrigger,
@@ -128,14 +130,20 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         :meth:`append` stores SDK objects; the prompt size it reports is recorded as
         :meth:`record_usage` records it, at time ``now`` (Anthropic: ``input_tokens +
         cache_creation_input_tokens + cache_read_input_tokens``; OpenAI: ``prompt_tokens``;
-        Responses: ``input_tokens``), before the turn is counted as appended. Returns the
-        seqs of the stored messages.
+        Responses: ``input_tokens``), before the turn is counted as appended. The call's
+        row in ``model_calls`` gets the usage split as billed, the model, the provider's
+        iterations, cache-miss reason and input transformations, and the cost (see
+        :mod:`compactstore.ledger`). Returns the seqs of the stored messages.
 
         Raises:
-            InvalidInputError: not a response object of the session's format.
+            InvalidInputError: not a response object of the session's format, or a usage
+                of another provider's shape or with a count that is not a whole number
+                >= 0 (nothing is stored).
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
         messages, count = response_turn(self.format, response)
+        ledger = response_usage(self.format, response)
+        cost = None if ledger is None else usage_cost(self.store.prices, ledger)
         pending = [
             self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
             for i, m in enumerate(messages)
@@ -149,7 +157,14 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             if count is not None:
                 context = self._context(connection, row)
                 calibration = calibrate(
-                    connection, row, context, count, called, measured_on=measured_on
+                    connection,
+                    row,
+                    context,
+                    count,
+                    called,
+                    measured_on=measured_on,
+                    ledger=ledger,
+                    cost_usd=cost,
                 )
                 row = self._locked(connection)
             seqs = insert_messages(connection, row, self.adapter, pending) if pending else []
@@ -267,24 +282,61 @@ class Session(SessionReading, SessionHistory, SessionMemory):
 
     # -- usage --------------------------------------------------------------------------
 
-    def record_usage(self, input_tokens: int, *, now: float | None = None) -> bool:
-        """Report the real prompt size the API counted for the current active context.
+    def record_usage(
+        self,
+        input_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_5m_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        iterations: list[dict[str, Any]] | None = None,
+        cache_miss_reason: dict[str, Any] | None = None,
+        input_transformations: list[dict[str, Any]] | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Report what the API counted for the current active context.
 
-        Usage then follows the real count: the offset to the estimate is stored and the
-        correction factor is learnt from consecutive real counts. A model call that went
-        through also resets the reactive-recovery counter. The call is recorded in
-        ``model_calls`` at time ``now`` (epoch seconds; default: the clock).
+        The prompt size is ``input_tokens + cache_read_tokens + cache_write_5m_tokens +
+        cache_write_1h_tokens``: pass the split as the provider bills it (``input_tokens``
+        uncached, as Anthropic reports it; the cache writes by lifetime: the provider's
+        short one, Anthropic 5 minutes or OpenAI 30, and its long one, 1 hour or 12), or
+        the whole prompt as ``input_tokens`` alone. Usage then follows the real count: the
+        offset to the estimate is stored and the correction factor is learnt from
+        consecutive real counts. A model call that went through also resets the
+        reactive-recovery counter. The call is recorded in ``model_calls`` at time ``now``
+        (epoch seconds; default: the clock) with these fields, the model, and its cost at
+        the store's prices (None for a model without a price: see
+        :mod:`compactstore.pricing`).
 
-        A count below half the store's raw estimate of the context is not used (returns
-        False, warns once per session): under prompt caching ``input_tokens`` alone is not
-        the prompt size; pass input + cache_creation + cache_read tokens. A count whose
-        overhead alone fills ``auto_compact_threshold`` of the window records one failed
-        auto compaction, trips the breaker and warns (``reset_breaker()`` re-arms it).
+        A prompt below half the store's raw estimate of the context is not used (returns
+        False, warns once per session): the usual cause is ``input_tokens`` alone under
+        prompt caching. A count whose overhead alone fills ``auto_compact_threshold`` of
+        the window records one failed auto compaction, trips the breaker and warns
+        (``reset_breaker()`` re-arms it).
 
         Returns:
             True when the count was used for calibration.
+
+        Raises:
+            InvalidInputError: a count that is not a whole number >= 0, or JSON fields of
+                the wrong shape (nothing is recorded).
         """
         checks.check_whole(input_tokens, "input_tokens")
+        ledger = call_usage(
+            input_tokens=input_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_5m_tokens=cache_write_5m_tokens,
+            cache_write_1h_tokens=cache_write_1h_tokens,
+            output_tokens=output_tokens,
+            model=model,
+            iterations=iterations,
+            cache_miss_reason=cache_miss_reason,
+            input_transformations=input_transformations,
+        )
+        cost = usage_cost(self.store.prices, ledger)
+        prompt = ledger.prompt_tokens
         called = now_or_clock(now)
 
         measured_on = self._handed_version
@@ -293,12 +345,32 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             row = self._locked(connection)
             context = self._context(connection, row)
             return calibrate(
-                connection, row, context, input_tokens, called, measured_on=measured_on
+                connection,
+                row,
+                context,
+                prompt,
+                called,
+                measured_on=measured_on,
+                ledger=ledger,
+                cost_usd=cost,
             )
 
         calibration = self.store._write(tx)
-        self._usage_warnings(calibration, input_tokens)
+        self._usage_warnings(calibration, prompt)
         return calibration.used
+
+    def cost(self) -> SessionCost:
+        """What the session's model calls cost, summed from ``model_calls`` in SQL.
+
+        Totals by kind of token, the cost (of the calls with a price), how many calls there
+        were and how many have no cost (no model, or one the price table does not have).
+        ``cache_rewrites`` is what compaction made the provider write to the cache again:
+        for each compaction that changed the active context, the cache-write tokens of the
+        first model call after it, with their price at the store's prices (a call that
+        follows several compactions counts once, for the newest of them).
+        """
+        store = self.store
+        return store._read(lambda c: session_cost(c, self.id, store.location, store.prices))
 
     def _usage_warnings(self, calibration: Calibration, input_tokens: int) -> None:
         if calibration.overhead_reason is not None:
@@ -315,8 +387,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             warnings.warn(
                 f"session {self.id!r}: record_usage({input_tokens}) is below half the store's "
                 f"estimate of the context, so it was not used for calibration; with prompt "
-                f"caching, report input_tokens + cache_creation_input_tokens + "
-                f"cache_read_input_tokens",
+                f"caching, pass the cache figures too: cache_read_tokens and "
+                f"cache_write_5m_tokens/cache_write_1h_tokens (Anthropic's "
+                f"cache_read_input_tokens and cache_creation_input_tokens)",
                 CompactStoreWarning,
                 stacklevel=3,
             )

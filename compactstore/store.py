@@ -67,6 +67,7 @@ from compactstore.models import (
     JobInfo,
     SessionInfo,
 )
+from compactstore.pricing import Prices, PriceTable, price_table
 from compactstore.session import Session
 from compactstore.store_jobs import run_background_job
 from compactstore.tokens import TokenCounter
@@ -118,8 +119,11 @@ class CompactStore:
         redactor: Redactor | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
+        prices: Prices | None = None,
     ) -> None:
         self.engine = engine
+        # What model calls cost (compactstore.pricing): the shipped table and the caller's.
+        self.prices: PriceTable = price_table(prices)
         self.allow_block_types = block_type_extension(allow_block_types)
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
@@ -158,6 +162,7 @@ class CompactStore:
         pool_timeout: float | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
+        prices: Prices | None = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -202,6 +207,10 @@ class CompactStore:
             allow_block_types: content block types to accept beyond the format's per-role
                 lists (:data:`compactstore.formats.block_types.BLOCK_TYPES`): a list of
                 type names (every role) or a mapping of role -> type names.
+            prices: model name -> :class:`~compactstore.pricing.ModelPrice` (or a dict of
+                its fields), added to or replacing the shipped, dated table of
+                :mod:`compactstore.pricing`; the cost of each model call recorded from then
+                on is figured with it (a model with no price: cost None).
 
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use
@@ -222,6 +231,7 @@ class CompactStore:
         check_summarizer(summarizer)
         checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
+        table = price_table(prices)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url,
@@ -242,6 +252,7 @@ class CompactStore:
             redactor=redactor,
             cache_sessions=cache_sessions,
             allow_block_types=allow_block_types,
+            prices=table,
         )
 
     def close(self) -> None:
@@ -503,6 +514,7 @@ class CompactStore:
                 count_tokens=self.token_counter,
                 location=self.location,
                 allow_block_types=self.allow_block_types,
+                prices=self.prices,
             )
 
         return Session(self, self._write(tx))

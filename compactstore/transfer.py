@@ -240,6 +240,7 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
             memory_provider=target.memory_provider,
             redactor=target.redactor,
             allow_block_types=target.allow_block_types,
+            prices=target.prices,
         )
         stage._staging = True  # its own imports are built in place
         try:

@@ -1149,6 +1149,7 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
         "boundaries",
         "blobs",
         "memory_entries",
+        "model_calls",
         "db_file_bytes",
         "wal_file_bytes",
     }
@@ -1179,6 +1180,19 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
     blobs = [big_file(0), big_file(2), big_file(4)]
     assert data["blobs"] == {"count": 3, "bytes": sum(len(b.encode("utf-8")) for b in blobs)}
     assert data["memory_entries"] == 0
+    # No call reported usage here: the ledger counts nothing, and no cost is known.
+    assert data["model_calls"] == {
+        "count": 0,
+        "unpriced": 0,
+        "tokens": {
+            "input": 0,
+            "cache_read": 0,
+            "cache_write_5m": 0,
+            "cache_write_1h": 0,
+            "output": 0,
+        },
+        "cost_usd": None,
+    }
     if data["backend"] == "sqlite":
         assert data["db_file_bytes"] == Path(copy).stat().st_size > 0
     else:

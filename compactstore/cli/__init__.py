@@ -43,6 +43,7 @@ JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``e
     demo         {report: {session_id, steps, messages, fired, compactions, tokens_freed,
                   peak_usage, peak_sent, context_window}, compactions: [compaction],
                   audit_queries: [{title, sql}]}
+    cost         see compactstore.ledger.SessionCost.as_json
     stats        see compactstore.admin.StoreStats.as_json
     backup       {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
     restore      {location, file, sessions, rows: {table: count}, ids: {table: {old: new}}}
@@ -60,7 +61,7 @@ import click
 from compactstore.cli.compaction import compact, replay, rollback, worker
 from compactstore.cli.errors import CompactstoreGroup
 from compactstore.cli.options import root_db_option
-from compactstore.cli.reading import blob, breaker, export, history, sessions, show, stats
+from compactstore.cli.reading import blob, breaker, cost, export, history, sessions, show, stats
 from compactstore.cli.render import one_line
 from compactstore.cli.report import report
 from compactstore.cli.schema import db_group
@@ -89,6 +90,7 @@ for _command in (
     blob,
     breaker,
     compact,
+    cost,
     db_group,
     delete,
     demo,

@@ -1,4 +1,4 @@
-"""Commands that read a store: sessions, show, history, blob, breaker, export, stats."""
+"""Commands that read a store: sessions, show, history, blob, breaker, export, cost, stats."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from compactstore.store import CompactStore
 
 SHOW_LIMIT = 50  # rows `show` lists by default: the newest of the active context
 
-__all__ = ["blob", "breaker", "export", "history", "sessions", "show", "stats"]
+__all__ = ["blob", "breaker", "cost", "export", "history", "sessions", "show", "stats"]
 
 
 @click.command()
@@ -194,6 +194,29 @@ def export(session_id: str, active: bool, output: Path | None, db: str) -> None:
         with open_output(output, db=db) as out:
             for line in lines:
                 out.write(line.encode("utf-8"))
+
+
+@click.command(short_help="Show what a session's model calls cost.")
+@session_argument
+@db_option
+@json_option
+@library_errors
+def cost(session_id: str, db: str, as_json: bool) -> None:
+    """Show what a session's model calls cost: tokens by kind, cost, cache rewrites.
+
+    Sums the session's ledger (model_calls): uncached input, cache reads, cache writes
+    (5-minute and 1-hour), output, and the cost in US dollars at the store's prices (calls
+    whose model has no price are counted apart). Under it, what each compaction made the
+    cache write again: the cache writes of the first call after it, with their price.
+
+    Example: compactstore cost s1 --json
+    """
+    with CompactStore.open(db, read_only=True) as store:
+        found = store.get_session(session_id).cost()
+    if as_json:
+        click.echo(render.json_text(found.as_json()))
+    else:
+        click.echo("\n".join(render.cost_lines(found)))
 
 
 @click.command(short_help="Show store-wide counts and sizes.")

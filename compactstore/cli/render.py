@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from compactstore.admin import StoreStats
     from compactstore.context import ActiveContext, ContextMessage
     from compactstore.demo import DemoReport
+    from compactstore.ledger import SessionCost
 
 __all__ = [
     "boundary_json",
@@ -411,6 +412,9 @@ def stats_lines(found: StoreStats) -> list[str]:
         ),
         ("blobs", f"{found.blobs:,} ({found.blob_bytes:,} bytes)"),
         ("memory entries", f"{found.memory_entries:,}"),
+        ("model calls", _calls_summary(found.model_calls, found.model_calls_unpriced)),
+        ("call tokens", _tokens_summary(found.call_tokens)),
+        ("cost", _usd(found.cost_usd, found.model_calls_unpriced)),
     ]
     if found.db_file_bytes is not None:
         rows.append(
@@ -443,6 +447,50 @@ def _per_stage(figures: dict[str, int], style: str) -> str:
             text += f" ({style.format(manual)} manual)"
         parts.append(text)
     return ", ".join(parts) or "none"
+
+
+def _usd(cost: float | None, unpriced: int) -> str:
+    if cost is None:
+        return "unknown (no call has a price)" if unpriced else "$0.00"
+    return f"${cost:,.4f}" + (f" (+{unpriced:,} calls without a price)" if unpriced else "")
+
+
+def _calls_summary(calls: int, unpriced: int) -> str:
+    return f"{calls:,}" + (f" ({unpriced:,} without a price)" if unpriced else "")
+
+
+def _tokens_summary(tokens: Mapping[str, int]) -> str:
+    return (
+        f"input {tokens.get('input', 0):,} · cache read {tokens.get('cache_read', 0):,} · "
+        f"cache write 5m {tokens.get('cache_write_5m', 0):,} · "
+        f"1h {tokens.get('cache_write_1h', 0):,} · output {tokens.get('output', 0):,}"
+    )
+
+
+def cost_lines(cost: SessionCost) -> list[str]:
+    """The `cost` report of a session: calls, tokens by kind, cost, cache rewrites."""
+    tokens = cost.as_json()["tokens"]
+    lines = [
+        f"session:        {cost.session_id}",
+        f"model calls:    {_calls_summary(cost.calls, cost.unpriced_calls)}",
+        f"tokens:         {_tokens_summary(tokens)}",
+        f"cost:           {_usd(cost.cost_usd, cost.unpriced_calls)}",
+    ]
+    if cost.calls_without_usage:
+        lines.append(f"no usage split: {cost.calls_without_usage:,} calls (prompt size only)")
+    rewrite = cost.cache_rewrite_cost_usd
+    lines.append(
+        f"cache rewrite:  {cost.cache_rewrite_tokens:,} tokens written again after "
+        f"{len(cost.cache_rewrites):,} compactions"
+        + ("" if rewrite is None else f", ${rewrite:,.4f}")
+    )
+    for row in cost.cache_rewrites:
+        price = "no price" if row.cost_usd is None else f"${row.cost_usd:,.4f}"
+        lines.append(
+            f"  compaction {row.compaction_id}: {row.tokens:,} tokens "
+            f"(call at seq {row.call_seq}), {price}"
+        )
+    return lines
 
 
 def demo_json(

@@ -34,7 +34,9 @@ from compactstore.errors import (
 )
 from compactstore.formats import MessageFormat
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
+from compactstore.ledger import CallUsage, usage_cost
 from compactstore.models import CompactionConfig, ImportedBoundary, ImportedMessage, SessionInfo
+from compactstore.pricing import PriceTable, price_table
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -130,17 +132,20 @@ def import_transcript(
     count_tokens: TokenCounter,
     location: str,
     allow_block_types: BlockTypeExtension = NO_EXTENSION,
+    prices: PriceTable | None = None,
 ) -> repo.SessionRow:
     """Create a session holding a transcript and the compactions its agent did.
 
     ``items`` are the messages in order, each boundary coming just before the first
     message it keeps (or after the last): it cuts the context there, as the agent
     continued after it. A message's ``usage`` (the prompt size the transcript reports for
-    the call that produced it) becomes a model_calls row. Items are checked, counted and
-    stored a batch at a time as they come, so memory stays bounded however long the
-    transcript; since tokens are counted inside this transaction, a long import runs on a
-    staging database of its own (see :func:`compactstore.importers.import_file`). The
-    session's creation time is the first timestamp of its first batch.
+    the call that produced it) becomes a model_calls row, with its ``ledger`` (what the
+    call was billed for) and its cost at ``prices`` when the transcript reports them.
+    Items are checked, counted and stored a batch at a time as they come, so memory stays
+    bounded however long the transcript; since tokens are counted inside this transaction,
+    a long import runs on a staging database of its own (see
+    :func:`compactstore.importers.import_file`). The session's creation time is the first
+    timestamp of its first batch.
 
     Raises:
         ConflictError: the session already exists.
@@ -154,7 +159,11 @@ def import_transcript(
     batch: list[ImportedMessage] = []
     created = False
     stored = 0  # messages stored so far: the seq of the next one
-    calls = _ImportedCalls(overhead=config.fixed_overhead_tokens, factor=config.token_factor)
+    calls = _ImportedCalls(
+        overhead=config.fixed_overhead_tokens,
+        factor=config.token_factor,
+        prices=prices or price_table(None),
+    )
 
     def flush() -> None:
         nonlocal created, stored
@@ -186,7 +195,13 @@ def import_transcript(
                     )
                 )
                 usage = None if item.usage is None else check_whole(item.usage, "usage")
-                calls.message(seq, pending[-1].tokens, usage, pending[-1].created_at)
+                ledger = item.ledger
+                if ledger is not None and not isinstance(ledger, CallUsage):
+                    raise InvalidInputError(
+                        f"ledger must be a compactstore.ledger.CallUsage, got "
+                        f"{type(ledger).__name__}"
+                    )
+                calls.message(seq, pending[-1].tokens, usage, pending[-1].created_at, ledger)
             except InvalidInputError as exc:
                 raise type(exc)(f"{item.where or f'message {seq}'}: {exc}") from None
         try:
@@ -227,6 +242,7 @@ def import_transcript(
         calls.boundary(
             cut.first_kept_seq,
             repo.pinned_tokens_before(connection, sid, cut.first_kept_seq) + cut.summary_tokens,
+            require(connection, sid, location).context_version,
         )
     flush()
     return require(connection, sid, location)
@@ -241,27 +257,46 @@ class _ImportedCalls:
 
     overhead: int
     factor: float
+    prices: PriceTable
     total: int = 0  # tokens of the messages seen so far
+    version: int = 0  # the session's context version after the boundaries seen so far
     # Per boundary: (first kept seq, tokens before the messages it keeps - total before it).
     cuts: list[tuple[int, int]] = field(default_factory=list)
     ready: list[ModelCall] = field(default_factory=list)
 
-    def message(self, seq: int, tokens: int, usage: int | None, created_at: float) -> None:
+    def message(
+        self,
+        seq: int,
+        tokens: int,
+        usage: int | None,
+        created_at: float,
+        ledger: CallUsage | None = None,
+    ) -> None:
         """Message ``seq``; ``usage`` is the real count of the call that produced it, whose
-        context ended one seq before."""
+        context ended one seq before, and ``ledger`` what that call was billed for."""
         last = seq - 1
         if usage is not None and last >= 0:
             base = next((b for first, b in reversed(self.cuts) if first <= last), 0)
             raw = base + self.total
             self.ready.append(
-                ModelCall(last, self.overhead + round(self.factor * raw), usage, created_at)
+                ModelCall(
+                    last,
+                    self.overhead + round(self.factor * raw),
+                    usage,
+                    created_at,
+                    ledger=ledger,
+                    cost_usd=None if ledger is None else usage_cost(self.prices, ledger),
+                    context_version=self.version,
+                )
             )
         self.total += tokens
 
-    def boundary(self, first_kept_seq: int, kept_before: int) -> None:
+    def boundary(self, first_kept_seq: int, kept_before: int, version: int) -> None:
         """A boundary before ``first_kept_seq`` (all earlier messages seen); the context
-        after it starts with ``kept_before`` tokens (pins and summary)."""
+        after it starts with ``kept_before`` tokens (pins and summary) and has context
+        version ``version``."""
         self.cuts.append((first_kept_seq, kept_before - self.total))
+        self.version = version
 
     def take(self) -> list[ModelCall]:
         ready, self.ready = self.ready, []

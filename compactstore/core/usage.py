@@ -24,6 +24,7 @@ from compactstore.core.recording import record_attempt
 from compactstore.core.replay_inputs import UsageCheck
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
+from compactstore.ledger import CallUsage
 from compactstore.models import CompactTrigger
 from compactstore.tokens import PRIOR_WEIGHT, learn_factor
 
@@ -50,21 +51,35 @@ def calibrate(
     called_at: float,
     *,
     measured_on: int | None = None,
+    ledger: CallUsage | None = None,
+    cost_usd: float | None = None,
 ) -> Calibration:
     """Store the real count of ``context`` and learn the factor from it; record the call
-    in ``model_calls``. A model call that went through resets the reactive-recovery counter
-    whether or not its count is used.
+    in ``model_calls`` with what it was billed (``ledger``, ``cost_usd``), against the
+    context version it sent. A model call that went through resets the reactive-recovery
+    counter whether or not its count is used.
     """
     sid = session.id
+    sent = session.context_version if measured_on is None else measured_on
+
+    def call(real_tokens: int | None) -> list[model_calls.ModelCall]:
+        return [
+            model_calls.ModelCall(
+                session.last_seq,
+                context.usage,
+                real_tokens,
+                called_at,
+                ledger=ledger,
+                cost_usd=cost_usd,
+                context_version=sent,
+            )
+        ]
+
     raw = context.raw_tokens
     repo.set_breaker(connection, sid, reactive_attempts=0)
     superseded = measured_on is not None and measured_on != session.context_version
     if superseded or input_tokens < raw / 2:
-        model_calls.insert_calls(
-            connection,
-            sid,
-            [model_calls.ModelCall(session.last_seq, context.usage, None, called_at)],
-        )
+        model_calls.insert_calls(connection, sid, call(None))
         repo.update_session(connection, sid)
         return Calibration(used=False, superseded=superseded)
     factor, weight = session.config.token_factor, PRIOR_WEIGHT
@@ -81,11 +96,7 @@ def calibrate(
     repo.update_session(
         connection, sid, usage_offset=offset, real_tokens=input_tokens, real_estimate=raw
     )
-    model_calls.insert_calls(
-        connection,
-        sid,
-        [model_calls.ModelCall(session.last_seq, context.usage, input_tokens, called_at)],
-    )
+    model_calls.insert_calls(connection, sid, call(input_tokens))
     return Calibration(
         used=True,
         overhead_reason=_check_overhead(

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Numeric,
     String,
     Table,
     Text,
@@ -380,6 +381,25 @@ model_calls = Table(
     # The prompt size the provider counted, when the caller or the transcript reported it.
     Column("real_tokens", Integer),
     Column("created_at", Float, nullable=False),
+    # The cost and cache ledger (compactstore.ledger), when the call's usage was reported
+    # (null on rows recorded before it): the prompt split as billed -- uncached input, cache
+    # reads, cache writes for the provider's short (5 m) and long (1 h) lifetime -- and the
+    # output; the provider's iterations, cache-miss reason and input transformations as
+    # reported (JSON); the model; the cost in US dollars at the store's prices when the
+    # call was recorded (null: a model without a price).
+    Column("input_tokens", Integer),
+    Column("cache_read_tokens", Integer),
+    Column("cache_write_5m_tokens", Integer),
+    Column("cache_write_1h_tokens", Integer),
+    Column("output_tokens", Integer),
+    Column("iterations", Text),
+    Column("cache_miss_reason", Text),
+    Column("input_transformations", Text),
+    Column("model", String(255)),
+    Column("cost_usd", Numeric(20, 10, asdecimal=False)),
+    # The session's context_version the call sent: the first call at or after a
+    # compaction's version is the one that wrote the cache again after it.
+    Column("context_version", Integer),
 )
 Index("ix_model_calls_session", model_calls.c.session_id, model_calls.c.id)
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from compactstore.db import schema
+from compactstore.db.model_calls import cost_totals
 
 __all__ = ["stage_counts", "store_counts"]
 
@@ -41,7 +42,8 @@ def stage_counts(
 
 def store_counts(connection: Connection) -> dict[str, Any]:
     """Sessions, messages, compactions (by strategy, and by stage), boundaries, blobs and
-    memory entries of the store."""
+    memory entries of the store, and its model calls' tokens by kind and cost (the ledger's
+    sums)."""
     messages, tokens = connection.execute(
         select(func.count(), func.coalesce(func.sum(schema.messages.c.tokens), 0))
     ).one()
@@ -57,6 +59,7 @@ def store_counts(connection: Connection) -> dict[str, Any]:
         select(func.count(), func.coalesce(func.sum(schema.tool_result_blobs.c.size), 0))
     ).one()
     boundaries = schema.compact_boundaries
+    ledger = cost_totals(connection)
     return {
         "sessions": _count(connection, schema.sessions),
         "messages": int(messages),
@@ -74,4 +77,14 @@ def store_counts(connection: Connection) -> dict[str, Any]:
         "blobs": int(blobs),
         "blob_bytes": int(blob_bytes),
         "memory_entries": _count(connection, schema.memory_entries),
+        "model_calls": ledger.calls,
+        "model_calls_unpriced": ledger.calls - ledger.priced_calls,
+        "call_tokens": {
+            "input": ledger.input_tokens,
+            "cache_read": ledger.cache_read_tokens,
+            "cache_write_5m": ledger.cache_write_5m_tokens,
+            "cache_write_1h": ledger.cache_write_1h_tokens,
+            "output": ledger.output_tokens,
+        },
+        "cost_usd": ledger.cost_usd,
     }

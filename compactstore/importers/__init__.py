@@ -43,6 +43,7 @@ from compactstore.importers.files import (
     open_transcript,
     parse_json,
 )
+from compactstore.ledger import CallUsage
 from compactstore.media_checks import note_bad_media
 from compactstore.models import ImportedBoundary, ImportedMessage
 
@@ -134,6 +135,8 @@ class Transcript:
     read_paths: list[str | None]
     # Files written or edited by the tool calls of this (assistant) message.
     write_paths: list[list[str]]
+    # What the model call that produced this message was billed for, when reported.
+    ledgers: list[CallUsage | None] = field(default_factory=list)
 
 
 @dataclass
@@ -146,6 +149,7 @@ class Entry:
     usage: int | None = None  # the provider's prompt size for the call that produced it
     read_path: str | None = None  # a tool result of a file read: the file
     write_paths: list[str] = field(default_factory=list)  # files its tool calls write
+    ledger: CallUsage | None = None  # what the call that produced it was billed for
 
 
 @dataclass(frozen=True)
@@ -212,10 +216,11 @@ class TranscriptBuilder:
         usage: int | None = None,
         read_path: str | None = None,
         write_paths: list[str] | None = None,
+        ledger: CallUsage | None = None,
     ) -> int:
         """Append a message; returns its index."""
         self._held.append(
-            Entry(message, where, timestamp, usage, read_path, list(write_paths or []))
+            Entry(message, where, timestamp, usage, read_path, list(write_paths or []), ledger)
         )
         return self.count - 1
 
@@ -344,6 +349,7 @@ def collect(source: str, format: str, items: Iterable[Item]) -> Transcript:
         out.usage.append(item.usage)
         out.read_paths.append(item.read_path)
         out.write_paths.append(item.write_paths)
+        out.ledgers.append(item.ledger)
     return out
 
 
@@ -640,4 +646,6 @@ def import_file(
 def _imported(name: str, item: Item) -> ImportedMessage | ImportedBoundary:
     if isinstance(item, BoundaryEntry):
         return item.boundary
-    return ImportedMessage(item.message, item.timestamp, item.usage, f"{name} {item.where}")
+    return ImportedMessage(
+        item.message, item.timestamp, item.usage, f"{name} {item.where}", item.ledger
+    )

@@ -33,11 +33,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.errors import InvalidMessageError
+from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import get_format
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
+from compactstore.ledger import claude_code_usage
 from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
@@ -254,10 +255,18 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
     same = message_id is not None and message_id == state.group_id
     if not same:
         state.group_id, state.group_index = message_id, None
+    try:
+        ledger = claude_code_usage(message)
+    except InvalidInputError as exc:
+        raise state.out.error(where, str(exc)) from None
+    out = state.out
     if not blocks:
+        if state.group_index is not None and ledger is not None:
+            # The API message's usage is repeated on each of its records, the output count
+            # growing as it streamed: the last record's is the call's.
+            out.entry(state.group_index).ledger = ledger
         return
     writes = _write_paths(blocks)
-    out = state.out
     if state.group_index is None:
         index = out.add(
             {"role": "assistant", "content": blocks},
@@ -265,6 +274,7 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
             timestamp=parse_timestamp(record.get("timestamp")),
             usage=_usage(message.get("usage")),
             write_paths=writes,
+            ledger=ledger,
         )
         state.group_index = index if message_id is not None else None
     else:
@@ -274,6 +284,8 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
         entry.write_paths.extend(p for p in writes if p not in entry.write_paths)
         if entry.usage is None:
             entry.usage = _usage(message.get("usage"))
+        if ledger is not None:
+            entry.ledger = ledger
     for block in blocks:
         if block.get("type") == "tool_use":
             tool_input = block.get("input")

@@ -29,10 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
+from compactstore.ledger import CallUsage, codex_usage
 from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["apply_patch_paths", "convert", "shell_read_path"]
@@ -65,6 +67,8 @@ class _State:
     epoch: int = 0
     group: int | None = None  # index of the assistant message still taking items
     pending_usage: int | None = None  # from a token_count event not yet given to a message
+    pending_ledger: CallUsage | None = None  # the same event's usage split
+    model: str | None = None  # the model of the current turn (turn_context)
     instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
 
 
@@ -88,8 +92,10 @@ def convert(
         elif kind == "turn_context":
             if isinstance(payload.get("cwd"), str):
                 state.cwd = payload["cwd"]
+            if isinstance(payload.get("model"), str) and payload["model"]:
+                state.model = payload["model"]
         elif kind == "event_msg":
-            _event(state, payload)
+            _event(state, where, payload)
         elif kind == "compacted":
             _compacted(state, where, payload, timestamp)
         elif kind == "response_item":
@@ -150,7 +156,7 @@ def _prepend_instructions(state: _State) -> None:
     state.out.insert_first(Entry({"role": "system", "content": text}, where, timestamp))
 
 
-def _event(state: _State, payload: dict[str, Any]) -> None:
+def _event(state: _State, where: str, payload: dict[str, Any]) -> None:
     if payload.get("type") != "token_count":
         return
     info = payload.get("info")
@@ -158,11 +164,17 @@ def _event(state: _State, payload: dict[str, Any]) -> None:
     tokens = last.get("input_tokens") if isinstance(last, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
         return
+    assert isinstance(last, dict)
+    try:
+        ledger = codex_usage(last, state.model)
+    except InvalidInputError as exc:
+        raise state.out.error(where, str(exc)) from None
     # Newer Codex writes the count after the response's items, older before them.
     if state.group is not None and state.out.entry(state.group).usage is None:
         state.out.entry(state.group).usage = tokens
+        state.out.entry(state.group).ledger = ledger
     else:
-        state.pending_usage = tokens
+        state.pending_usage, state.pending_ledger = tokens, ledger
 
 
 def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: float | None) -> None:
@@ -225,8 +237,9 @@ def _open_group(state: _State, where: str, timestamp: float | None, *, content: 
         where=where,
         timestamp=timestamp,
         usage=state.pending_usage,
+        ledger=state.pending_ledger,
     )
-    state.pending_usage = None
+    state.pending_usage, state.pending_ledger = None, None
     return state.group
 
 
