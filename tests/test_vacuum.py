@@ -131,3 +131,21 @@ def test_db_vacuum_never_creates_a_database(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "no compactstore database at" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_opened_while_another_process_writes_reads_at_once(tmp_path: Path) -> None:
+    """Incremental auto-vacuum is set only on a new file: on an existing one the pragma
+    waits for the write lock, so every connection opened during another writer's
+    transaction waited for it (a reader must never wait for a writer under WAL)."""
+    path = tmp_path / "store.db"
+    with CompactStore.open(str(path)) as store:
+        store.session("s", context_window=10_000).append(user("hello"))
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE sessions SET context_window = context_window")
+    try:
+        with CompactStore.open(str(path), auto_migrate=False) as store:
+            assert [s.id for s in store.sessions()] == ["s"]
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

@@ -223,9 +223,12 @@ def _setup_sqlite(engine: Engine, *, read_only: bool = False) -> None:
         cursor = dbapi_connection.cursor()
         if not read_only:
             # Incremental auto-vacuum, so that deleting sessions can give the space back
-            # (db/space.py). It takes effect only in a file with no table yet (a new one;
-            # and before WAL is switched on), or at the next VACUUM; elsewhere a no-op.
-            cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            # (db/space.py). It takes effect only in a file with no page yet (a new one,
+            # before WAL is switched on), so it is set only there: on an existing file the
+            # pragma waits for the write lock, and a connection opened while another one
+            # writes would wait for that writer to finish.
+            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             # WAL: readers never block the writer and a crash mid-write leaves the file
             # intact. (A reader finds the mode in the file; it may not change it.)
             cursor.execute("PRAGMA journal_mode=WAL")

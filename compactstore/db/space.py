@@ -95,6 +95,7 @@ def vacuum(engine: Engine) -> None:
     that shrinks the file; PostgreSQL ``VACUUM`` of compactstore's tables."""
     if engine.dialect.name == "sqlite":
         with _driver(engine, "VACUUM") as driver:
+            driver.execute("PRAGMA auto_vacuum=INCREMENTAL")  # applied by the VACUUM
             driver.execute("VACUUM")
             driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return
