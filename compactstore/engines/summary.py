@@ -9,7 +9,8 @@ the same input succeeded; and a recall line when recall is enabled.
 
 The summary is cumulative: :func:`fold` adds the messages a cut removes to the previous
 boundary's state (a version-1 state is read as version 2), and :func:`render` writes the
-state within ``summary_max_tokens``. Over budget, the oldest instructions are cut to
+state within its budget (:func:`budget_for`: ``summary_max_tokens``, and at most
+``summary_max_window_share`` of the window). Over budget, the oldest instructions are cut to
 ``summary_instruction_chars`` first; while they still take more than half of the budget the
 oldest become one "N earlier instructions (seqs a–b)" line. Both are pure functions of their
 inputs, so a replay writes the same text.
@@ -18,6 +19,7 @@ inputs, so a replay writes the same text.
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +45,7 @@ from compactstore.recall import RECALL_LINE
 
 __all__ = [
     "PATH_PATTERN",
+    "budget_for",
     "file_actions",
     "fold",
     "normalise_path",
@@ -613,13 +616,24 @@ def _first_fit(start: int, end: int, fits: Callable[[int], bool]) -> int:
     return low
 
 
+def budget_for(context: ActiveContext) -> int:
+    """The summary's budget in ``context``, in the token counter's tokens:
+    ``summary_max_tokens``, and no more than ``summary_max_window_share`` of the window
+    once the session's token factor is applied."""
+    config = context.config
+    share = config.summary_max_window_share * context.context_window / context.factor
+    # Rounded first so float noise (0.2 * 1296 / 1.6 = 161.99999999999997) cannot lose a token.
+    return max(1, min(config.summary_max_tokens, math.floor(round(share, 6))))
+
+
 def render(
     state: SummaryState,
     config: CompactionConfig,
     count: Callable[[str], int],
     budget: int | None = None,
 ) -> tuple[str, SummaryState]:
-    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``), and
+    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``; the
+    engines pass :func:`budget_for`, which the window bounds too), and
     the state as written (instructions cut or folded by the budget).
 
     Over budget: the oldest instructions are cut to ``summary_instruction_chars``; while they
