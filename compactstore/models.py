@@ -151,8 +151,20 @@ class CompactionConfig(BaseModel):
     full_compact_target_share: float = Field(0.5, gt=0, le=1)
     # The summary (SPEC §9.7): the original request up to this many characters, later
     # instructions cut to summary_instruction_chars (oldest first) when over budget, files
-    # and errors listed up to these counts, the whole within summary_max_tokens.
+    # and errors listed up to these counts, the whole within summary_max_tokens and within
+    # summary_max_window_share of the window.
     summary_max_tokens: int = Field(6_000, ge=100)
+    summary_max_window_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description=(
+            "The most of the context window a summary may fill: its budget is the smaller of "
+            "summary_max_tokens and this share of context_window (in the token counter's "
+            "tokens: divided by the session's token factor), so a small window still has "
+            "room for the messages a compaction keeps."
+        ),
+    )
     summary_request_chars: int = Field(2_000, ge=1)
     summary_instruction_chars: int = Field(60, ge=10)
     summary_max_files: int = Field(60, ge=0)

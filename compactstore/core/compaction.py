@@ -47,6 +47,7 @@ from compactstore.engines import auto_compact, pipeline
 from compactstore.engines.base import EngineInputs, Summarizer
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider, select_memory
+from compactstore.engines.summary import budget_for
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.models import CompactionResult, SummaryState
@@ -246,7 +247,8 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         # no memory provider call, no count of summaries and no lease read.
         return Snapshot(session, context, inputs, max_compaction_id, summarizer_calls=0, lease=None)
     entries = repo.memories(connection, sid)
-    budget = context.config.session_memory_max_tokens
+    # The memory is part of a summary: within the window's share too.
+    budget = min(context.config.session_memory_max_tokens, budget_for(context))
     provider = plugins.memory_provider
     memory_text = (
         provider(sid, entries, budget)

@@ -55,12 +55,13 @@ def rule_summary(
     replaces: int | None = None,
 ) -> tuple[str, SummaryState]:
     """The rule-based summary text of a cut (header, ``note``, the §9.7 sections, closing
-    line) and the state as written. It stays within ``summary_max_tokens`` and, when
-    ``replaces`` (the tokens of what it stands for) is given, below that too, so a cut
-    always shrinks the context when it can."""
+    line) and the state as written. It stays within its budget (``summary_max_tokens``,
+    and ``summary_max_window_share`` of the window) and, when ``replaces`` (the tokens of
+    what it stands for) is given, below that too, so a cut always shrinks the context when
+    it can."""
     top = header(label, now) + (f"\n{note}" if note else "")
     count = context.count_tokens
-    budget = context.config.summary_max_tokens
+    budget = summary.budget_for(context)
     if replaces is not None:
         budget = min(budget, replaces - 1)
     sections, written = summary.render(

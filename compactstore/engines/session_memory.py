@@ -1,8 +1,9 @@
 """Stage 6a, session-memory compact (SPEC §5.6): summarise with memory the agent already has.
 
-The summary is the stored memory (up to ``session_memory_max_tokens``; ``user_intent``
-entries first, then the newest) plus counts, then the handoff sections of a full compact
-(:mod:`compactstore.engines.summary`), cumulative like them.
+The summary is the stored memory (up to ``session_memory_max_tokens``, and no more than the
+summary's share of the window; ``user_intent`` entries first, then the newest) plus counts,
+then the handoff sections of a full compact (:mod:`compactstore.engines.summary`, within
+the same budget), cumulative like them.
 A verbatim tail is kept, built from the newest message backwards: at least
 ``session_memory_min_tail_messages`` messages and ``session_memory_min_tail_tokens``
 tokens, growing up to ``session_memory_max_tail_tokens`` once those minimums are met.
@@ -105,7 +106,9 @@ def run(
         return failed
     state = summary.fold(inputs.summary_state, removed, context)
     # The same handoff sections as a full compact's, after the memory.
-    sections, state = summary.render(state, context.config, context.count_tokens)
+    sections, state = summary.render(
+        state, context.config, context.count_tokens, summary.budget_for(context)
+    )
     text = "\n\n".join(
         [
             header("Session Memory", inputs.now),

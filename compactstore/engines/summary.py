@@ -9,7 +9,8 @@ the same input succeeded; and a recall line when recall is enabled.
 
 The summary is cumulative: :func:`fold` adds the messages a cut removes to the previous
 boundary's state (a version-1 state is read as version 2), and :func:`render` writes the
-state within ``summary_max_tokens``. Over budget, the oldest instructions are cut to
+state within its budget (:func:`budget_for`: ``summary_max_tokens``, and at most
+``summary_max_window_share`` of the window). Over budget, the oldest instructions are cut to
 ``summary_instruction_chars`` first; while they still take more than half of the budget the
 oldest become one "N earlier instructions (seqs a–b)" line. Both are pure functions of their
 inputs, so a replay writes the same text.
@@ -18,9 +19,10 @@ inputs, so a replay writes the same text.
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from compactstore.boilerplate import request_text, strip_boilerplate
@@ -43,6 +45,7 @@ from compactstore.recall import RECALL_LINE
 
 __all__ = [
     "PATH_PATTERN",
+    "budget_for",
     "file_actions",
     "fold",
     "normalise_path",
@@ -321,8 +324,15 @@ def fold(
     patterns = config.boilerplate_patterns
     instructions = _upgraded(previous.instructions, patterns)
     errors = list(previous.errors)
+    # Where the unresolved errors of each call are in ``errors``: a success resolves them.
+    unresolved: dict[str, list[int]] = {}
+    for index, error in enumerate(errors):
+        if error.key and not error.resolved:
+            unresolved.setdefault(error.key, []).append(index)
     plan = previous.plan
-    work = previous.current_work
+    work = _current_work(removed, context)
+    if work is None:
+        work = previous.current_work
     cwd = _cwd(context, removed, previous.cwd)
     request = original_request(context) or previous.original_request
     files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
@@ -334,12 +344,6 @@ def fold(
             if said:
                 text = " ".join(said.split())[: config.summary_request_chars]
                 instructions.append(Instruction(seq=seq, text=text))
-        if item.kind == "assistant":
-            said = strip_boilerplate(fmt.text(item.message), patterns)
-            if said:
-                work = CurrentWork(
-                    seq=seq, text=said[: config.summary_request_chars], next_step=_next_step(said)
-                )
         for call in item.calls:
             calls[call.id] = call
             items = plan_items(call, config.plan_tool_names)
@@ -360,12 +364,11 @@ def fold(
                 text = _one_line(strip_boilerplate(shown, patterns), config.summary_error_chars)
                 if persisted:
                     text += f" (whole output: blob {persisted.group(1)})"
+                unresolved.setdefault(key, []).append(len(errors))
                 errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
                 continue
-            errors = [
-                e.model_copy(update={"resolved": True}) if e.key and e.key == key else e
-                for e in errors
-            ]
+            for index in unresolved.pop(key, ()):
+                errors[index] = errors[index].model_copy(update={"resolved": True})
             if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
                 for path, _ in file_actions(made):
                     normal = normalise_path(path, cwd)
@@ -396,16 +399,36 @@ def fold(
     )
 
 
+def _current_work(removed: Sequence[ContextMessage], context: ActiveContext) -> CurrentWork | None:
+    """The last assistant text among ``removed`` (client boilerplate removed), if any."""
+    patterns = context.config.boilerplate_patterns
+    for item in reversed(removed):
+        if item.kind == "assistant":
+            said = strip_boilerplate(context.fmt.text(item.message), patterns)
+            if said:
+                chars = context.config.summary_request_chars
+                return CurrentWork(seq=item.seq, text=said[:chars], next_step=_next_step(said))
+    return None
+
+
+def _suffixes(path: str) -> Iterator[tuple[str, str]]:
+    """(head, tail) for each "/" in ``path``: ``path`` ends with "/" + tail."""
+    at = path.find("/")
+    while at >= 0:
+        yield path[:at], path[at + 1 :]
+        at = path.find("/", at + 1)
+
+
 def _infer_cwd(files: dict[str, FileEntry]) -> str | None:
     """The working directory two spellings of one file show: ``/w/lib/a.ex`` and
     ``lib/a.ex`` give ``/w`` (the most frequent such prefix)."""
-    relative = [p for p in files if not p.startswith("/") and "/" in p and not p.startswith("..")]
+    relative = {p for p in files if not p.startswith("/") and "/" in p and not p.startswith("..")}
     prefixes: dict[str, int] = {}
     for path in files:
         if path.startswith("/"):
-            for r in relative:
-                if path.endswith("/" + r):
-                    prefix = path[: -len(r) - 1] or "/"
+            for head, tail in _suffixes(path):
+                if tail in relative:
+                    prefix = head or "/"
                     prefixes[prefix] = prefixes.get(prefix, 0) + 1
     return max(sorted(prefixes), key=prefixes.__getitem__) if prefixes else None
 
@@ -425,12 +448,18 @@ def _merge_spellings(entries: Iterable[FileEntry], cwd: str | None) -> tuple[Fil
     """One entry per file, oldest first: paths normalised against ``cwd``, and without one,
     an absolute path that ends with a relative one listed too is that file."""
     files = [e.model_copy(update={"path": normalise_path(e.path, cwd)}) for e in entries]
-    relative = [e.path for e in files if not e.path.startswith("/")]
+    # Each relative path and where it is first listed: an absolute path that ends with
+    # several is the first of them.
+    relative: dict[str, int] = {}
+    for index, entry in enumerate(files):
+        if not entry.path.startswith("/"):
+            relative.setdefault(entry.path, index)
     merged: dict[str, FileEntry] = {}
     for entry in files:
         target = entry.path
         if target.startswith("/") and cwd is None:
-            target = next((r for r in relative if target.endswith("/" + r)), target)
+            ends = [tail for _, tail in _suffixes(target) if tail in relative]
+            target = min(ends, key=relative.__getitem__, default=target)
         known = merged.pop(target, None)
         if known is None:
             merged[target] = entry.model_copy(update={"path": target})
@@ -532,19 +561,89 @@ def _folded(earlier: EarlierInstructions | None, oldest: Instruction) -> Earlier
     )
 
 
+class _Folds:
+    """The "earlier instructions" entry once the oldest ``j`` of ``instructions`` are folded
+    into ``earlier``, for any ``j`` at once: what ``j`` calls of :func:`_folded` give."""
+
+    def __init__(self, earlier: EarlierInstructions | None, instructions: Sequence[Instruction]):
+        self.earlier = earlier
+        self.count = earlier.count if earlier is not None else 0
+        # The first fold sets ``first`` when it was unset; then it never changes.
+        self.first = earlier.first if earlier is not None else None
+        self.first_at = next((i for i, e in enumerate(instructions) if e.seq is not None), None)
+        last: int | None = earlier.last if earlier is not None else None
+        self.last = [last]
+        for entry in instructions:
+            if entry.seq is not None:
+                last = entry.seq
+            self.last.append(last)
+
+    def after(self, j: int) -> EarlierInstructions | None:
+        if j == 0:
+            return self.earlier
+        first = self.first
+        if first is None and self.first_at is not None and self.first_at < j:
+            first = self.last[self.first_at + 1]
+        return EarlierInstructions(count=self.count + j, first=first, last=self.last[j])
+
+
+def _first_fit(start: int, end: int, fits: Callable[[int], bool]) -> int:
+    """The smallest ``j`` in ``[start, end]`` for which ``fits(j)`` or ``j == end``: the step
+    where a loop that shrinks the summary one item at a time, testing after each, stops.
+
+    ``fits`` is tested at ``start``, then only where it is monotone (false, then true from some
+    ``j`` on, as each step removes or shortens a line): from ``end`` downwards, doubling the
+    step, then by bisection. The probes near ``end`` are the cheap ones (little is left to
+    render), so a loop of n steps costs about as much as rendering what it keeps, not n renders.
+    """
+    if start >= end or fits(start):
+        return start
+    low, high = start + 1, end
+    step = 1
+    while low < high:
+        probe = max(low, high - step)
+        if not fits(probe):
+            low = probe + 1
+            break
+        high = probe
+        step *= 2
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def budget_for(context: ActiveContext) -> int:
+    """The summary's budget in ``context``, in the token counter's tokens:
+    ``summary_max_tokens``, and no more than ``summary_max_window_share`` of the window
+    once the session's token factor is applied."""
+    config = context.config
+    share = config.summary_max_window_share * context.context_window / context.factor
+    # Rounded first so float noise (0.2 * 1296 / 1.6 = 161.99999999999997) cannot lose a token.
+    return max(1, min(config.summary_max_tokens, math.floor(round(share, 6))))
+
+
 def render(
     state: SummaryState,
     config: CompactionConfig,
     count: Callable[[str], int],
     budget: int | None = None,
 ) -> tuple[str, SummaryState]:
-    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``), and
+    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``; the
+    engines pass :func:`budget_for`, which the window bounds too), and
     the state as written (instructions cut or folded by the budget).
 
     Over budget: the oldest instructions are cut to ``summary_instruction_chars``; while they
     take more than half the budget the oldest are folded into one "earlier instructions" line;
     then fewer files are shown, more instructions folded, the quoted request and current work
     shortened, the oldest errors left out, and at last the text is cut.
+
+    Each of these stops at the first step that fits, as if it tested after every step; it
+    finds that step with a few tests (:func:`_first_fit`), so the cost is linear in the
+    instructions, however many there are.
     """
     budget = max(1, config.summary_max_tokens if budget is None else budget)
     instructions = list(state.instructions)
@@ -568,32 +667,66 @@ def render(
     def over() -> bool:
         return count(text()) > budget
 
-    def instruction_cost() -> int:
-        lines = [_instruction_line(e) for e in instructions]
-        if earlier:
-            lines.append(_earlier_line(earlier, config.recall_enabled))
-        return count("\n".join(lines)) if lines else 0
-
     if over():
         chars = config.summary_instruction_chars
-        for index, entry in enumerate(instructions):
-            if len(entry.text) > chars:
-                instructions[index] = entry.model_copy(
-                    update={"text": _one_line(entry.text, chars)}
-                )
-                if not over():
-                    break
-        while instructions and instruction_cost() > budget // 2:
-            earlier = _folded(earlier, instructions.pop(0))
+        original = list(instructions)
+        long = [i for i, entry in enumerate(original) if len(entry.text) > chars]
+        cut = [
+            original[i].model_copy(update={"text": _one_line(original[i].text, chars)})
+            for i in long
+        ]
+
+        def cut_first(k: int) -> list[Instruction]:
+            shorter = list(original)
+            for index, entry in zip(long[:k], cut[:k], strict=True):
+                shorter[index] = entry
+            return shorter
+
+        def fits_cut(k: int) -> bool:
+            nonlocal instructions
+            instructions = cut_first(k)
+            return not over()
+
+        if long:
+            instructions = cut_first(_first_fit(1, len(long), fits_cut))
+
+        # Fold the oldest while the instructions take more than half the budget.
+        lines = [_instruction_line(entry) for entry in instructions]
+        folds = _Folds(earlier, instructions)
+        unfolded = list(instructions)
+
+        def instruction_cost(j: int) -> int:
+            shown = lines[j:]
+            entry = folds.after(j)
+            if entry:
+                shown.append(_earlier_line(entry, config.recall_enabled))
+            return count("\n".join(shown)) if shown else 0
+
+        def fold_to(j: int) -> None:
+            nonlocal instructions, earlier
+            instructions, earlier = unfolded[j:], folds.after(j)
+
+        folded = _first_fit(0, len(unfolded), lambda j: instruction_cost(j) <= budget // 2)
+        fold_to(folded)
         while over() and files_shown > 0:
             files_shown = max(0, files_shown - max(1, files_shown // 4))
-        while over() and instructions:
-            earlier = _folded(earlier, instructions.pop(0))
+
+        def fits_folded(j: int) -> bool:
+            fold_to(j)
+            return not over()
+
+        fold_to(_first_fit(folded, len(unfolded), fits_folded))
         for shorter in (600, 200, 60):
             if over():
                 quote = shorter
-        while over() and errors:
-            errors.pop(0)
+        every_error = list(errors)
+
+        def fits_errors(j: int) -> bool:
+            nonlocal errors
+            errors = every_error[j:]
+            return not over()
+
+        errors = every_error[_first_fit(0, len(every_error), fits_errors) :]
     written = text()
     while count(written) > budget and len(written) > 1:
         written = written[: int(len(written) * 0.9)].rstrip()

@@ -15,7 +15,7 @@ from compactstore import summary_audit as audit
 from compactstore.context import ActiveContext
 from compactstore.core.checks import check_session_id
 from compactstore.db import model_calls
-from compactstore.engines.summary import file_actions
+from compactstore.engines.summary import budget_for, file_actions
 from compactstore.errors import ConflictError, InvalidInputError, MissingExtraError
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import SDK_FORMATS, request_type, sdk_problems
@@ -317,14 +317,13 @@ class _Replay:
         report = self.report
         assert result.boundary is not None
         summary = result.boundary.summary_text
-        config = self.sess.config
+        context = self.sess.context()
         report.cuts += 1
         noise = audit.noise_lines(summary)
         report.noise_lines += len(noise)
         report.duplicate_files += audit.duplicate_files(audit.listed_files(summary))
         report.escaped_summaries += audit.escaped_newlines(summary)
-        report.over_budget_summaries += estimate_tokens(summary) > config.summary_max_tokens
-        context = self.sess.context()
+        report.over_budget_summaries += estimate_tokens(summary) > budget_for(context)
         first_kept = context.first_kept_seq
         hay = "\n".join(audit.squash(self.fmt.text(item.message)) for item in context.items)
         spans = audit.recall_spans(summary)

@@ -273,6 +273,9 @@ def test_the_attempt_counter_persists_and_record_usage_resets_it(
     chat = new_session(store, "anthropic", context_window=2_000)
     chat.request("Keep going")
     chat.chatter(120, chars=400)
+    # A newest message larger than the window: attempt 1's full compact cannot get under the
+    # limit, so the attempt is counted.
+    chat.user(words(14_000, "big"))
     assert chat.sess.reactive_recover(ERROR, now=T0 + 1) is not None
 
     again = reopen().session("s")

@@ -187,7 +187,9 @@ def test_a_custom_memory_provider_is_used(db_url: str) -> None:
     assert "stored entry text" not in result.summary_text
     assert seen, "the provider was called"
     session_id, given, budget = seen[-1]
-    assert session_id == "agent-7" and budget == 6_000
+    # session_memory_max_tokens (6,000), but no more than the summary's share of the window:
+    # a fifth of 10,000 tokens at factor 1.0.
+    assert session_id == "agent-7" and budget == 2_000
     assert [e.text for e in given] == ["stored entry text"]
 
 
