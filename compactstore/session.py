@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
+from compactstore.capabilities import resolve_policy
 from compactstore.core import background, checks, compaction
 from compactstore.core.appending import (
     dedup_candidate,
@@ -24,11 +25,17 @@ from compactstore.core.appending import (
     tool_result_message,
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
+from compactstore.core.recording import record_server_edits
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
-from compactstore.formats.sdk_objects import has_sdk_object, response_turn
+from compactstore.formats.sdk_objects import (
+    applied_edits,
+    has_sdk_object,
+    response_model,
+    response_turn,
+)
 from compactstore.formats.sdk_types import to_request
 from compactstore.models import (
     CompactionResult,
@@ -133,6 +140,8 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
         messages, count = response_turn(self.format, response)
+        model = response_model(response)
+        edits = applied_edits(response) if self.format == "anthropic" else []
         pending = [
             self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
             for i, m in enumerate(messages)
@@ -143,7 +152,24 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         def tx(connection: Connection) -> tuple[Calibration | None, list[int]]:
             row = self._locked(connection)
             calibration = None
-            if count is not None:
+            if model is not None and model != row.model:
+                repo.update_session(connection, self.id, model=model)
+                row = self._locked(connection)
+            if edits:
+                policy, _ = resolve_policy(
+                    row.config.edit_policy, row.model, self.store.model_capabilities
+                )
+                record_server_edits(
+                    connection,
+                    self.id,
+                    self._context(connection, row),
+                    edits,
+                    edit_policy=policy,
+                    at=called,
+                )
+            # With server-side edits applied, the real count measures the provider's edited
+            # copy, not this context: not used for calibration.
+            if count is not None and not edits:
                 context = self._context(connection, row)
                 calibration = calibrate(
                     connection, row, context, count, called, measured_on=measured_on
@@ -357,7 +383,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
 
     def _target(self) -> compaction.Target:
         store = self.store
-        return compaction.Target(self.id, self.adapter, store._cache, store.location)
+        return compaction.Target(
+            self.id, self.adapter, store._cache, store.location, store.model_capabilities
+        )
 
     def _background(self, request: compaction.Request) -> CompactionResult:
         """process_request(background=True): see :mod:`compactstore.core.background`."""

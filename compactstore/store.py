@@ -12,15 +12,17 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from compactstore.capabilities import ModelCapabilities, merged_capabilities
 from compactstore.core import checks, compaction
 from compactstore.core.cache import ContextCache
+from compactstore.core.checks import check_capabilities
 from compactstore.core.plugins import (
     checked_counter,
     checked_memory_provider,
@@ -116,8 +118,11 @@ class CompactStore:
         redactor: Redactor | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
+        model_capabilities: Mapping[str, ModelCapabilities] | None = None,
     ) -> None:
         self.engine = engine
+        # The dated model capability table with the caller's entries (compactstore.capabilities).
+        self.model_capabilities = merged_capabilities(check_capabilities(model_capabilities))
         self.allow_block_types = block_type_extension(allow_block_types)
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
@@ -154,6 +159,7 @@ class CompactStore:
         pool_timeout: float | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
+        model_capabilities: Mapping[str, ModelCapabilities] | None = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -188,6 +194,9 @@ class CompactStore:
             allow_block_types: content block types to accept beyond the format's per-role
                 lists (:data:`compactstore.formats.block_types.BLOCK_TYPES`): a list of
                 type names (every role) or a mapping of role -> type names.
+            model_capabilities: model id -> :class:`~compactstore.capabilities.ModelCapabilities`,
+                added to (or replacing entries of) the table shipped with the package; a
+                session's model decides its "auto" edit policy through it.
 
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use
@@ -205,6 +214,7 @@ class CompactStore:
         check_summarizer(summarizer)
         checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
+        check_capabilities(model_capabilities)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url, location=location, auto_migrate=auto_migrate, read_only=read_only, pool=pool
@@ -219,6 +229,7 @@ class CompactStore:
             redactor=redactor,
             cache_sessions=cache_sessions,
             allow_block_types=allow_block_types,
+            model_capabilities=model_capabilities,
         )
 
     def close(self) -> None:
@@ -363,6 +374,7 @@ class CompactStore:
         now: float | None = None,
         cwd: str | None = None,
         summarizer: Summarizer | None = None,
+        model: str | None = None,
     ) -> Session:
         """Open a session, creating it when it does not exist.
 
@@ -375,6 +387,9 @@ class CompactStore:
         ``summarizer`` writes this session's summaries instead of the store's; its name is
         recorded with the session, and a later process that opens it without that
         summarizer configured writes rule-based summaries and counts each as a fallback.
+        ``model`` is the model the session talks to (recorded; ``append_response`` records
+        each response's model too): with ``edit_policy="auto"`` it decides whether
+        compactions edit sent messages in place or append only (compactstore.capabilities).
 
         Raises:
             ConflictError: the session exists with another format, context window or cwd.
@@ -388,6 +403,8 @@ class CompactStore:
         if context_window is not None:
             checks.check_whole(context_window, "context_window (tokens)", minimum=1_000)
         checks.check_config(config)
+        if model is not None:
+            checks.check_model(model)
         created = checks.now_or_clock(now)
         own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
@@ -402,6 +419,7 @@ class CompactStore:
                 created_at=created,
                 cwd=cwd,
                 location=self.location,
+                model=model,
             )
             if name is not None and row.summarizer != name:
                 repo.update_session(connection, sid, summarizer=name)

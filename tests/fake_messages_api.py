@@ -114,9 +114,22 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# Keys whose values are no text the model reads (signatures are not counted either).
+_UNCOUNTED = frozenset({"type", "id", "tool_use_id", "signature", "cache_control"})
+
+
 def _tokens(value: Any) -> int:
-    """The fake's tokenizer: a token per 3.5 characters of the block's JSON."""
-    return math.ceil(len(json.dumps(_plain(value), ensure_ascii=False)) / 3.5)
+    """The fake's tokenizer: a token per 3.5 characters of the text a value holds (strings
+    and numbers, keys included, but no ids, types or signatures), plus 3 per block."""
+    return math.ceil(_chars(value) / 3.5) + (3 if isinstance(value, dict) else 0)
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, dict):
+        return sum(len(k) + _chars(v) for k, v in value.items() if k not in _UNCOUNTED)
+    if isinstance(value, list):
+        return sum(_chars(v) for v in value)
+    return len(value) if isinstance(value, str) else len(str(value))
 
 
 @dataclass
@@ -454,7 +467,7 @@ def _check_cache(api: FakeMessagesAPI, req: Request) -> None:
         units.append((_plain(block), _tokens(block), _ttl(block)))
     for i, message in enumerate(req.messages):
         for j, block in enumerate(_blocks(message.get("content"))):
-            if (i, j) in dropped:
+            if (i, j) in dropped or (block.get("type") in _THINKING and not req.prefix_checks):
                 continue
             content = _CLEARED if (i, j) in req.cleared else None
             plain = _plain(block) if content is None else {**_plain(block), "content": content}
@@ -496,7 +509,7 @@ def _check_cache(api: FakeMessagesAPI, req: Request) -> None:
         api.cache[hashes[n]] = (now + _TTL[ttl], _TTL[ttl])
         written[ttl] += cumulative[n] - (cumulative[last] if last >= 0 else 0)
         last = n
-    size = _input_tokens(req)
+    size = cumulative[-1] if cumulative else 0
     req.usage = {
         "input_tokens": max(0, size - read - written["5m"] - written["1h"]),
         "cache_read_input_tokens": read,
@@ -592,8 +605,8 @@ class CodingAgent:
         self.seed = seed
         self.thinking_chars = thinking_chars
 
-    def reply(self, req: Request) -> tuple[list[dict[str, Any]], str]:
-        """(content without thinking, stop_reason)."""
+    def reply(self, req: Request, serial: int) -> tuple[list[dict[str, Any]], str]:
+        """(content without thinking, stop_reason); ``serial`` numbers the call."""
         task = sum(
             1
             for m in req.messages
@@ -615,7 +628,7 @@ class CodingAgent:
         name = offered[(task + done) % len(offered)]
         call = {
             "type": "tool_use",
-            "id": f"toolu_{task:03d}_{done:02d}_{rng.randint(0, 99_999):05d}",
+            "id": f"toolu_{serial:06d}_{done:02d}",
             "name": name,
             "input": {"path": f"src/module_{(task * 7 + done) % 40}.py"},
         }
@@ -653,6 +666,8 @@ class FakeMessagesAPI:
         self.dropped = 0
         self.applied_edits: list[dict[str, Any]] = []
         self.bodies: list[dict[str, Any]] = []
+        self.cache_read = 0  # input tokens read from the cache, over every call
+        self.input_total = 0  # input tokens (read, written and not cached), over every call
         self._next_id = 0
 
     def context_window(self, model: str) -> int:
@@ -688,12 +703,17 @@ class FakeMessagesAPI:
         return self.http.Response(200, json=self._message(req, request_id))
 
     def _message(self, req: Request, request_id: str) -> dict[str, Any]:
-        content, stop = self.agent.reply(req)
+        content, stop = self.agent.reply(req, self._next_id)
         if req.thinks:
             text = self.agent.thought(req)
             content = [self._thinking(req, text), *content]
         self.dropped += len(req.dropped)
         self.applied_edits.extend(req.applied_edits)
+        self.cache_read += int(req.usage["cache_read_input_tokens"])
+        self.input_total += sum(
+            int(req.usage[k])
+            for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
         output = sum(_tokens(block) for block in content)
         message: dict[str, Any] = {
             "id": f"msg_fake{self._next_id:06d}",

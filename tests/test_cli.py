@@ -53,6 +53,7 @@ COMPACTION_KEYS = {
     "id",
     "success",
     "strategy",
+    "edit_policy",
     "trigger",
     "boundary",
     "tokens_before",

@@ -150,6 +150,7 @@ def test_prefix_check_ignores_cache_control_and_removal_from_the_ends(client: An
     _refused(client, between, "prefix_check")
 
 
+@pytest.mark.slow
 def test_prefix_check_drop_block_drops_it_and_every_later_one(client: Any) -> None:
     messages = _loop(client, 4)
     cleared = copy.deepcopy(messages)

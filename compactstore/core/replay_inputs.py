@@ -15,7 +15,16 @@ from compactstore.context import ActiveContext
 from compactstore.engines.base import EngineInputs, SummaryService
 from compactstore.models import SummaryState
 
-__all__ = ["EditRun", "EngineRun", "ImportedRun", "Recorded", "ReplayInputs", "UsageCheck", "parse"]
+__all__ = [
+    "EditRun",
+    "EngineRun",
+    "ImportedRun",
+    "Recorded",
+    "ReplayInputs",
+    "ServerRun",
+    "UsageCheck",
+    "parse",
+]
 
 # Rows written before the field had its name spell ``call`` as "kind".
 _CALL_ALIASES = AliasChoices("call", "kind")
@@ -50,6 +59,10 @@ class EngineRun(_Recorded):
     enable_auto_compact: bool = True
     # compact(up_to_seq=).
     up_to_seq: int | None = None
+    # The edit policy the engines ran under and whether the model checks thinking prefixes
+    # (rows from before the policy existed ran under rewrite).
+    edit_policy: Literal["rewrite", "append_only"] = "rewrite"
+    prefix_checks: bool = False
 
     @classmethod
     def of(
@@ -69,6 +82,8 @@ class EngineRun(_Recorded):
             reactive_attempts=inputs.reactive_attempts,
             usage_offset=context.usage_offset,
             token_factor=context.token_factor,
+            edit_policy=inputs.edit_policy,
+            prefix_checks=inputs.prefix_checks,
             **options,
         )
 
@@ -89,6 +104,8 @@ class EngineRun(_Recorded):
             summary_state=boundary.summary_state if boundary is not None else SummaryState(),
             summarizer=summarizer,
             instructions=instructions,
+            edit_policy=self.edit_policy,
+            prefix_checks=self.prefix_checks,
         )
 
 
@@ -114,7 +131,15 @@ class EditRun(_Recorded):
     call: Literal["clear", "pop"] = Field(validation_alias=_CALL_ALIASES)
 
 
-Recorded = EngineRun | ImportedRun | UsageCheck | EditRun
+class ServerRun(_Recorded):
+    """Server-side edits a provider response reports it applied (``append_response``):
+    the provider did them, on its copy of the request; nothing to run again."""
+
+    call: Literal["server"] = Field(validation_alias=_CALL_ALIASES)
+    applied_edits: list[dict[str, Any]]
+
+
+Recorded = EngineRun | ImportedRun | UsageCheck | EditRun | ServerRun
 ReplayInputs = Annotated[Recorded, Field(union_mode="left_to_right")]
 
 _ADAPTER: TypeAdapter[Recorded] = TypeAdapter(ReplayInputs)

@@ -119,6 +119,7 @@ class CompactionRow(NamedTuple):
     summarizer_output_tokens: int | None
     summarizer_fallback: bool | None
     summarizer_reason: str | None
+    edit_policy: str | None = None
 
 
 _BOUNDARY = columns(compact_boundaries, BoundaryRow)

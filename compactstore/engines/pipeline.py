@@ -135,7 +135,9 @@ def process(
             stages.append(budget)
             context = budget.context
             inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(budget.blobs))
-    if enable_microcompact:
+    # Under append_only, microcompact is the provider's server-side edit, carried by
+    # request_params(): nothing sent is cleared in place.
+    if enable_microcompact and inputs.edit_policy != "append_only":
         micro = microcompact.run(context, inputs)
         if micro.attempted:
             stages.append(micro)
