@@ -8,7 +8,8 @@ server-side edits, prompt caching on a simulated clock, the window).
 The loop is the README's: ``process_request()``, ``client.messages.create(...,
 **sess.request_params(cache_control=True, thinking=..., extra_headers=...))``,
 ``append_response()``, ``append_tool_result()`` for each call; a new task once the agent
-answers. The clock is simulated: 20 s per call, and 10 minutes between tasks. A request the
+answers. The clock is simulated: 300 s per call by default (``--step-seconds``), so
+time-based microcompact (hourly) falls inside tool loops as it does for a slow agent. A request the
 API refuses is retried once (after ``reactive_recover()`` when the prompt is too long); a
 step whose retry fails too is lost. Figures: API errors by rule, calls, steps lost, thinking
 blocks the API dropped (its ``input_transformations``), server-side edits applied, the
@@ -24,6 +25,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import text
 
 from compactstore import CompactionConfig, CompactStore
 
@@ -60,8 +63,11 @@ def run(
     db: str | None = None,
     seed: int = 7,
     thinking: dict[str, Any] | None = None,
+    step_seconds: float = 300.0,
+    pause_seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """One session of ``calls`` model calls; returns the figures."""
+    """One session of ``calls`` model calls, ``step_seconds`` apart on the simulated clock
+    (``pause_seconds`` more before each new task); returns the figures."""
     import anthropic
 
     from tests.fake_messages_api import fake_client
@@ -102,7 +108,7 @@ def run(
                         sess.reactive_recover(str(error), now=api.now)
                 if api.calls >= calls:
                     break
-            api.advance(20)
+            api.advance(step_seconds)
             if reply is None:
                 lost += 1
                 continue
@@ -119,10 +125,14 @@ def run(
                 )
             if not used:
                 tasks += 1
-                api.advance(600)
+                api.advance(pause_seconds)
                 task = TASKS[tasks % len(TASKS)]
                 sess.append({"role": "user", "content": task}, timestamp=api.now)
         history = sess.compactions()
+        with store.engine.connect() as connection:
+            binding = connection.execute(
+                text("SELECT thinking_binding FROM sessions WHERE id = 'bench'")
+            ).scalar_one()
         compactions = Counter(f"{row.strategy}/{row.trigger}" for row in history if row.success)
         store.close()
     return {
@@ -134,6 +144,7 @@ def run(
         "api_errors": sum(errors.values()),
         "errors_by_rule": dict(errors),
         "thinking_dropped": api.dropped,
+        "drop_block_set": binding is not None,
         "server_edits": len(api.applied_edits),
         "compactions": dict(compactions),
         "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
@@ -146,6 +157,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--window", type=int, default=60_000)
     parser.add_argument("--policy", choices=("auto", "rewrite", "append_only"), default="auto")
+    parser.add_argument("--step-seconds", type=float, default=300.0)
     args = parser.parse_args()
     models = args.model or ["claude-opus-5-5", "claude-sonnet-4-5"]
     for model in models:
@@ -154,7 +166,12 @@ def main() -> None:
             thinking = {"type": "enabled", "budget_tokens": 2_000}
         config = CompactionConfig(edit_policy=args.policy)
         figures = run(
-            model=model, calls=args.calls, window=args.window, config=config, thinking=thinking
+            model=model,
+            calls=args.calls,
+            window=args.window,
+            config=config,
+            thinking=thinking,
+            step_seconds=args.step_seconds,
         )
         print(json.dumps(figures))
 
