@@ -32,6 +32,7 @@ from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats.sdk_objects import (
     applied_edits,
+    cleared_tokens,
     has_sdk_object,
     response_model,
     response_turn,
@@ -142,6 +143,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         messages, count = response_turn(self.format, response)
         model = response_model(response)
         edits = applied_edits(response) if self.format == "anthropic" else []
+        # The real count measures the provider's copy after its server-side edits; what
+        # they cleared is added back, so it measures this context (which they left alone).
+        full_count = None if count is None else count + cleared_tokens(edits)
         pending = [
             self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
             for i, m in enumerate(messages)
@@ -167,20 +171,18 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     edit_policy=policy,
                     at=called,
                 )
-            # With server-side edits applied, the real count measures the provider's edited
-            # copy, not this context: not used for calibration.
-            if count is not None and not edits:
+            if full_count is not None:
                 context = self._context(connection, row)
                 calibration = calibrate(
-                    connection, row, context, count, called, measured_on=measured_on
+                    connection, row, context, full_count, called, measured_on=measured_on
                 )
                 row = self._locked(connection)
             seqs = insert_messages(connection, row, self.adapter, pending) if pending else []
             return calibration, seqs
 
         calibration, seqs = self.store._write(tx)
-        if calibration is not None and count is not None:
-            self._usage_warnings(calibration, count)
+        if calibration is not None and full_count is not None:
+            self._usage_warnings(calibration, full_count)
         return seqs
 
     def append_tool_result(

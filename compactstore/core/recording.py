@@ -21,6 +21,7 @@ from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
 from compactstore.engines.imported import cut_as_imported
 from compactstore.engines.pipeline import Outcome
+from compactstore.formats.sdk_objects import cleared_tokens
 from compactstore.models import (
     CompactBoundary,
     CompactionConfig,
@@ -475,7 +476,7 @@ def record_server_edits(
     trigger ``server``. The provider edited its copy of the request, not the log nor the
     wire view: no message changes (so no thinking block's prefix does), nothing to undo or
     run again."""
-    freed = sum(max(0, int(edit.get("cleared_input_tokens") or 0)) for edit in edits)
+    freed = cleared_tokens(edits)
     detail = "; ".join(_server_edit_note(edit) for edit in edits)
     step = CompactionStep(
         strategy=CompactStrategy.CLEAR,

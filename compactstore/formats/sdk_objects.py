@@ -14,7 +14,7 @@ from typing import Any
 from compactstore.errors import InvalidInputError
 from compactstore.formats.sdk_types import to_request
 
-__all__ = ["applied_edits", "has_sdk_object", "response_model", "response_turn"]
+__all__ = ["applied_edits", "cleared_tokens", "has_sdk_object", "response_model", "response_turn"]
 
 
 def has_sdk_object(message: Any) -> bool:
@@ -131,3 +131,13 @@ def applied_edits(response: Any) -> list[dict[str, Any]]:
         return []
     plain = [edit.model_dump() if hasattr(edit, "model_dump") else edit for edit in edits]
     return [edit for edit in plain if isinstance(edit, dict)]
+
+
+def cleared_tokens(edits: list[dict[str, Any]]) -> int:
+    """The input tokens server-side edits report they cleared, together."""
+    total = 0
+    for edit in edits:
+        value = edit.get("cleared_input_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            total += value
+    return total
