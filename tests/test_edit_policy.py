@@ -107,9 +107,9 @@ def test_model_capabilities_extend_the_table(tmp_path: Path) -> None:
         _open(tmp_path).session("s", model="")
 
 
-def test_append_response_records_the_model(tmp_path: Path) -> None:
+def test_append_response_records_the_model(db_url: str) -> None:
     client, api = fake_client(anthropic)
-    store = _open(tmp_path)
+    store = CompactStore.open(db_url, auto_migrate=True)
     sess = _session(store, api, OLD)
     assert sess.edit_policy() == ("rewrite", False)
     _call(sess, client, api, NEW)  # the agent switched models
@@ -235,9 +235,9 @@ def _binding(store: CompactStore) -> tuple[str | None, float | None]:
 
 
 @pytest.mark.slow
-def test_a_cut_inside_a_tool_loop_carries_drop_block_from_then_on(tmp_path: Path) -> None:
+def test_a_cut_inside_a_tool_loop_carries_drop_block_from_then_on(db_url: str) -> None:
     client, api = fake_client(anthropic)
-    store = _open(tmp_path)
+    store = CompactStore.open(db_url, auto_migrate=True)
     config = CompactionConfig(edit_policy="rewrite", microcompact_keep_recent=1)
     sess = _session(store, api, NEW, config=config)
     _call(sess, client, api, NEW)
