@@ -41,6 +41,7 @@ from collections.abc import (
     Callable,
     Generator,
     Iterable,
+    Mapping,
 )
 from dataclasses import replace
 from functools import partial
@@ -50,8 +51,9 @@ from sqlalchemy import Connection, Engine
 
 from compactstore.aio_session import AsyncSession, glue
 from compactstore.aio_threads import Workers
+from compactstore.capabilities import ModelCapabilities
 from compactstore.core import compaction
-from compactstore.core.checks import check_cache_sessions, check_pool
+from compactstore.core.checks import check_cache_sessions, check_capabilities, check_pool
 from compactstore.core.plugins import warn_callback_failed
 from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer
@@ -251,6 +253,7 @@ class AsyncCompactStore:
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
+        model_capabilities: Mapping[str, ModelCapabilities] | None = None,
     ) -> AsyncCompactStore:
         """Open (and create or upgrade) a store; the arguments are
         :meth:`CompactStore.open`'s, except that ``summarizer`` (and ``on_compaction``)
@@ -274,6 +277,7 @@ class AsyncCompactStore:
         check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         table = price_table(prices)
+        check_capabilities(model_capabilities)
         pool = check_pool(pool_size, max_overflow, pool_timeout)
         # Opening (checking, creating or upgrading the schema) is sync code: in a thread.
         engine = await asyncio.to_thread(
@@ -300,6 +304,7 @@ class AsyncCompactStore:
                 cache_sessions=cache_sessions,
                 allow_block_types=allow_block_types,
                 prices=table,
+                model_capabilities=model_capabilities,
             )
             await asyncio.to_thread(core.start_threads)
         except BaseException:
@@ -350,6 +355,7 @@ class AsyncCompactStore:
         now: float | None = None,
         cwd: str | None = None,
         summarizer: Summarizer | AsyncSummarizer | None = None,
+        model: str | None = None,
     ) -> AsyncSession:
         """Open a session, creating it when it does not exist (see
         :meth:`CompactStore.session`); ``summarizer`` may be ``async def``."""
@@ -363,6 +369,7 @@ class AsyncCompactStore:
             cwd=cwd,
             # The threaded store takes async summarizers too (its _async_summarizers).
             summarizer=cast(Summarizer | None, summarizer),
+            model=model,
         )
         return AsyncSession(self, sess)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from compactstore.context import ActiveContext
 from compactstore.core.steps import Paused
@@ -194,9 +194,26 @@ class AsyncSession:
             self._session.append_response, response, timestamp=timestamp, now=now
         )
 
-    async def request_params(self, cache_control: bool = False) -> dict[str, Any]:
+    async def request_params(
+        self,
+        cache_control: bool = False,
+        *,
+        thinking: Mapping[str, Any] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
         """See :meth:`Session.request_params`."""
-        return await self._step(self._session.request_params, cache_control)
+        return await self._step(
+            self._session.request_params,
+            cache_control,
+            thinking=thinking,
+            extra_headers=extra_headers,
+            now=now,
+        )
+
+    async def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
+        """See :meth:`Session.edit_policy`."""
+        return await self._step(self._session.edit_policy)
 
     # -- compaction ---------------------------------------------------------------------
 

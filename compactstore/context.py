@@ -266,6 +266,43 @@ class ActiveContext:
         return sum(self._thinking_index.between(a, b) for a, b in self.thinking_ranges)
 
     @property
+    def continues_thinking(self) -> bool:
+        """Whether a request now continues a tool loop (tool results follow the newest
+        assistant message) whose turn carries thinking: that thinking must be sent (the API
+        refuses a tool-use continuation without it)."""
+        turn = self._turn
+        at = self._thinking_index.at
+        return (
+            turn.continuing
+            and turn.start is not None
+            and bool(at)
+            and at[-1] >= turn.start
+            and self.items[-1].kind == "tool"
+        )
+
+    @property
+    def continued_thinking_changed(self) -> bool:
+        """Whether the thinking of the turn a request continues is sent with a prefix that
+        changed since it was produced: an API with prefix checks refuses it (or drops it
+        when asked to)."""
+        if not self.continues_thinking:
+            return False
+        start = self._turn.start
+        assert start is not None
+        return any(
+            self._prefix_changed(index) for index in self._thinking_index.at if index >= start
+        )
+
+    def _prefix_changed(self, index: int) -> bool:
+        """Whether a change newer than the version ``items[index]`` answered changed a seq
+        before it."""
+        item = self.items[index]
+        if item.seq is None:
+            return False
+        answered = -1 if item.context_version is None else item.context_version
+        return any(version > answered and seq < item.seq for version, seq in self.changes)
+
+    @property
     def carries_thinking(self) -> bool:
         """Whether a message of the context has thinking blocks: then an append may change
         what the wire view sends of earlier messages (:attr:`thinking_ranges`)."""

@@ -56,6 +56,8 @@ class CompactTrigger(StrEnum):
     REACTIVE = "reactive"
     MICROCOMPACT_TIME = "microcompact_time"
     MICROCOMPACT_CACHED = "microcompact_cached"
+    # The provider did it: a server-side edit the response reports it applied.
+    SERVER = "server"
 
 
 class CompactStrategy(StrEnum):
@@ -126,6 +128,13 @@ class CompactionConfig(BaseModel):
     # and counted.
     preserved_thinking: bool = True
 
+    # Edit policy: "rewrite" edits sent messages in place (placeholders, previews, cuts);
+    # "append_only" never changes a message's wire bytes once it was sent (cheap stages act
+    # before the first send, microcompact is the provider's server-side edit); "auto" is
+    # append_only for a model whose API checks thinking blocks' prefixes
+    # (compactstore.capabilities), rewrite otherwise.
+    edit_policy: Literal["auto", "rewrite", "append_only"] = "auto"
+
     # Stage 4: microcompact.
     microcompact_interval_seconds: float = Field(3_600.0, gt=0)
     microcompact_keep_recent: int = Field(5, ge=0)
@@ -133,6 +142,11 @@ class CompactionConfig(BaseModel):
 
     # Stage 5: auto-compact check and circuit breaker.
     auto_compact_threshold: float = Field(0.85, gt=0, le=1)
+    # Models whose API checks thinking blocks' prefixes: a cut while a tool loop is in
+    # progress makes the loop's own thinking, which the next request must send, invalid.
+    # Auto-compact then waits for the loop to end (a user message) until usage reaches this
+    # share of the window.
+    auto_compact_wait_limit: float = Field(0.93, gt=0, le=1)
     breaker_max_failures: int = Field(3, ge=1)
 
     # Stage 6a: session-memory compact.
@@ -352,6 +366,9 @@ class CompactionResult(BaseModel):
     background: Literal["started", "running", "applied"] | None = None
     # A background compaction's row: the id of the call's row that started it (SPEC §9.1).
     started_by: int | None = None
+    # The edit policy it ran under: "rewrite" or "append_only" (None: recorded before the
+    # policy existed, or a call that recorded nothing).
+    edit_policy: str | None = None
 
     # The messages, read-only (compactstore.frozen): a compaction hands over the context's
     # own, so a call that compacts copies nothing unless the caller reads ``messages``.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from sqlalchemy import Connection
 
+from compactstore.capabilities import resolve_policy
 from compactstore.core import background, checks, compaction
 from compactstore.core.appending import (
     dedup_candidate,
@@ -26,13 +27,20 @@ from compactstore.core.appending import (
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.cost import session_cost
+from compactstore.core.recording import record_server_edits
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats.base import storable_text
-from compactstore.formats.sdk_objects import has_sdk_object, response_turn
+from compactstore.formats.sdk_objects import (
+    applied_edits,
+    cleared_tokens,
+    has_sdk_object,
+    response_model,
+    response_turn,
+)
 from compactstore.formats.sdk_types import to_request
 from compactstore.ledger import SessionCost, call_usage, response_usage, usage_cost
 from compactstore.models import (
@@ -144,6 +152,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         messages, count = response_turn(self.format, response)
         ledger = response_usage(self.format, response)
         cost = None if ledger is None else usage_cost(self.store.prices, ledger)
+        model = response_model(response)
+        edits = applied_edits(response) if self.format == "anthropic" else []
+        # The real count measures the provider's copy after its server-side edits; what
+        # they cleared is added back, so it measures this context (which they left alone).
+        full_count = None if count is None else count + cleared_tokens(edits)
         pending = [
             self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
             for i, m in enumerate(messages)
@@ -154,13 +167,28 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         def tx(connection: Connection) -> tuple[Calibration | None, list[int]]:
             row = self._locked(connection)
             calibration = None
-            if count is not None:
+            if model is not None and model != row.model:
+                repo.update_session(connection, self.id, model=model)
+                row = self._locked(connection)
+            if edits:
+                policy, _ = resolve_policy(
+                    row.config.edit_policy, row.model, self.store.model_capabilities
+                )
+                record_server_edits(
+                    connection,
+                    self.id,
+                    self._context(connection, row),
+                    edits,
+                    edit_policy=policy,
+                    at=called,
+                )
+            if full_count is not None:
                 context = self._context(connection, row)
                 calibration = calibrate(
                     connection,
                     row,
                     context,
-                    count,
+                    full_count,
                     called,
                     measured_on=measured_on,
                     ledger=ledger,
@@ -171,8 +199,8 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             return calibration, seqs
 
         calibration, seqs = self.store._write(tx)
-        if calibration is not None and count is not None:
-            self._usage_warnings(calibration, count)
+        if calibration is not None and full_count is not None:
+            self._usage_warnings(calibration, full_count)
         return seqs
 
     def append_tool_result(
@@ -436,7 +464,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
 
     def _target(self) -> compaction.Target:
         store = self.store
-        return compaction.Target(self.id, self.adapter, store._cache, store.location)
+        return compaction.Target(
+            self.id, self.adapter, store._cache, store.location, store.model_capabilities
+        )
 
     def _background(self, request: compaction.Request) -> CompactionResult:
         """process_request(background=True): see :mod:`compactstore.core.background`."""

@@ -49,6 +49,10 @@ class SessionBase:
         self.context_window = row.context_window
         self.config = row.config
         self.created_at = row.created_at
+        # The model the session talks to, as last recorded (session(model=), append_response).
+        self.model = row.model
+        # "drop_block" once set for the session (sessions.thinking_binding): sticky.
+        self._thinking_binding = row.thinking_binding
         # The format's adapter: how this session's messages spell calls and results.
         self.adapter: MessageFormat = get_format(row.format)
         # The context version this handle last handed out (context(), active_context()): a
@@ -65,6 +69,8 @@ class SessionBase:
         row = require(connection, self.id, self.store.location, lock=True)
         # Another handle may have changed the config: this one follows the stored one.
         self.config = row.config
+        self.model = row.model
+        self._thinking_binding = row.thinking_binding
         return row
 
     def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:

@@ -7,14 +7,16 @@ import functools
 import json
 import operator
 from collections.abc import Iterator, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from sqlalchemy import Connection
 
+from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
+from compactstore.core.checks import now_or_clock
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
-from compactstore.formats.request import build_request_params
+from compactstore.formats.request import build_request_params, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.session_base import SessionBase
 
@@ -24,7 +26,14 @@ __all__ = ["SessionReading"]
 class SessionReading(SessionBase):
     """What the agent reads: the context to send, its size, and the log."""
 
-    def request_params(self, cache_control: bool = False) -> dict[str, Any]:
+    def request_params(
+        self,
+        cache_control: bool = False,
+        *,
+        thinking: Mapping[str, Any] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
         """Keyword arguments for the provider call (SPEC §9.4), from the wire view.
 
         anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
@@ -34,8 +43,19 @@ class SessionReading(SessionBase):
         cache breakpoint is set on the system prompt, on the last pinned message and on the
         summary message, so the stable prefix is read from the cache on every call.
 
+        anthropic: the caller's ``thinking`` settings and ``extra_headers`` come back merged
+        with what the session needs, as keyword arguments ``messages.create`` (and
+        ``beta.messages.create``) takes: under the ``append_only`` edit policy, microcompact
+        as the server-side ``clear_tool_uses`` edit (``extra_body["context_management"]``
+        and its beta header); on a model that checks thinking prefixes, once a cut inside a
+        tool loop changed the prefix of thinking the request must send,
+        ``thinking.block_binding.prefix_mismatch_behavior: "drop_block"`` with its beta
+        header, on this and every later request of the session (recorded in
+        ``sessions.thinking_binding`` at ``now``).
+
         Raises:
-            InvalidInputError: a minicode session (no provider API takes its messages).
+            InvalidInputError: a minicode session (no provider API takes its messages), or
+                ``thinking`` / ``extra_headers`` that are not mappings.
         """
         if not isinstance(cache_control, bool):
             raise InvalidInputError("cache_control must be True or False")
@@ -44,12 +64,51 @@ class SessionReading(SessionBase):
                 "request_params() needs a provider format (anthropic, openai, responses); "
                 "minicode messages go to no provider API as they are"
             )
+        for name, value in (("thinking", thinking), ("extra_headers", extra_headers)):
+            if value is not None and not isinstance(value, Mapping):
+                raise InvalidInputError(f"{name} must be a mapping, got {value!r}")
         context = self.context()
         items = context.items
         messages = context.messages()
-        return build_request_params(
+        params = build_request_params(
             self.adapter, self.config, items, messages, cache_control=cache_control
         )
+        if self.format != "anthropic":
+            return params
+        policy, prefix_checks = self.edit_policy()
+        if self._thinking_binding is None and prefix_checks and context.continued_thinking_changed:
+            self._set_thinking_binding(now)
+        params.update(
+            session_fields(
+                edit_policy=policy,
+                capabilities=capabilities_for(self.model, self.store.model_capabilities),
+                config=self.config,
+                context_window=self.context_window,
+                drop_block=self._thinking_binding == "drop_block",
+                thinking=thinking,
+                extra_headers=extra_headers,
+            )
+        )
+        return params
+
+    def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
+        """(the edit policy this session's compactions run under, whether its model checks
+        thinking prefixes): ``edit_policy`` "auto" is "append_only" for a model with prefix
+        checks (compactstore.capabilities), else "rewrite"."""
+        return resolve_policy(self.config.edit_policy, self.model, self.store.model_capabilities)
+
+    def _set_thinking_binding(self, now: float | None) -> None:
+        at = now_or_clock(now)
+
+        def tx(connection: Connection) -> None:
+            row = self._locked(connection)
+            if row.thinking_binding is None:
+                repo.update_session(
+                    connection, self.id, thinking_binding="drop_block", thinking_binding_at=at
+                )
+
+        self.store._write(tx)
+        self._thinking_binding = "drop_block"
 
     def context(self) -> ActiveContext:
         """The active context with per-message detail (seq, tokens, state).

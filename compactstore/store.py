@@ -13,15 +13,17 @@ import os
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from compactstore.capabilities import ModelCapabilities, merged_capabilities
 from compactstore.core import checks, compaction
 from compactstore.core.cache import ContextCache
+from compactstore.core.checks import check_capabilities
 from compactstore.core.plugins import (
     checked_counter,
     checked_memory_provider,
@@ -120,10 +122,13 @@ class CompactStore:
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
+        model_capabilities: Mapping[str, ModelCapabilities] | None = None,
     ) -> None:
         self.engine = engine
         # What model calls cost (compactstore.pricing): the shipped table and the caller's.
         self.prices: PriceTable = price_table(prices)
+        # The dated model capability table with the caller's entries (compactstore.capabilities).
+        self.model_capabilities = merged_capabilities(check_capabilities(model_capabilities))
         self.allow_block_types = block_type_extension(allow_block_types)
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
@@ -163,6 +168,7 @@ class CompactStore:
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
+        model_capabilities: Mapping[str, ModelCapabilities] | None = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -211,6 +217,9 @@ class CompactStore:
                 its fields), added to or replacing the shipped, dated table of
                 :mod:`compactstore.pricing`; the cost of each model call recorded from then
                 on is figured with it (a model with no price: cost None).
+            model_capabilities: model id -> :class:`~compactstore.capabilities.ModelCapabilities`,
+                added to (or replacing entries of) the table shipped with the package; a
+                session's model decides its "auto" edit policy through it.
 
         Raises:
             InvalidInputError: the summarizer is a coroutine function (use
@@ -232,6 +241,7 @@ class CompactStore:
         checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         table = price_table(prices)
+        check_capabilities(model_capabilities)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url,
@@ -253,6 +263,7 @@ class CompactStore:
             cache_sessions=cache_sessions,
             allow_block_types=allow_block_types,
             prices=table,
+            model_capabilities=model_capabilities,
         )
 
     def close(self) -> None:
@@ -402,6 +413,7 @@ class CompactStore:
         now: float | None = None,
         cwd: str | None = None,
         summarizer: Summarizer | None = None,
+        model: str | None = None,
     ) -> Session:
         """Open a session, creating it when it does not exist.
 
@@ -414,6 +426,9 @@ class CompactStore:
         ``summarizer`` writes this session's summaries instead of the store's; its name is
         recorded with the session, and a later process that opens it without that
         summarizer configured writes rule-based summaries and counts each as a fallback.
+        ``model`` is the model the session talks to (recorded; ``append_response`` records
+        each response's model too): with ``edit_policy="auto"`` it decides whether
+        compactions edit sent messages in place or append only (compactstore.capabilities).
 
         Raises:
             ConflictError: the session exists with another format, context window or cwd.
@@ -427,6 +442,8 @@ class CompactStore:
         if context_window is not None:
             checks.check_whole(context_window, "context_window (tokens)", minimum=1_000)
         checks.check_config(config)
+        if model is not None:
+            checks.check_model(model)
         created = checks.now_or_clock(now)
         own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
@@ -441,6 +458,7 @@ class CompactStore:
                 created_at=created,
                 cwd=cwd,
                 location=self.location,
+                model=model,
             )
             if name is not None and row.summarizer != name:
                 repo.update_session(connection, row.id, summarizer=name)

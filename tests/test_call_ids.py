@@ -282,7 +282,8 @@ def test_a_database_at_the_previous_head_upgrades_and_reads_back(db_url: str) ->
         assert current_revision(store.engine) == head_revision()
         sess = store.session("old")
         assert sess.active_context() == context
-        assert sess.compactions() == history
+        # The downgrade dropped what later revisions added (the policy each ran under).
+        assert sess.compactions() == [c.model_copy(update={"edit_policy": None}) for c in history]
         assert sess.compactions()[-1].cleared_tool_calls == [("c1", 1), ("c2", 3)]
         # The new rules hold on the old rows: c1 is answered, so it may be used again.
         sess.append(call_message("openai", "c1", name="grep"))

@@ -52,6 +52,7 @@ COMPACTION_KEYS = {
     "id",
     "success",
     "strategy",
+    "edit_policy",
     "trigger",
     "boundary",
     "tokens_before",

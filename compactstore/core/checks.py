@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import time
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compactstore.capabilities import ModelCapabilities
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.formats.base import ResultContent, check_nesting, storable_text, storage_json
@@ -28,12 +30,14 @@ __all__ = [
     "NewToolResult",
     "PendingMessage",
     "check_cache_sessions",
+    "check_capabilities",
     "check_column_text",
     "check_config",
     "check_cwd",
     "check_file_path",
     "check_id",
     "check_memory",
+    "check_model",
     "check_pool",
     "check_result_blocks",
     "check_session_id",
@@ -378,3 +382,25 @@ def check_pool(pool_size: Any, max_overflow: Any, pool_timeout: Any) -> dict[str
             )
         pool["pool_timeout"] = float(pool_timeout)
     return pool
+
+
+def check_model(model: object) -> str:
+    """A model id: a non-empty string of at most 255 characters."""
+    if not isinstance(model, str) or not model.strip() or len(model) > 255:
+        raise InvalidInputError(f"model must be a model id (1-255 characters), got {model!r}")
+    return model
+
+
+def check_capabilities(table: object) -> Mapping[str, ModelCapabilities] | None:
+    """``CompactStore.open(model_capabilities=)``: None, or model id -> ModelCapabilities."""
+    if table is None:
+        return None
+    if not isinstance(table, Mapping) or not all(
+        isinstance(key, str) and key and isinstance(value, ModelCapabilities)
+        for key, value in table.items()
+    ):
+        raise InvalidInputError(
+            "model_capabilities must map model ids to compactstore.capabilities."
+            f"ModelCapabilities, got {table!r}"
+        )
+    return table

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection
 
+from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext, ContextCache, read_context
 from compactstore.core.rebase import rebase
@@ -105,6 +106,11 @@ class Target:
     adapter: MessageFormat
     cache: ContextCache
     location: str
+    # The model capability table (compactstore.capabilities; the store's, with its
+    # overrides): it resolves the "auto" edit policy.
+    capabilities: Mapping[str, ModelCapabilities] = field(
+        default_factory=lambda: MODEL_CAPABILITIES
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +236,9 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         row=session,
     )
     breaker, next_blob_id, max_compaction_id = repo.plan_state(connection, sid)
+    policy, prefix_checks = resolve_policy(
+        context.config.edit_policy, session.model, target.capabilities
+    )
     inputs = EngineInputs(
         now=request.now,
         next_blob_id=next_blob_id,
@@ -241,6 +250,8 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         if context.boundary is not None
         else SummaryState(),
         instructions=request.instructions,
+        edit_policy=policy,
+        prefix_checks=prefix_checks,
     )
     if not request.cuts(context, inputs):
         # What only a cut uses is not read: a step of an agent below the threshold costs

@@ -17,11 +17,12 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.core.cache import CachedContext
 from compactstore.core.checks import PendingMessage
-from compactstore.core.replay_inputs import DedupRun, ImportedRun, Recorded
+from compactstore.core.replay_inputs import DedupRun, ImportedRun, Recorded, ServerRun
 from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
 from compactstore.engines.imported import cut_as_imported
 from compactstore.engines.pipeline import Outcome
+from compactstore.formats.sdk_objects import cleared_tokens
 from compactstore.models import (
     CompactBoundary,
     CompactionConfig,
@@ -41,6 +42,7 @@ __all__ = [
     "record_imported",
     "record_outcome",
     "record_read_dedup",
+    "record_server_edits",
     "running_result",
     "summary_columns",
     "superseded_result",
@@ -150,6 +152,7 @@ def record_outcome(
         replay_of=replay_of,
         started_by=started_by,
         changed_after_seq=changed_after,
+        edit_policy=getattr(inputs, "edit_policy", None),
         **summary_columns(info),
     )
     repo.insert_edits(
@@ -209,6 +212,7 @@ def record_outcome(
         error=error,
         summary=info,
         started_by=started_by,
+        edit_policy=getattr(inputs, "edit_policy", None),
     )
 
 
@@ -480,6 +484,7 @@ def compaction_model(
         instructions=row.instructions,
         error=row.error,
         started_by=row.started_by,
+        edit_policy=row.edit_policy,
         summary=None
         if row.summary_source is None
         else SummaryInfo.model_validate(
@@ -521,3 +526,61 @@ def record_imported(
         call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
     )
     record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)
+
+
+def record_server_edits(
+    connection: Connection,
+    session_id: str,
+    context: ActiveContext,
+    edits: list[dict[str, Any]],
+    *,
+    edit_policy: str,
+    at: float,
+) -> int:
+    """Record the server-side edits a response reports the provider applied to the request
+    it answered (``context_management.applied_edits``) as a ``clear`` compaction with
+    trigger ``server``. The provider edited its copy of the request, not the log nor the
+    wire view: no message changes (so no thinking block's prefix does), nothing to undo or
+    run again."""
+    freed = cleared_tokens(edits)
+    detail = "; ".join(_server_edit_note(edit) for edit in edits)
+    step = CompactionStep(
+        strategy=CompactStrategy.CLEAR,
+        trigger=CompactTrigger.SERVER,
+        tokens_freed=freed,
+        detail=detail,
+    )
+    return repo.insert_compaction(
+        connection,
+        session_id,
+        trigger=CompactTrigger.SERVER.value,
+        strategy=CompactStrategy.CLEAR.value,
+        success=True,
+        tokens_before=context.usage,
+        tokens_after=max(0, context.usage - freed),
+        tokens_freed=freed,
+        summary_text="",
+        boundary_id=None,
+        created_at=at,
+        steps=repo.dumps([step.model_dump(mode="json")]),
+        config=context.config.model_dump_json(),
+        removed_seqs="[]",
+        cleared_tool_calls="[]",
+        blob_ids="[]",
+        instructions=None,
+        error=None,
+        inputs=ServerRun(
+            call="server", now=at, last_seq=context.last_seq, applied_edits=edits
+        ).model_dump_json(),
+        replay_of=None,
+        edit_policy=edit_policy,
+    )
+
+
+def _server_edit_note(edit: dict[str, Any]) -> str:
+    kind, tokens = str(edit.get("type", "?")), edit.get("cleared_input_tokens", 0)
+    if "cleared_tool_uses" in edit:
+        return f"{kind}: {edit['cleared_tool_uses']} tool uses, {tokens} tokens"
+    if "cleared_thinking_turns" in edit:
+        return f"{kind}: {edit['cleared_thinking_turns']} thinking turns, {tokens} tokens"
+    return kind

@@ -22,6 +22,7 @@ __all__ = [
     "ImportedRun",
     "Recorded",
     "ReplayInputs",
+    "ServerRun",
     "UsageCheck",
     "parse",
 ]
@@ -59,6 +60,10 @@ class EngineRun(_Recorded):
     enable_auto_compact: bool = True
     # compact(up_to_seq=).
     up_to_seq: int | None = None
+    # The edit policy the engines ran under and whether the model checks thinking prefixes
+    # (rows from before the policy existed ran under rewrite).
+    edit_policy: Literal["rewrite", "append_only"] = "rewrite"
+    prefix_checks: bool = False
 
     @classmethod
     def of(
@@ -78,6 +83,8 @@ class EngineRun(_Recorded):
             reactive_attempts=inputs.reactive_attempts,
             usage_offset=context.usage_offset,
             token_factor=context.token_factor,
+            edit_policy=inputs.edit_policy,
+            prefix_checks=inputs.prefix_checks,
             **options,
         )
 
@@ -98,6 +105,8 @@ class EngineRun(_Recorded):
             summary_state=boundary.summary_state if boundary is not None else SummaryState(),
             summarizer=summarizer,
             instructions=instructions,
+            edit_policy=self.edit_policy,
+            prefix_checks=self.prefix_checks,
         )
 
 
@@ -133,7 +142,15 @@ class DedupRun(_Recorded):
     dedup_of_seq: int  # the earlier read it points at
 
 
-Recorded = EngineRun | ImportedRun | UsageCheck | EditRun | DedupRun
+class ServerRun(_Recorded):
+    """Server-side edits a provider response reports it applied (``append_response``):
+    the provider did them, on its copy of the request; nothing to run again."""
+
+    call: Literal["server"] = Field(validation_alias=_CALL_ALIASES)
+    applied_edits: list[dict[str, Any]]
+
+
+Recorded = EngineRun | ImportedRun | UsageCheck | EditRun | DedupRun | ServerRun
 ReplayInputs = Annotated[Recorded, Field(union_mode="left_to_right")]
 
 _ADAPTER: TypeAdapter[Recorded] = TypeAdapter(ReplayInputs)

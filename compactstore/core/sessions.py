@@ -78,6 +78,7 @@ def open_session(
     created_at: float,
     cwd: str | None,
     location: str,
+    model: str | None = None,
 ) -> repo.SessionRow:
     """Get or create a session; a new ``config`` replaces the stored one, a ``cwd`` fills
     a missing one.
@@ -98,6 +99,8 @@ def open_session(
             created_at=created_at,
             cwd=cwd,
         )
+        if model is not None:
+            repo.update_session(connection, sid, model=model)
         return require(connection, sid, location)
     if cwd is not None and row.cwd is not None and cwd != row.cwd:
         raise ConflictError(
@@ -105,6 +108,8 @@ def open_session(
         )
     if cwd is not None and row.cwd is None:
         repo.update_session(connection, sid, cwd=cwd)
+    if model is not None and model != row.model:
+        repo.update_session(connection, sid, model=model)
     if format is not None and format != row.format:
         raise ConflictError(
             f"session {sid!r} exists with format {row.format!r}; it cannot be "

@@ -120,6 +120,7 @@ class CompactionRow(NamedTuple):
     summarizer_output_tokens: int | None
     summarizer_fallback: bool | None
     summarizer_reason: str | None
+    edit_policy: str | None = None
 
 
 # The strategy of a re-read stored as a stub (at append time): never rolled back.

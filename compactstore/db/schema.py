@@ -87,6 +87,13 @@ sessions = Table(
     Column("usage_offset", Integer, nullable=False, server_default=text("0")),
     Column("real_tokens", Integer),
     Column("real_estimate", Integer),
+    # The model the session talks to (store.session(model=) or the newest append_response's):
+    # it decides the "auto" edit policy (compactstore.capabilities).
+    Column("model", String(255)),
+    # "drop_block" once a cut inside a tool loop changed the prefix of thinking a later
+    # request must send: every later request carries that block binding. And since when.
+    Column("thinking_binding", String(16)),
+    Column("thinking_binding_at", Float),
 )
 
 messages = Table(
@@ -228,6 +235,9 @@ compactions = Table(
     Column("changed_after_seq", Integer),
     Column("context_version", Integer),
     Column("rolled_back_version", Integer),
+    # The edit policy it ran under: 'rewrite' or 'append_only' (null: recorded before the
+    # policy existed, which was rewrite).
+    Column("edit_policy", String(16)),
 )
 Index("ix_compactions_session", compactions.c.session_id, compactions.c.id)
 

@@ -52,6 +52,8 @@ class SessionRow:
     context_version: int
     last_seq: int
     summarizer: str | None = None  # the name recorded by store.session(summarizer=)
+    model: str | None = None  # store.session(model=) or the newest append_response's
+    thinking_binding: str | None = None  # "drop_block" once set (see schema)
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -82,6 +84,8 @@ def _session_row(row: DbRow) -> SessionRow:
         context_version=row.context_version,
         last_seq=row.last_seq,
         summarizer=row.summarizer,
+        model=row.model,
+        thinking_binding=row.thinking_binding,
     )
 
 

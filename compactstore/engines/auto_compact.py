@@ -35,7 +35,21 @@ def threshold(context: ActiveContext) -> int:
 
 
 def should_trigger(context: ActiveContext, inputs: EngineInputs) -> bool:
-    return not inputs.tripped and context.usage >= threshold(context)
+    """Usage is at the threshold and the breaker is not tripped; on a model that checks
+    thinking prefixes, not while a tool loop with thinking is in progress, unless usage has
+    reached ``auto_compact_wait_limit`` (a cut then would invalidate the loop's thinking,
+    which the next request must send: the end of the loop is the place for it)."""
+    if inputs.tripped or context.usage < threshold(context):
+        return False
+    if inputs.prefix_checks and context.continues_thinking:
+        return context.usage >= wait_limit(context)
+    return True
+
+
+def wait_limit(context: ActiveContext) -> int:
+    """Usage at which auto-compact stops waiting for a tool loop to end."""
+    limit = max(context.config.auto_compact_wait_limit, context.config.auto_compact_threshold)
+    return math.ceil(round(context.context_window * limit, 6))
 
 
 def background_threshold(context: ActiveContext) -> int:

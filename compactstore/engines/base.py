@@ -122,6 +122,10 @@ class EngineInputs:
     summary_state: SummaryState = field(default_factory=SummaryState)
     summarizer: SummaryService | None = None
     instructions: str | None = None
+    # The session's edit policy, resolved ("auto" decided by its model), and whether its
+    # model's API checks the prefix of every thinking block sent back.
+    edit_policy: Literal["rewrite", "append_only"] = "rewrite"
+    prefix_checks: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,7 +149,15 @@ def process(
             stages.append(budget)
             context = budget.context
             inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(budget.blobs))
-    if enable_microcompact:
+    # Under append_only, microcompact is the provider's server-side edit, carried by
+    # request_params(): nothing sent is cleared in place. On a model that checks thinking
+    # prefixes it waits for the end of a tool loop with thinking (a clear inside one would
+    # invalidate the loop's thinking, which the next request must send).
+    if (
+        enable_microcompact
+        and inputs.edit_policy != "append_only"
+        and not (inputs.prefix_checks and context.continues_thinking)
+    ):
         micro = microcompact.run(context, inputs)
         if micro.attempted:
             stages.append(micro)

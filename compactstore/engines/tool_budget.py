@@ -212,13 +212,14 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     ``max_media_in_context``."""
     before = context.usage
     config = context.config
+    unsent = unsent_from(context) if inputs.edit_policy == "append_only" else 0
     chooser = oversized(context, config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME}))
-    kept, edits, blobs = persist_results(context, inputs, chooser)
+    kept, edits, blobs = persist_results(context, inputs, _from(unsent, chooser))
     after_context = context.with_kept(kept) if edits else context
     media_kept, media_edits, media_blobs = persist_results(
         after_context,
         replace(inputs, next_blob_id=inputs.next_blob_id + len(blobs)),
-        media_over_cap(after_context, config.max_media_in_context),
+        _from(unsent, media_over_cap(after_context, config.max_media_in_context)),
     )
     if media_edits:
         after_context = after_context.with_kept(media_kept)
@@ -235,6 +236,27 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         detail=_detail(blobs),
         attempted=bool(edits),
     )
+
+
+def unsent_from(context: ActiveContext) -> int:
+    """Index in ``context.kept`` of the first message not sent yet, as far as the log
+    tells: what follows the newest assistant message (every message before it was part of
+    the request it answered). Under append_only the budget acts only from there on."""
+    kept = context.kept
+    for index in range(len(kept) - 1, -1, -1):
+        if kept[index].kind == "assistant":
+            return index + 1
+    return 0
+
+
+_Chooser = Callable[[Sequence[ContextMessage]], Sequence[tuple[int, str | None]]]
+
+
+def _from(start: int, chooser: _Chooser) -> _Chooser:
+    """``chooser`` keeping only its picks at kept index ``start`` or later."""
+    if start == 0:
+        return chooser
+    return lambda kept: [pick for pick in chooser(kept) if pick[0] >= start]
 
 
 def _detail(blobs: Sequence[NewBlob]) -> str:

@@ -5,15 +5,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from compactstore.capabilities import BINDING_BETA, CONTEXT_MANAGEMENT_BETA, ModelCapabilities
 from compactstore.formats.base import MessageFormat
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
 
-__all__ = ["CACHE_CONTROL", "build_request_params"]
+__all__ = ["CACHE_CONTROL", "build_request_params", "session_fields"]
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Anthropic blocks that take no cache_control of their own.
@@ -91,3 +93,63 @@ def _system(system: list[dict[str, Any]], *, cache_control: bool) -> Any:
     if cache_control and blocks:
         blocks[-1] = {**blocks[-1], "cache_control": dict(CACHE_CONTROL)}
     return blocks
+
+
+def session_fields(
+    *,
+    edit_policy: str,
+    capabilities: ModelCapabilities,
+    config: Any,
+    context_window: int,
+    drop_block: bool,
+    thinking: Mapping[str, Any] | None,
+    extra_headers: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The Messages API fields a session needs besides its messages, merged with the
+    caller's ``thinking`` and ``extra_headers``: keyword arguments ``messages.create`` and
+    ``beta.messages.create`` both take (``thinking``, ``extra_headers``, ``extra_body``).
+
+    - ``drop_block``: ``thinking.block_binding.prefix_mismatch_behavior: "drop_block"``
+      with its beta header (adaptive thinking when the caller set none: the models that
+      check prefixes think adaptively by default, so adding it changes nothing else).
+    - ``append_only`` on a model with context editing: microcompact as the server-side
+      ``clear_tool_uses_20250919`` edit (keep ``microcompact_keep_recent`` tool uses, from
+      ``background_threshold`` of the window), after ``clear_thinking_20251015`` (keep the
+      newest thinking turn) when ``preserved_thinking`` is off; in ``extra_body`` with its
+      beta header.
+    """
+    fields: dict[str, Any] = {}
+    betas: list[str] = []
+    merged_thinking = None if thinking is None else dict(thinking)
+    if drop_block:
+        merged_thinking = merged_thinking or {"type": "adaptive"}
+        binding = dict(merged_thinking.get("block_binding") or {})
+        binding["prefix_mismatch_behavior"] = "drop_block"
+        merged_thinking["block_binding"] = binding
+        betas.append(BINDING_BETA)
+    if merged_thinking is not None:
+        fields["thinking"] = merged_thinking
+    if edit_policy == "append_only" and capabilities.context_editing:
+        edits: list[dict[str, Any]] = []
+        if not config.preserved_thinking:
+            edits.append(
+                {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
+            )
+        trigger = math.ceil(round(context_window * config.background_threshold, 6))
+        edits.append(
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "input_tokens", "value": trigger},
+                "keep": {"type": "tool_uses", "value": config.microcompact_keep_recent},
+            }
+        )
+        fields["extra_body"] = {"context_management": {"edits": edits}}
+        betas.append(CONTEXT_MANAGEMENT_BETA)
+    headers = dict(extra_headers or {})
+    if betas:
+        key = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
+        given = [b.strip() for b in str(headers.get(key, "")).split(",") if b.strip()]
+        headers[key] = ",".join(given + [b for b in betas if b not in given])
+    if headers:
+        fields["extra_headers"] = headers
+    return fields

@@ -14,7 +14,7 @@ from typing import Any
 from compactstore.errors import InvalidInputError
 from compactstore.formats.sdk_types import to_request
 
-__all__ = ["has_sdk_object", "response_turn"]
+__all__ = ["applied_edits", "cleared_tokens", "has_sdk_object", "response_model", "response_turn"]
 
 
 def has_sdk_object(message: Any) -> bool:
@@ -106,3 +106,38 @@ def _kind(response: Any) -> str | None:
     ):
         return "anthropic"
     return None
+
+
+def response_model(response: Any) -> str | None:
+    """The model a provider response names (None when it names none)."""
+    model = getattr(response, "model", None)
+    return model if isinstance(model, str) and model else None
+
+
+def applied_edits(response: Any) -> list[dict[str, Any]]:
+    """The server-side context edits an Anthropic response reports it applied
+    (``context_management.applied_edits``; on a plain ``Message`` an extra field), as
+    plain dicts; [] when it reports none."""
+    management = getattr(response, "context_management", None)
+    if management is None:
+        extra = getattr(response, "model_extra", None) or {}
+        management = extra.get("context_management")
+    edits = (
+        management.get("applied_edits")
+        if isinstance(management, dict)
+        else getattr(management, "applied_edits", None)
+    )
+    if not isinstance(edits, list):
+        return []
+    plain = [edit.model_dump() if hasattr(edit, "model_dump") else edit for edit in edits]
+    return [edit for edit in plain if isinstance(edit, dict)]
+
+
+def cleared_tokens(edits: list[dict[str, Any]]) -> int:
+    """The input tokens server-side edits report they cleared, together."""
+    total = 0
+    for edit in edits:
+        value = edit.get("cleared_input_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            total += value
+    return total

@@ -1,0 +1,180 @@
+"""A coding session with thinking through compactstore, against the strict fake of the
+Messages API (tests/fake_messages_api.py: prefix checks, the continuation rule, pairing,
+server-side edits, prompt caching on a simulated clock, the window).
+
+    python -m benchmarks.providers                        # claude-opus-5-5 and claude-sonnet-4-5
+    python -m benchmarks.providers --model claude-opus-5-5 --calls 300 --window 60000
+
+The loop is the README's: ``process_request()``, ``client.messages.create(...,
+**sess.request_params(cache_control=True, thinking=..., extra_headers=...))``,
+``append_response()``, ``append_tool_result()`` for each call; a new task once the agent
+answers. The clock is simulated: 300 s per call by default (``--step-seconds``), so
+time-based microcompact (hourly) falls inside tool loops as it does for a slow agent. A request the
+API refuses is retried once (after ``reactive_recover()`` when the prompt is too long); a
+step whose retry fails too is lost. Figures: API errors by rule, calls, steps lost, thinking
+blocks the API dropped (its ``input_transformations``), server-side edits applied, the
+compactions compactstore recorded by strategy and trigger, and the cache's share of input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from compactstore import CompactionConfig, CompactStore
+
+TOOLS = [
+    {
+        "name": name,
+        "description": f"{name} in the repository",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    for name in ("read_file", "grep", "run_tests", "edit_file")
+]
+SYSTEM = "You are a coding agent working in a Python repository. Be careful and brief."
+TASKS = [
+    "Fix the failing tests in payments/.",
+    "Make the retry logic of the HTTP client typed.",
+    "Find why the nightly import is slow and fix it.",
+    "Refactor the error handling of the CLI.",
+]
+
+
+def _tool_output(name: str, path: str, rng: random.Random) -> str:
+    lines = rng.choice((40, 80, 120, 200, 400))
+    if name == "run_tests":
+        return "\n".join(f"tests/test_{path[4:-3]}.py::test_{i} PASSED" for i in range(lines))
+    return "\n".join(f"def handler_{i}(request):  # {path} line {i}" for i in range(lines))
+
+
+def run(
+    *,
+    model: str = "claude-opus-5-5",
+    calls: int = 300,
+    window: int = 60_000,
+    config: CompactionConfig | None = None,
+    db: str | None = None,
+    seed: int = 7,
+    thinking: dict[str, Any] | None = None,
+    step_seconds: float = 300.0,
+    pause_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """One session of ``calls`` model calls, ``step_seconds`` apart on the simulated clock
+    (``pause_seconds`` more before each new task); returns the figures."""
+    import anthropic
+
+    from tests.fake_messages_api import fake_client
+
+    client, api = fake_client(anthropic, default_window=window)
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = CompactStore.open(db or str(Path(tmp) / "providers.db"))
+        now = api.now
+        sess = store.session(
+            "bench",
+            context_window=window,
+            format="anthropic",
+            config=config,
+            now=now,
+            model=model,
+        )
+        sess.append({"role": "system", "content": SYSTEM}, timestamp=now)
+        sess.append({"role": "user", "content": TASKS[0]}, timestamp=now)
+        steps = lost = tasks = 0
+        errors: Counter[str] = Counter()
+        while api.calls < calls:
+            steps += 1
+            sess.process_request(now=api.now)
+            reply = None
+            for attempt in range(2):
+                try:
+                    reply = client.messages.create(
+                        model=model,
+                        max_tokens=4_096,
+                        tools=TOOLS,
+                        **sess.request_params(cache_control=True, thinking=thinking),
+                    )
+                    break
+                except anthropic.BadRequestError as error:
+                    errors[api.errors[-1]["rule"]] += 1
+                    if "prompt is too long" in str(error) and attempt == 0:
+                        sess.reactive_recover(str(error), now=api.now)
+                if api.calls >= calls:
+                    break
+            api.advance(step_seconds)
+            if reply is None:
+                lost += 1
+                continue
+            sess.append_response(reply, timestamp=api.now, now=api.now)
+            used = [block for block in reply.content if block.type == "tool_use"]
+            for call in used:
+                path = str(call.input.get("path", "x.py"))
+                sess.append_tool_result(
+                    call.id,
+                    _tool_output(call.name, path, rng),
+                    tool_name=call.name,
+                    file_path=path if call.name == "read_file" else None,
+                    timestamp=api.now,
+                )
+            if not used:
+                tasks += 1
+                api.advance(pause_seconds)
+                task = TASKS[tasks % len(TASKS)]
+                sess.append({"role": "user", "content": task}, timestamp=api.now)
+        history = sess.compactions()
+        with store.engine.connect() as connection:
+            binding = connection.execute(
+                text("SELECT thinking_binding FROM sessions WHERE id = 'bench'")
+            ).scalar_one()
+        compactions = Counter(f"{row.strategy}/{row.trigger}" for row in history if row.success)
+        store.close()
+    return {
+        "model": model,
+        "calls": api.calls,
+        "steps": steps,
+        "steps_lost": lost,
+        "tasks_done": tasks,
+        "api_errors": sum(errors.values()),
+        "errors_by_rule": dict(errors),
+        "thinking_dropped": api.dropped,
+        "drop_block_set": binding is not None,
+        "server_edits": len(api.applied_edits),
+        "compactions": dict(compactions),
+        "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--window", type=int, default=60_000)
+    parser.add_argument("--policy", choices=("auto", "rewrite", "append_only"), default="auto")
+    parser.add_argument("--step-seconds", type=float, default=300.0)
+    args = parser.parse_args()
+    models = args.model or ["claude-opus-5-5", "claude-sonnet-4-5"]
+    for model in models:
+        thinking = None
+        if not model.startswith(("claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5")):
+            thinking = {"type": "enabled", "budget_tokens": 2_000}
+        config = CompactionConfig(edit_policy=args.policy)
+        figures = run(
+            model=model,
+            calls=args.calls,
+            window=args.window,
+            config=config,
+            thinking=thinking,
+            step_seconds=args.step_seconds,
+        )
+        print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
