@@ -117,7 +117,16 @@ def test_the_share_is_stored_with_the_session_and_each_compaction(db_url: str) -
     engine = create_engine(db_url if "://" in db_url else f"sqlite:///{db_url}")
     try:
         with engine.connect() as connection:
-            stored = connection.execute(text("SELECT config FROM compactions")).scalars().all()
+            stored = (
+                connection.execute(
+                    text(
+                        "SELECT k.config FROM compactions c JOIN compaction_configs k "
+                        "ON k.session_id = c.session_id AND k.hash = c.config_hash"
+                    )
+                )
+                .scalars()
+                .all()
+            )
     finally:
         engine.dispose()
     assert stored and all(CompactionConfig.model_validate_json(c) == config for c in stored)
