@@ -2,4 +2,6 @@
 
 - :mod:`compactstore.integrations.langchain`: ``CompactStoreMiddleware``, a LangChain v1
   agent middleware (extra ``langchain``).
+- :mod:`compactstore.integrations.pydantic_ai`: ``CompactHistory``, a pydantic-ai capability
+  (extra ``pydantic-ai``).
 """
