@@ -4,4 +4,6 @@
   agent middleware (extra ``langchain``).
 - :mod:`compactstore.integrations.pydantic_ai`: ``CompactHistory``, a pydantic-ai capability
   (extra ``pydantic-ai``).
+- :mod:`compactstore.integrations.google_adk`: ``CompactPlugin``, a Google ADK runner plug-in
+  (extra ``google-adk``).
 """
