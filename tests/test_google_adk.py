@@ -25,7 +25,7 @@ from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner, Runner
-from google.genai import types
+from google.genai import errors, types
 from pydantic import Field
 
 from compactstore import CompactStore, InvalidInputError
@@ -220,6 +220,45 @@ def test_a_second_plugin_on_the_same_store_stores_nothing_twice(tmp_path: Path) 
     session = again.session_for(sid)
     assert session.message_count() == 12  # 3 turns of prompt, call, response, answer
     check_pairs(model.requests[-1])
+
+
+class Overflowing(Scripted):
+    """Scripted, but the request numbered ``fail_at`` fails as Gemini says a prompt is too
+    long (once, or every time from then on)."""
+
+    fail_at: int = 7
+    always: bool = False
+    failed: list[int] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        if len(self.requests) >= self.fail_at and (self.always or not self.failed):
+            self.failed.append(len(llm_request.contents))
+            message = "The input token count (1200000) exceeds the maximum number of tokens"
+            raise errors.ClientError(400, {"error": {"code": 400, "message": message}})
+        async for response in super().generate_content_async(llm_request, stream):
+            yield response
+
+
+def test_a_context_overflow_is_recovered_and_the_call_made_again(tmp_path: Path) -> None:
+    plugin = CompactPlugin(tmp_path / "ovf.db", context_window=WINDOW)
+    model = Overflowing()
+    _, sid = run(plugin, model, 6)
+    assert len(model.failed) == 1
+    session = plugin.session_for(sid)
+    recoveries = [c for c in session.compactions() if c.trigger == "reactive"]
+    assert len(recoveries) == 1 and recoveries[0].success
+    retried = model.requests[7]
+    assert len(retried) < model.failed[0]  # the recovered, smaller context
+    check_pairs(retried)
+    assert session.message_count() == 24  # 6 turns, nothing lost or doubled
+
+
+def test_a_second_overflow_propagates(tmp_path: Path) -> None:
+    plugin = CompactPlugin(tmp_path / "o2.db", context_window=WINDOW)
+    with pytest.raises(errors.ClientError, match="exceeds the maximum number of tokens"):
+        run(plugin, Overflowing(fail_at=1, always=True), 1)
 
 
 def test_recall_tool_answers_from_the_log(tmp_path: Path) -> None:

@@ -25,6 +25,10 @@ prompt tokens the model reports (``usage_metadata.prompt_token_count``).
 - **Calls and responses**: ADK strips call ids before the model call; the stored messages get
   ids derived from the Content, a response matched to the call of the same name in order.
 - **The summary is a user Content** (role ``user``), never a system instruction.
+- **Recovery**: a model error saying the prompt is too long (Gemini's 400 "input token count
+  exceeds the maximum number of tokens", or another provider's wording through LiteLLM) runs
+  ``reactive_recover`` and the agent's model is called once more with the recovered context;
+  its answer stands for the failed call. Any other error, or a second overflow, propagates.
 - :meth:`CompactPlugin.recall_tool` is the ``recall`` tool as an ADK ``FunctionTool``.
 """
 
@@ -36,6 +40,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -51,6 +56,7 @@ from compactstore.store import CompactStore
 
 try:
     from google.adk.agents.callback_context import CallbackContext
+    from google.adk.models.base_llm import BaseLlm
     from google.adk.models.llm_request import LlmRequest
     from google.adk.models.llm_response import LlmResponse
     from google.adk.plugins.base_plugin import BasePlugin
@@ -62,11 +68,24 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"pip install 'compactstore[google-adk]' ({exc})"
     ) from None
 
-__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "to_anthropic"]
+__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "is_overflow", "to_anthropic"]
 
 # The value of message_origins.source for Contents stored by this plug-in.
 SOURCE = "google_adk"
 FORMAT = "anthropic"
+
+
+# How providers say a prompt does not fit the model's window.
+_OVERFLOW = re.compile(
+    r"input token count.*exceeds|exceeds the maximum number of tokens|prompt is too long"
+    r"|context[_ ](window|length)[_ ]exceeded|maximum context length|too many tokens",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def is_overflow(error: BaseException) -> bool:
+    """The error says the prompt is too long for the model."""
+    return bool(_OVERFLOW.search(str(error)))
 
 
 def _dump(content: types.Content) -> str:
@@ -272,6 +291,36 @@ class CompactPlugin(BasePlugin):
             if content is not None and content.parts and not response.partial:
                 reply = content.model_copy(update={"role": content.role or "model"})
                 self._store(track, [*track.sent, reply])
+
+    async def on_model_error_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
+    ) -> LlmResponse | None:
+        """A prompt too long for the model: recover and call the model once more."""
+        if not is_overflow(error):
+            return None
+        agent = callback_context.get_invocation_context().agent
+        model = getattr(agent, "canonical_model", None)
+        if not isinstance(model, BaseLlm):
+            return None
+        track = self._track(callback_context.session.id)
+        view = await asyncio.to_thread(self._recover, track, str(error))
+        if view is None:
+            return None
+        llm_request.contents = view
+        answer: LlmResponse | None = None
+        try:
+            async for response in model.generate_content_async(llm_request, stream=False):
+                answer = response
+        except Exception:  # the retry failed too: the original error stands
+            return None
+        return answer
+
+    def _recover(self, track: _Track, error: str) -> list[types.Content] | None:
+        with track.lock:
+            result = track.session.reactive_recover(error)
+            if result is None or not result.success:
+                return None
+            return self._view(track)
 
     def recall_tool(self) -> FunctionTool:
         """The ``recall`` tool (it answers from the log of the calling ADK session) and the
