@@ -263,7 +263,9 @@ def test_a_second_overflow_propagates(tmp_path: Path) -> None:
 
 def test_recall_tool_answers_from_the_log(tmp_path: Path) -> None:
     plugin = CompactPlugin(tmp_path / "recall.db", context_window=WINDOW)
+    opened = plugin.session_for("opened-before")
     recall = plugin.recall_tool()
+    assert opened.config.recall_enabled
 
     def answer(contents: list[types.Content]) -> types.Content:
         last = (contents[-1].parts or [])[0]

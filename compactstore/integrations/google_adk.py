@@ -323,11 +323,15 @@ class CompactPlugin(BasePlugin):
             return self._view(track)
 
     def recall_tool(self) -> FunctionTool:
-        """The ``recall`` tool (it answers from the log of the calling ADK session) and the
-        summary's recall line, for sessions opened from now on."""
+        """The ``recall`` tool (it answers from the log of the calling ADK session); turns on
+        the summary's recall line of every session, open or opened later."""
         self.config = (self.config or CompactionConfig()).model_copy(
             update={"recall_enabled": True}
         )
+        with self._lock:
+            for track in self._tracks.values():
+                if not track.session.config.recall_enabled:
+                    track.session.recall_tool()
 
         def recall(
             tool_context: Any,
