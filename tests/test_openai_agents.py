@@ -119,6 +119,11 @@ class FakeModel(Model):
 set_tracing_disabled(True)
 
 
+def answer(status: int, request: httpx.Request) -> Any:
+    """An HTTP response, as the SDKs' errors carry one."""
+    return httpx.Response(status, request=request)
+
+
 def overflow_error() -> openai.BadRequestError:
     """What the Responses API answers to a prompt over the model's window."""
     request = httpx.Request("POST", "https://api.openai.com/v1/responses")
@@ -129,7 +134,7 @@ def overflow_error() -> openai.BadRequestError:
     }
     return openai.BadRequestError(
         "Error code: 400 - " + json.dumps({"error": body}),
-        response=httpx.Response(400, request=request),
+        response=answer(400, request),
         body=body,
     )
 
@@ -500,7 +505,7 @@ def test_users_filter_and_hooks_are_chained(store: CompactStore) -> None:
         recorded.append(tokens)
         return record(tokens, **kwargs)
 
-    session.session.record_usage = spy  # type: ignore[method-assign]
+    session.session.record_usage = spy  # type: ignore[method-assign,assignment]
 
     async def main() -> None:
         await Runner.run(
@@ -524,14 +529,14 @@ def test_overflow_errors_are_recognised() -> None:
     request = httpx.Request("POST", "https://api.anthropic.com/v1/messages")
     too_long = anthropic.BadRequestError(
         "prompt is too long: 210000 tokens > 200000 maximum",
-        response=httpx.Response(400, request=request),
+        response=answer(400, request),
         body=None,
     )
     assert is_context_overflow(too_long)
     assert not is_context_overflow(
         openai.BadRequestError(
             "Invalid value for 'tool_choice'",
-            response=httpx.Response(400, request=request),
+            response=answer(400, request),
             body=None,
         )
     )
