@@ -517,3 +517,35 @@ def test_fifty_turns_with_tools_images_and_one_overflow(tmp_path: Path) -> None:
         assert sdk_problems("openai", sess.request_params()["messages"]) == []
         assert sdk_problems("openai", sess.messages()) == []
     assert len(model.sizes) == turns * 3
+
+
+@pytest.mark.slow
+def test_the_async_hooks_recover_from_an_overflow_too(tmp_path: Path) -> None:
+    model = OverflowingModel(messages=iter(script(2)), overflow_at=2)
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "async-over", context_window=WINDOW)
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        result = asyncio.run(agent.ainvoke({"messages": [HumanMessage("Refactor src/")]}))
+        assert result["messages"][-1].text == "All 2 modules read."
+        sess = store.get_session("async-over")
+        assert [str(c.trigger) for c in sess.compactions()].count("reactive") == 1
+    assert model.calls == 4  # three answers and the one overflow
+
+
+@pytest.mark.slow
+def test_an_error_that_is_no_overflow_is_not_retried(tmp_path: Path) -> None:
+    class Failing(ScriptedModel):
+        calls: int = 0
+
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            raise ValueError("the context window is fine; this is another bug")
+
+    model = Failing(messages=iter(script(1)))
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "other", context_window=WINDOW)
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        with pytest.raises(ValueError, match="another bug"):
+            agent.invoke({"messages": [HumanMessage("Refactor src/")]})
+        assert store.get_session("other").compactions() == []
+    assert model.calls == 1
