@@ -4,9 +4,11 @@
 
 The chat model is langchain_core's GenericFakeChatModel, scripted to read 60 files one tool
 call at a time, so the example runs without a network or a key; swap in any chat model
-(``ChatAnthropic(model=...)``, ``ChatOpenAI(model=...)``) for a real agent. The glue is the
-two lines marked ``# glue``. It prints one JSON line: how many compactions ran, how many
-messages the store holds, how many the graph state kept, and the largest request the model got.
+(``ChatAnthropic(model=...)``, ``ChatOpenAI(model=...)``) for a real agent: without
+``context_window=`` the window is then the model's profile (``profile["max_input_tokens"]``).
+The glue is the two lines marked ``# glue``. It prints one JSON line: how many compactions
+ran, how many messages the store holds, how many the graph state kept, and the largest
+request the model got.
 """
 
 from __future__ import annotations

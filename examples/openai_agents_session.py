@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents import Agent, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
@@ -71,16 +71,12 @@ async def main() -> None:
     set_tracing_disabled(True)
     store = CompactStore.open(str(Path(tempfile.mkdtemp()) / "agents.db"))
     agent = Agent(name="coder", instructions="Fix the TODOs.", model=OfflineModel(), tools=[grep])
-    # The glue: these lines are all a user writes.
+    # The glue: the import and the session. ``Runner.run(agent, text, session=session)``
+    # alone compacts before each run; ``session.run`` (Runner.run with this session) also
+    # compacts between the tool rounds of one run and recovers from "prompt too long".
     session = CompactSession("task-42", store, context_window=8_000)
     for turn in range(6):
-        result = await Runner.run(
-            agent,
-            f"fix TODO number {turn}",
-            session=session,
-            run_config=session.run_config(),
-            hooks=session.hooks(),
-        )
+        result = await session.run(agent, f"fix TODO number {turn}")
     print(result.final_output, "| compactions:", len(session.session.compactions()))
     assert session.session.token_usage() <= 8_000
     print("ok")

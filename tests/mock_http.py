@@ -42,14 +42,22 @@ class Recorder:
         return self.http.Response(200, json=self.respond(body))
 
 
-def sdk_client(sdk: ModuleType, respond: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """(client, recorder): the SDK's client class over a MockTransport."""
+def sdk_client(
+    sdk: ModuleType,
+    respond: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    asynchronous: bool = False,
+) -> Any:
+    """(client, recorder): the SDK's client class (``AsyncAnthropic``/``AsyncOpenAI`` with
+    ``asynchronous``) over a MockTransport."""
     http = http_module(sdk)
     recorder = Recorder(http, respond)
-    client_class = sdk.Anthropic if sdk.__name__ == "anthropic" else sdk.OpenAI
-    client = client_class(
-        api_key="x", http_client=http.Client(transport=http.MockTransport(recorder))
-    )
+    name = "Anthropic" if sdk.__name__ == "anthropic" else "OpenAI"
+    transport = http.MockTransport(recorder)
+    if asynchronous:
+        async_client = http.AsyncClient(transport=transport)
+        return getattr(sdk, f"Async{name}")(api_key="x", http_client=async_client), recorder
+    client = getattr(sdk, name)(api_key="x", http_client=http.Client(transport=transport))
     return client, recorder
 
 

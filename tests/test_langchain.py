@@ -9,6 +9,7 @@ message with a signed thinking block.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 pytest.importorskip("langchain.agents", reason="the 'langchain' extra is not installed")
 
 from langchain.agents import create_agent
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -27,6 +29,7 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
     ToolMessage,
+    convert_to_openai_messages,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
@@ -34,12 +37,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 from compactstore import CompactionConfig, CompactStore, InvalidInputError
+from compactstore.formats.sdk_types import sdk_problems
 from compactstore.integrations.langchain import (
     CompactStoreMiddleware,
     format_for_model,
 )
+from compactstore.media import media_tokens
 from compactstore.tokens import estimate_tokens
-from tests.mock_http import anthropic_message, sdk_client
+from tests.mock_http import anthropic_message, http_module, sdk_client
+from tests.test_media import png
 
 REPO = Path(__file__).resolve().parents[1]
 TURNS = 40
@@ -349,3 +355,197 @@ def test_the_example_runs_offline(tmp_path: Path) -> None:
     assert report["compactions"] >= 1
     assert report["state_messages"] < report["stored_messages"]
     assert report["max_request_tokens"] < report["context_window"]
+
+
+# -- standard content blocks, media, the window from the profile, recovery ----------------
+
+SCREENSHOT_B64 = base64.b64encode(png(1000, 800)).decode()
+PIXEL_TOKENS = -(-1000 * 800 // 750)  # how a 1000x800 image counts: 1,067 tokens
+
+
+def screenshot_message(text: str) -> HumanMessage:
+    """A user message with LangChain's v1 standard image block."""
+    return HumanMessage(
+        content=[
+            {"type": "text", "text": text},
+            {"type": "image", "base64": SCREENSHOT_B64, "mime_type": "image/png"},
+        ]
+    )
+
+
+def chat_anthropic(replies: Any) -> tuple[Any, Any]:
+    anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
+    langchain_anthropic = pytest.importorskip(
+        "langchain_anthropic", reason="langchain-anthropic is not installed"
+    )
+    client, seen = sdk_client(anthropic, lambda body: next(replies))
+    model = langchain_anthropic.ChatAnthropic(
+        model="claude-sonnet-4-5", api_key="x", max_tokens=1_024
+    )
+    model.__dict__["_client"] = client  # the SDK client ChatAnthropic builds, over the mock
+    return model, seen
+
+
+def test_standard_image_blocks_work_with_chat_anthropic_and_count_by_pixels(
+    tmp_path: Path,
+) -> None:
+    replies = iter([anthropic_message([{"type": "text", "text": "A login form."}])])
+    model, seen = chat_anthropic(replies)
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "img")  # no window: the model's profile
+        agent = create_agent(model, [], middleware=[middleware])
+        result = agent.invoke({"messages": [screenshot_message("What is on this screenshot?")]})
+        assert result["messages"][-1].text == "A login form."
+        sess = store.get_session("img")
+        assert sess.context_window == model.profile["max_input_tokens"] == 200_000
+        stored = sess.messages()[0]
+        assert stored["content"][1]["source"]["data"] == SCREENSHOT_B64
+        assert media_tokens(stored) == PIXEL_TOKENS
+        assert sess.context().usage >= PIXEL_TOKENS
+    sent = seen.bodies[0]["messages"][0]["content"]
+    assert sent[1]["type"] == "image" and sent[1]["source"]["data"] == SCREENSHOT_B64
+
+
+def test_a_context_overflow_from_chat_anthropic_is_recovered_once(tmp_path: Path) -> None:
+    """Anthropic's 400 "prompt is too long" (LangChain's ContextOverflowError) runs
+    reactive_recover and the call again, recorded like any recovery."""
+    too_long = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 210011 tokens > 200000 maximum",
+        },
+    }
+    answers = iter([False, True])
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        if not next(answers):
+            raise Overflow(too_long)
+        size = estimate_tokens(json.dumps(body["messages"]))
+        return anthropic_message([{"type": "text", "text": "Done."}], input_tokens=size)
+
+    anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")
+    langchain_anthropic = pytest.importorskip(
+        "langchain_anthropic", reason="langchain-anthropic is not installed"
+    )
+    http = http_module(anthropic)
+
+    def handler(request: Any) -> Any:
+        body = json.loads(request.content.decode())
+        bodies.append(body)
+        try:
+            return http.Response(200, json=respond(body))
+        except Overflow as error:
+            return http.Response(400, json=error.args[0])
+
+    bodies: list[dict[str, Any]] = []
+    client = anthropic.Anthropic(
+        api_key="x", max_retries=0, http_client=http.Client(transport=http.MockTransport(handler))
+    )
+    model = langchain_anthropic.ChatAnthropic(
+        model="claude-sonnet-4-5", api_key="x", max_tokens=1_024
+    )
+    model.__dict__["_client"] = client
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        sess = store.session("over", context_window=20_000, format="anthropic")
+        for i in range(12):
+            sess.append({"role": "user", "content": f"step {i}: " + "words " * 400})
+            sess.append({"role": "assistant", "content": f"done {i}"})
+        middleware = CompactStoreMiddleware(store, "over")
+        agent = create_agent(model, [], middleware=[middleware])
+        result = agent.invoke({"messages": [HumanMessage("Finish.")]})
+        assert result["messages"][-1].text == "Done."
+        reactive = [c for c in sess.compactions() if c.trigger == "reactive"]
+        assert len(reactive) == 1 and reactive[0].success
+    assert len(bodies) == 2
+    assert len(json.dumps(bodies[1])) < len(json.dumps(bodies[0]))
+
+
+class Overflow(Exception):
+    """The mocked API's 400 answer."""
+
+
+class OverflowingModel(ScriptedModel):
+    """A scripted model that answers call ``overflow_at`` (1-based) with LangChain's
+    ContextOverflowError, and counts each request as compactstore does (images by pixels)."""
+
+    overflow_at: int | None = None
+    calls: int = 0
+    sizes: list[tuple[int, int]] = Field(default_factory=list)
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.overflow_at:
+            raise ContextOverflowError("This model's maximum context length is 10000 tokens")
+        wire = convert_to_openai_messages(messages)
+        text = json.dumps(wire)
+        images = text.count(SCREENSHOT_B64)
+        self.sizes.append(
+            (estimate_tokens(text.replace(SCREENSHOT_B64, "")) + images * PIXEL_TOKENS, images)
+        )
+        return super()._generate(messages, *args, **kwargs)
+
+
+@pytest.mark.slow
+def test_fifty_turns_with_tools_images_and_one_overflow(tmp_path: Path) -> None:
+    window = 10_000
+    turns = 50
+    steps: list[AIMessage] = []
+    for turn in range(turns):
+        steps += script(2, tag=f"t{turn}")
+    model = OverflowingModel(messages=iter(steps), overflow_at=60)
+    config = CompactionConfig(max_media_in_context=2)
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "fifty", context_window=window, config=config)
+        agent = create_agent(
+            model, [read_file], system_prompt="You refactor.", middleware=[middleware]
+        )
+        state: dict[str, Any] = {"messages": []}
+        for turn in range(turns):
+            text = f"turn {turn}: refactor the next two modules"
+            message = screenshot_message(text) if turn % 5 == 0 else HumanMessage(text)
+            state = agent.invoke({"messages": [*state["messages"], message]})
+            assert state["messages"][-1].text.startswith("All 2 modules read")
+        sess = store.get_session("fifty")
+        reactive = [c for c in sess.compactions() if c.trigger == "reactive"]
+        assert len(reactive) == 1 and reactive[0].success
+        assert max(tokens for tokens, _ in model.sizes) <= window
+        assert sum(images for _, images in model.sizes) >= 10  # images were sent...
+        assert max(images for _, images in model.sizes) <= 2  # ...at most two at a time
+        for sent in model.seen:
+            check_pairs(sent)
+        assert sdk_problems("openai", sess.request_params()["messages"]) == []
+        assert sdk_problems("openai", sess.messages()) == []
+    assert len(model.sizes) == turns * 3
+
+
+@pytest.mark.slow
+def test_the_async_hooks_recover_from_an_overflow_too(tmp_path: Path) -> None:
+    model = OverflowingModel(messages=iter(script(2)), overflow_at=2)
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "async-over", context_window=WINDOW)
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        result = asyncio.run(agent.ainvoke({"messages": [HumanMessage("Refactor src/")]}))
+        assert result["messages"][-1].text == "All 2 modules read."
+        sess = store.get_session("async-over")
+        assert [str(c.trigger) for c in sess.compactions()].count("reactive") == 1
+    assert model.calls == 4  # three answers and the one overflow
+
+
+@pytest.mark.slow
+def test_an_error_that_is_no_overflow_is_not_retried(tmp_path: Path) -> None:
+    class Failing(ScriptedModel):
+        calls: int = 0
+
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            raise ValueError("the context window is fine; this is another bug")
+
+    model = Failing(messages=iter(script(1)))
+    with CompactStore.open(tmp_path / "lc.db") as store:
+        middleware = CompactStoreMiddleware(store, "other", context_window=WINDOW)
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        with pytest.raises(ValueError, match="another bug"):
+            agent.invoke({"messages": [HumanMessage("Refactor src/")]})
+        assert store.get_session("other").compactions() == []
+    assert model.calls == 1

@@ -8,29 +8,41 @@ reports an input-token count computed from that input.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
+import tomllib
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx
+import openai
 import pytest
 
 pytest.importorskip("agents", reason="the 'openai-agents' extra is not installed")
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents import Agent, RunHooks, Runner, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 from openai.types.responses.response_output_text import ResponseOutputText
 
-from compactstore import CompactionConfig, CompactStore, InvalidInputError
+from compactstore import CompactionConfig, CompactStore, CompactStoreWarning, InvalidInputError
 from compactstore.formats.responses import CALLS, OUTPUTS, item_type
 from compactstore.formats.sdk_types import sdk_problems
-from compactstore.integrations.openai_agents import CompactSession, wire_item
+from compactstore.integrations.openai_agents import (
+    CompactSession,
+    is_context_overflow,
+    wire_item,
+)
+from compactstore.media import media_tokens
 from compactstore.tokens import estimate_tokens
+from tests.test_media import png
 
 REPO = Path(__file__).resolve().parents[1]
 TURNS, CALLS_PER_TURN = 8, 5
@@ -41,10 +53,13 @@ BIG = "lorem ipsum dolor sit amet " * 160  # ~1k tokens of tool output
 class FakeModel(Model):
     """Answers each user turn with ``calls`` tool calls, then a text; records its inputs."""
 
-    def __init__(self, calls: int = 3) -> None:
+    def __init__(self, calls: int = 3, overflow_at: int | None = None) -> None:
         self.calls = calls
         self.inputs: list[list[dict[str, Any]]] = []
         self.counter = 0
+        # The model call (1-based) answered with the provider's "over the window" error.
+        self.overflow_at = overflow_at
+        self.overflowed = 0
 
     async def get_response(
         self,
@@ -54,6 +69,10 @@ class FakeModel(Model):
         **kwargs: Any,
     ) -> ModelResponse:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else input
+        if self.overflow_at is not None and self.counter + 1 == self.overflow_at:
+            self.overflow_at = None
+            self.overflowed += 1
+            raise overflow_error()
         self.inputs.append([dict(item) for item in items])
         self.counter += 1
         n = self.counter
@@ -98,6 +117,26 @@ class FakeModel(Model):
 
 
 set_tracing_disabled(True)
+
+
+def answer(status: int, request: httpx.Request) -> Any:
+    """An HTTP response, as the SDKs' errors carry one."""
+    return httpx.Response(status, request=request)
+
+
+def overflow_error() -> openai.BadRequestError:
+    """What the Responses API answers to a prompt over the model's window."""
+    request = httpx.Request("POST", "https://api.openai.com/v1/responses")
+    body = {
+        "message": "Your input exceeds the context window of this model.",
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+    }
+    return openai.BadRequestError(
+        "Error code: 400 - " + json.dumps({"error": body}),
+        response=answer(400, request),
+        body=body,
+    )
 
 
 @function_tool
@@ -355,3 +394,200 @@ def test_example_runs(name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "ok" in done.stdout
+
+
+# -- session= alone, chaining, recovery, images ---------------------------------------------
+
+SCREENSHOT = "data:image/png;base64," + base64.b64encode(png(1000, 800)).decode()
+PIXEL_TOKENS = -(-1000 * 800 // 750)  # how the responses format counts a 1000x800 image
+
+
+def request_tokens(items: list[dict[str, Any]]) -> tuple[int, int]:
+    """(the tokens of a request by compactstore's rules, the images it holds): the text by
+    its JSON, each image by its pixels (not by its base64)."""
+    images = 0
+    text = json.dumps(items)
+    if "input_image" in text:
+        images = text.count(SCREENSHOT)
+        text = text.replace(SCREENSHOT, "")
+    return estimate_tokens(text) + images * PIXEL_TOKENS, images
+
+
+def turn_input(turn: int) -> str | list[Any]:
+    if turn % 5:
+        return f"task step {turn}: change file {turn}"
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": f"task step {turn}: match this screenshot"},
+                {"type": "input_image", "image_url": SCREENSHOT, "detail": "auto"},
+            ],
+        }
+    ]
+
+
+@pytest.mark.slow
+def test_session_alone_compacts(store: CompactStore) -> None:
+    """``Runner.run(agent, x, session=CompactSession(...))`` and nothing else: get_items
+    compacts before each run, so every request stays in the window."""
+
+    async def main() -> FakeModel:
+        model = FakeModel(calls=1)
+        agent = make_agent(model)
+        session = CompactSession("alone", store, context_window=10_000)
+        for turn in range(30):
+            await Runner.run(agent, turn_input(turn), session=session)
+        return model
+
+    # A tool round can take a run past the auto-compact threshold before the next read:
+    # the session says so, once.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", CompactStoreWarning)
+        model = asyncio.run(main())
+    assert len(seen) <= 1
+    session = store.get_session("alone")
+    assert [c for c in session.compactions() if c.success and c.boundary is not None]
+    sizes = [request_tokens(sent) for sent in model.inputs]
+    assert max(tokens for tokens, _ in sizes) <= 10_000
+    assert sum(images for _, images in sizes) > 0
+    for sent in model.inputs:
+        assert paired(sent), sent
+        assert sdk_problems("responses", sent) == []
+
+
+@pytest.mark.slow
+def test_session_alone_warns_when_a_run_outgrows_the_window(store: CompactStore) -> None:
+    """Tool rounds inside one run are sent without asking the session: past the threshold
+    mid-run, the session says so (once) instead of staying silent."""
+    model = FakeModel(calls=8)
+    session = CompactSession("warned", store, context_window=4_000)
+
+    async def main() -> None:
+        await Runner.run(make_agent(model), "read everything", session=session)
+        await Runner.run(make_agent(model), "and again", session=session)
+
+    with pytest.warns(CompactStoreWarning, match=r"run_config=session\.run_config\(\)") as seen:
+        asyncio.run(main())
+    assert len([w for w in seen if issubclass(w.category, CompactStoreWarning)]) == 1
+
+
+@pytest.mark.slow
+def test_users_filter_and_hooks_are_chained(store: CompactStore) -> None:
+    """``run_config(call_model_input_filter=mine)`` runs mine on the compacted view;
+    ``hooks(mine)`` keeps every one of the user's hooks."""
+    seen: list[int] = []
+    events: list[str] = []
+
+    def mine(data: Any) -> Any:
+        seen.append(len(data.model_data.input))
+        data.model_data.instructions = "Be brief."
+        return data.model_data
+
+    class Mine(RunHooks[Any]):
+        async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+            events.append("llm_end")
+
+        async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+            events.append("tool_start")
+
+    class Recording(FakeModel):
+        async def get_response(self, system_instructions: Any, *a: Any, **k: Any) -> Any:
+            assert system_instructions == "Be brief."
+            return await super().get_response(system_instructions, *a, **k)
+
+    session = CompactSession("chained", store, context_window=WINDOW)
+    model = Recording(calls=1)
+    recorded: list[int] = []
+    record = session.session.record_usage
+
+    def spy(tokens: int, **kwargs: Any) -> Any:
+        recorded.append(tokens)
+        return record(tokens, **kwargs)
+
+    session.session.record_usage = spy  # type: ignore[method-assign,assignment]
+
+    async def main() -> None:
+        await Runner.run(
+            make_agent(model),
+            "go",
+            session=session,
+            run_config=session.run_config(call_model_input_filter=mine),
+            hooks=session.hooks(Mine()),
+        )
+
+    asyncio.run(main())
+    assert seen == [len(sent) for sent in model.inputs] and len(seen) == 2
+    assert events == ["llm_end", "tool_start", "llm_end"]
+    assert len(recorded) == 2  # the session's own on_llm_end ran too
+    with pytest.raises(InvalidInputError, match="callable"):
+        session.run_config(call_model_input_filter="no")
+
+
+def test_overflow_errors_are_recognised() -> None:
+    assert is_context_overflow(overflow_error())
+    request = httpx.Request("POST", "https://api.anthropic.com/v1/messages")
+    too_long = anthropic.BadRequestError(
+        "prompt is too long: 210000 tokens > 200000 maximum",
+        response=answer(400, request),
+        body=None,
+    )
+    assert is_context_overflow(too_long)
+    assert not is_context_overflow(
+        openai.BadRequestError(
+            "Invalid value for 'tool_choice'",
+            response=answer(400, request),
+            body=None,
+        )
+    )
+    assert not is_context_overflow(ValueError("the context window is fine"))
+
+
+@pytest.mark.slow
+def test_fifty_turns_with_tools_images_and_one_overflow(store: CompactStore) -> None:
+    """``session.run``: compaction before every model call, usage recorded, and the forced
+    "exceeds the context window" error recovered (recorded as a reactive compaction)."""
+    window = 10_000
+    model = FakeModel(calls=2, overflow_at=70)
+    session = CompactSession("fifty", store, context_window=window)
+
+    async def main() -> None:
+        agent = make_agent(model)
+        for turn in range(50):
+            result = await session.run(agent, turn_input(turn))
+            assert result.final_output.startswith("done with turn")
+
+    asyncio.run(main())
+    assert model.overflowed == 1
+    inner = session.session
+    reactive = [c for c in inner.compactions() if c.trigger == "reactive"]
+    assert len(reactive) == 1 and reactive[0].success
+    sizes = [request_tokens(sent) for sent in model.inputs]
+    assert max(tokens for tokens, _ in sizes) <= window
+    assert sum(images for _, images in sizes) >= 10
+    for sent in model.inputs:
+        assert paired(sent), sent
+        assert sdk_problems("responses", sent) == []
+    # Images are counted by their pixels in the stored context.
+    first = inner.messages()[0]
+    assert inner.adapter.kind(first) == "user"
+    assert media_tokens(first) == PIXEL_TOKENS
+    assert model.counter == 50 * 3
+
+
+def test_extras_are_ranges_the_installed_versions_satisfy() -> None:
+    """No extra pins one exact version (it would break installs beside any other)."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for extra, requirements in project["optional-dependencies"].items():
+        for line in requirements:
+            requirement = Requirement(line)
+            assert not any(s.operator in ("==", "===") for s in requirement.specifier), (
+                extra,
+                line,
+            )
+            if requirement.name in ("openai-agents", "langchain-core", "langchain", "langgraph"):
+                assert requirement.specifier.contains(version(requirement.name)), line

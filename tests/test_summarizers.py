@@ -7,6 +7,7 @@ media, base64 or thinking. And a compaction through a store uses the model's tex
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import importlib
@@ -399,3 +400,59 @@ def test_the_langchain_integration_without_its_extra_names_it(
     monkeypatch.delitem(sys.modules, "compactstore.integrations.langchain", raising=False)
     with pytest.raises(MissingExtraError, match=r"compactstore\[langchain\]"):
         importlib.import_module("compactstore.integrations.langchain")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sdk_name", ["anthropic", "openai"])
+def test_async_clients_summarize_on_the_async_store(tmp_path: Any, sdk_name: str) -> None:
+    """``AnthropicSummarizer(AsyncAnthropic())`` / ``OpenAISummarizer(AsyncOpenAI())`` are
+    awaited by AsyncCompactStore: the model's text is the summary, no rule fallback."""
+    pytest.importorskip("aiosqlite", reason="the 'async' extra is not installed")
+    from compactstore import AsyncCompactStore
+
+    sdk = anthropic if sdk_name == "anthropic" else openai
+    if sdk_name == "anthropic":
+        client, seen = sdk_client(
+            sdk,
+            lambda body: anthropic_message([{"type": "text", "text": SUMMARY_TEXT}]),
+            asynchronous=True,
+        )
+        summarizer: Any = AnthropicSummarizer(client, model="claude-haiku-4-5")
+        assert isinstance(summarizer, AnthropicSummarizer)
+    else:
+        client, seen = sdk_client(
+            sdk, lambda body: chat_completion(SUMMARY_TEXT), asynchronous=True
+        )
+        summarizer = OpenAISummarizer(client, model="gpt-5-mini")
+        assert isinstance(summarizer, OpenAISummarizer)
+
+    async def main() -> Any:
+        store = await AsyncCompactStore.open(str(tmp_path / "a.db"), summarizer=summarizer)
+        try:
+            sess = await store.session("llm", context_window=20_000, format="anthropic")
+            for i in range(30):
+                await sess.append({"role": "user", "content": f"step {i}: " + "words " * 300})
+                await sess.append({"role": "assistant", "content": f"done {i}"})
+            return await sess.process_request()
+        finally:
+            await store.close()
+
+    result = asyncio.run(main())
+    assert result.success and result.summary_text == SUMMARY_TEXT
+    assert len(seen.bodies) == 1
+
+
+@pytest.mark.parametrize("sdk_name", ["anthropic", "openai"])
+def test_an_async_client_on_a_sync_store_is_refused_at_open(tmp_path: Any, sdk_name: str) -> None:
+    sdk = anthropic if sdk_name == "anthropic" else openai
+    client, seen = sdk_client(sdk, lambda body: {}, asynchronous=True)
+    built = AnthropicSummarizer if sdk_name == "anthropic" else OpenAISummarizer
+    summarizer = built(client, model="m")
+    with pytest.raises(InvalidInputError, match="AsyncCompactStore") as raised:
+        CompactStore.open(str(tmp_path / "s.db"), summarizer=summarizer)
+    assert "async SDK client" in str(raised.value)
+    with CompactStore.open(str(tmp_path / "s.db")) as store:
+        with pytest.raises(InvalidInputError, match="AsyncCompactStore"):
+            store.session("s", context_window=20_000, summarizer=summarizer)
+        assert store.sessions() == []
+    assert seen.bodies == []

@@ -143,8 +143,10 @@ def check_summarizer(summarizer: Any, *, allow_async: bool = False) -> Summarize
         raise InvalidInputError(f"summarizer must be a callable, got {summarizer!r}")
     if not allow_async and is_async(summarizer):
         raise InvalidInputError(
-            f"summarizer {summarizer_name(summarizer)} is a coroutine function: CompactStore "
-            f"runs plain callables only; use AsyncCompactStore for an async summarizer"
+            f"summarizer {summarizer_name(summarizer)} is a coroutine function (a built-in "
+            f"summarizer over an async SDK client such as AsyncAnthropic or AsyncOpenAI is "
+            f"one): CompactStore runs plain callables only; use AsyncCompactStore for an "
+            f"async summarizer, or give the built-in summarizer a sync client"
         )
     return summarizer  # type: ignore[no-any-return]
 

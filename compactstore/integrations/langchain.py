@@ -1,10 +1,9 @@
-"""LangChain v1 agents: ``CompactStoreMiddleware`` (SPEC §9.5; extra ``langchain``).
+"""LangChain v1 agents: ``CompactStoreMiddleware`` (extra ``langchain``).
 
 ::
 
     from compactstore.integrations.langchain import CompactStoreMiddleware
-    agent = create_agent(model, tools, middleware=[CompactStoreMiddleware(store, "task-42",
-                                                                          context_window=200_000)])
+    agent = create_agent(model, tools, middleware=[CompactStoreMiddleware(store, "task-42")])
 
 Before every model call the middleware stores the graph's messages it has not stored yet,
 runs ``process_request()``, and hands the model the active context; the graph state is then
@@ -13,7 +12,17 @@ it stays as bounded as the context. After the call it records the model's report
 tokens and stores the reply.
 
 - **Format**: the session's format follows the model: ``anthropic`` for ``ChatAnthropic``,
-  ``openai`` for any other (``format=`` chooses; an existing session keeps its own).
+  ``openai`` for any other (``format=`` chooses; an existing session keeps its own). Messages
+  are converted by LangChain's own converters (langchain-anthropic's formatter,
+  ``convert_to_openai_messages``), so LangChain's standard content blocks (text, image, file,
+  reasoning, tool calls) are stored as the provider takes them, and images and documents
+  count by their size (a 1000x800 image: 1,067 tokens), so ``max_media_in_context`` applies.
+- **Window**: ``context_window=`` or, when not given, the model's profile
+  (``model.profile["max_input_tokens"]``).
+- **Recovery**: when the provider says the prompt is over the window (LangChain's
+  ``ContextOverflowError``, or a 400 "prompt is too long"/"exceeds the context window"), the
+  middleware runs ``reactive_recover`` (recorded like any recovery) and calls the model again
+  once with the recovered context.
 - **Lossless**: each LangChain message is stored twice in one transaction: in the session's
   format (what compaction reads) and as LangChain's own dict (``message_to_dict``) beside it in
   ``message_origins``. The model gets the stored LangChain message back exactly — ids,
@@ -35,11 +44,13 @@ import json
 import os
 import threading
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
+from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
 from compactstore.recall import RECALL_TOOL_NAME
@@ -57,6 +68,7 @@ try:
         RemoveMessage,
         SystemMessage,
         ToolMessage,
+        convert_to_openai_messages,
         message_to_dict,
         messages_from_dict,
     )
@@ -69,7 +81,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"pip install 'compactstore[langchain]' ({exc})"
     ) from None
 
-__all__ = ["ID_PREFIX", "SOURCE", "CompactStoreMiddleware", "format_for_model"]
+__all__ = ["ID_PREFIX", "SOURCE", "CompactStoreMiddleware", "format_for_model", "window_of"]
 
 # Anthropic's signed thinking blocks, as ChatAnthropic keeps them in an AIMessage's content.
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -80,11 +92,6 @@ SOURCE = "langchain"
 # without a LangChain form): never stored as new messages.
 ID_PREFIX = "compactstore-"
 
-# Anthropic block types an assistant message keeps as they are in the stored payload.
-_ASSISTANT_BLOCKS = frozenset(
-    {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use"}
-)
-_USER_BLOCKS = frozenset({"text", "image", "document"})
 # The session formats one LangChain message maps onto one stored message of. (Responses
 # spells one assistant turn as several items, so it would break the one-seq-per-message
 # mapping the lossless store and the id tracking rest on.)
@@ -98,87 +105,68 @@ def format_for_model(model: Any) -> str:
     return "anthropic" if "ChatAnthropic" in names else "openai"
 
 
-def _clean(block: dict[str, Any]) -> dict[str, Any]:
-    """A content block without LangChain's streaming index and without null values."""
-    return {k: v for k, v in block.items() if v is not None and k != "index"}
+def window_of(model: Any) -> int | None:
+    """The model's input window as LangChain's model profile states it
+    (``model.profile["max_input_tokens"]``); None when it does not."""
+    profile = getattr(model, "profile", None)
+    value = profile.get("max_input_tokens") if isinstance(profile, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _text(message: BaseMessage) -> str:
     return message.text if isinstance(message.text, str) else str(message.text)
 
 
-def _note(block: Any) -> dict[str, Any]:
-    kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-    return {"type": "text", "text": f"[{kind} block]"}
-
-
 def _anthropic_message(message: BaseMessage) -> dict[str, Any]:
-    """A LangChain message in the ``anthropic`` session format."""
+    """A LangChain message in the ``anthropic`` session format, by langchain-anthropic's own
+    formatter (what ChatAnthropic sends): LangChain's standard blocks (text, image, file,
+    reasoning, tool calls) and Anthropic's own alike."""
+    try:
+        from langchain_anthropic.chat_models import _format_messages
+    except ImportError:
+        raise MissingExtraError(
+            "CompactStoreMiddleware stores messages in the 'anthropic' format with "
+            "langchain-anthropic's formatter: pip install langchain-anthropic"
+        ) from None
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": _text(message)}
-    if isinstance(message, ToolMessage):
-        result: dict[str, Any] = {
-            "type": "tool_result",
-            "tool_use_id": message.tool_call_id,
-            "content": _text(message),
-        }
-        if message.status == "error":
-            result["is_error"] = True
-        return {"role": "user", "content": [result]}
-    content = message.content
-    if isinstance(message, AIMessage):
-        blocks: list[dict[str, Any]] = []
-        for block in [content] if isinstance(content, str) else content:
-            if isinstance(block, str):
-                if block:
-                    blocks.append({"type": "text", "text": block})
-            elif isinstance(block, dict) and block.get("type") in _ASSISTANT_BLOCKS:
-                blocks.append(_clean(block))
-            elif isinstance(block, dict) and block.get("type") == "tool_call":
-                continue  # LangChain's standard block; the tool_calls below carry it
-            else:
-                blocks.append(_note(block))
-        present = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
-        blocks.extend(
-            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["args"]}
-            for call in message.tool_calls
-            if call.get("id") and call["id"] not in present
-        )
-        return {"role": "assistant", "content": blocks or ""}
-    if isinstance(content, str):
-        return {"role": "user", "content": content}
-    parts: list[dict[str, Any]] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append({"type": "text", "text": block})
-        elif isinstance(block, dict) and block.get("type") in _USER_BLOCKS:
-            parts.append(_clean(block))
-        else:
-            parts.append(_note(block))
-    return {"role": "user", "content": parts or ""}
+    _system, formatted = _format_messages([message], model=None)
+    if len(formatted) == 1:
+        converted: dict[str, Any] = formatted[0]
+        return converted
+    role = "assistant" if isinstance(message, AIMessage) else "user"
+    return {"role": role, "content": _text(message)}
 
 
 def _openai_message(message: BaseMessage) -> dict[str, Any]:
-    """A LangChain message in the ``openai`` (Chat Completions) session format."""
-    if isinstance(message, SystemMessage):
-        return {"role": "system", "content": _text(message)}
-    if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": _text(message)}
-    if isinstance(message, AIMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": _text(message)}
-        calls = [
-            {
-                "id": call["id"],
-                "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(call["args"])},
-            }
-            for call in message.tool_calls
-            if call.get("id")
+    """A LangChain message in the ``openai`` (Chat Completions) session format, by
+    ``langchain_core.messages.convert_to_openai_messages`` (LangChain's standard blocks:
+    text, image, file, tool calls). An assistant's content keeps its text only (Chat
+    Completions takes no reasoning blocks back)."""
+    with warnings.catch_warnings():
+        # A file block without a filename gets a placeholder name; nothing to warn about.
+        warnings.filterwarnings("ignore", message="OpenAI may require a filename")
+        converted: dict[str, Any] = convert_to_openai_messages(message)
+    if converted.get("role") == "assistant" and isinstance(converted.get("content"), list):
+        converted["content"] = "".join(
+            part.get("text", "")
+            for part in converted["content"]
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    if converted.get("role") == "tool":
+        converted.pop("name", None)  # the tool's name: Chat Completions does not take it
+    if converted.get("role") == "tool" and isinstance(converted.get("content"), list):
+        # Chat Completions tool messages take text parts only: media goes as its note.
+        converted["content"] = [
+            part if part.get("type") == "text" else {"type": "text", "text": _note(part)}
+            for part in converted["content"]
+            if isinstance(part, dict)
         ]
-        if calls:
-            out["tool_calls"] = calls
-        return out
-    return {"role": "user", "content": _text(message)}
+    return converted
+
+
+def _note(part: dict[str, Any]) -> str:
+    return f"[{part.get('type', 'block')} block]"
 
 
 def _payload(message: BaseMessage) -> str:
@@ -192,7 +180,8 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Args:
         store: an open :class:`~compactstore.CompactStore`, or a path or URL to open one.
         session_id: the session (created on the first model call when it does not exist).
-        context_window: the model's window in tokens (a new session; default 200,000).
+        context_window: the model's window in tokens (a new session); default: the model's
+            profile (``profile["max_input_tokens"]``), else the store's default (200,000).
         format: the session format of a new session, ``anthropic`` or ``openai``; default:
             from the model (:func:`format_for_model`).
         config: the session's :class:`~compactstore.CompactionConfig` (replaces the stored
@@ -282,6 +271,8 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             existing = self.session
             if existing is not None:
                 return existing
+            if self.context_window is None:
+                self.context_window = window_of(model)
             created = self.store.session(
                 self.session_id,
                 context_window=self.context_window,
@@ -380,6 +371,12 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 view.append(
                     original.model_copy(update={"content": item.results[0].text}, deep=True)
                 )
+            elif item.state in ("persisted", "cleared", "deduplicated"):
+                # A user message whose media compaction persisted: its content as the
+                # session holds it (the model's own format: text and the note).
+                view.append(
+                    original.model_copy(update={"content": item.message["content"]}, deep=True)
+                )
             elif item.thinking_tokens is not None and not context.sends_thinking(index):
                 view.extend(_without_thinking(original))
             else:
@@ -462,13 +459,32 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     session.record_usage(usage["input_tokens"])
             self._store(session, [m for m in messages if isinstance(m, BaseMessage)])
 
+    def _recover(self, request: ModelRequest[Any], error: Exception) -> ModelRequest[Any]:
+        """After the provider said the prompt is over the window: ``reactive_recover`` and
+        the request again with the recovered context; the error again when recovery had
+        nothing to give or the error is another one."""
+        if not is_context_overflow(error):
+            raise error
+        with self._lock:
+            session = self._session
+            if session is None or session.reactive_recover(str(error)) is None:
+                raise error
+            view = self._view(session)
+            self._ready = tuple(m.id for m in view)
+            return request.override(messages=view)  # type: ignore[arg-type]
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        """Send the active context; afterwards record usage and store the reply."""
-        response = handler(self._request(request))
+        """Send the active context; afterwards record usage and store the reply. When the
+        provider says the prompt is too long, recover (``reactive_recover``) and retry once."""
+        sent = self._request(request)
+        try:
+            response = handler(sent)
+        except Exception as error:
+            response = handler(self._recover(sent, error))
         self._answer(response)
         return response
 
@@ -482,7 +498,11 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        response = await handler(await asyncio.to_thread(self._request, request))
+        sent = await asyncio.to_thread(self._request, request)
+        try:
+            response = await handler(sent)
+        except Exception as error:
+            response = await handler(await asyncio.to_thread(self._recover, sent, error))
         await asyncio.to_thread(self._answer, response)
         return response
 

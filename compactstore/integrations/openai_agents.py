@@ -1,11 +1,9 @@
-"""The OpenAI Agents SDK: ``CompactSession`` (SPEC §9.5; extra ``openai-agents``).
+"""The OpenAI Agents SDK: ``CompactSession`` (extra ``openai-agents``).
 
 ::
 
     from compactstore.integrations.openai_agents import CompactSession
-    session = CompactSession("task-42", store, context_window=200_000)
-    result = await Runner.run(agent, "...", session=session,
-                              run_config=session.run_config(), hooks=session.hooks())
+    result = await Runner.run(agent, "...", session=CompactSession("task-42", store))
 
 ``CompactSession`` implements the SDK's ``Session`` protocol over a session of format
 ``responses``, over either store: a sync :class:`~compactstore.CompactStore`, whose calls run
@@ -13,14 +11,25 @@ off the event loop (``asyncio.to_thread``), or an :class:`~compactstore.AsyncCom
 whose coroutines it awaits (its session is opened on the first call, as opening is a
 coroutine; :meth:`CompactSession.async_session` gives it).
 
+- **Compaction with ``session=`` alone**: the Runner reads a session once per ``Runner.run``,
+  before the run's first model call; ``get_items`` runs ``process_request()`` there and hands
+  out the compacted active context.
+- **Compaction before every model call**: inside one run the SDK sends the model its own
+  in-memory items (each tool round adds to them) without asking the session. The model-input
+  filter of :meth:`CompactSession.run_config` runs before *every* model call: it stores the
+  tail of the input not stored yet, runs ``process_request()`` and hands the model the wire
+  view. Without it, a run whose stored context crosses the auto-compact threshold between
+  two model calls emits a :class:`~compactstore.CompactStoreWarning` (once per session
+  object): the next call goes out uncompacted.
+- **Chained, never replaced**: ``run_config(call_model_input_filter=mine)`` runs ``mine`` on
+  the compacted view; ``hooks(mine)`` calls every hook of ``mine`` after its own.
+- **Recovery**: :meth:`CompactSession.run` is ``Runner.run`` with this session, the filter and
+  the hooks; when the provider says the prompt is too long it runs ``reactive_recover`` and
+  continues the run once.
 - **Verbatim**: the SDK's items are stored as the SDK gives them, its own keys included
   (``provider_data``; ``call_id`` on ``local_shell_call_output``). What goes to the model is
   the wire view without those keys, so it passes the strict SDK check
   (:func:`compactstore.formats.sdk_types.check_sdk_types`).
-- **Compaction inside a run**: the SDK reads a session once per ``Runner.run``; the model-input
-  filter of :meth:`CompactSession.run_config` runs before *every* model call: it stores the tail
-  of the input not stored yet, runs ``process_request()`` and hands the model the wire view
-  with the SDK's instructions.
 - **Nothing twice**: an item stored by the filter is skipped once by ``add_items`` and the other
   way round (items are compared by their JSON), so the SDK saving a turn after the filter
   stored it appends nothing.
@@ -34,14 +43,18 @@ coroutine; :meth:`CompactSession.async_session` gives it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import json
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from compactstore.aio import AsyncCompactStore
 from compactstore.aio_session import AsyncSession
-from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.errors import CompactStoreWarning, InvalidInputError, MissingExtraError
+from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
 from compactstore.recall import RECALL_TOOL_NAME
@@ -50,8 +63,9 @@ from compactstore.session import Session
 from compactstore.store import CompactStore
 
 try:
-    from agents import FunctionTool, RunConfig, RunContextWrapper, RunHooks
+    from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, RunHooks, Runner
     from agents.items import ModelResponse, TResponseInputItem
+    from agents.result import RunResult
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingExtraError(
@@ -59,7 +73,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"'openai-agents' extra: pip install 'compactstore[openai-agents]' ({exc})"
     ) from None
 
-__all__ = ["SDK_ONLY_KEYS", "CompactSession", "wire_item"]
+__all__ = ["SDK_ONLY_KEYS", "CompactSession", "is_context_overflow", "wire_item"]
 
 # Keys the SDK adds to its items that the Responses API does not declare: stored, never sent.
 SDK_ONLY_KEYS = ("provider_data",)
@@ -90,8 +104,11 @@ def _plain(item: Any) -> dict[str, Any]:
 
 
 class _Hooks(RunHooks[Any]):
-    def __init__(self, owner: CompactSession) -> None:
+    """Records usage after every model call, then calls the user's own hooks (if any)."""
+
+    def __init__(self, owner: CompactSession, inner: RunHooks[Any] | None) -> None:
         self._owner = owner
+        self._inner = inner
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse
@@ -99,6 +116,22 @@ class _Hooks(RunHooks[Any]):
         tokens = response.usage.input_tokens
         if tokens > 0:
             await self._owner._call("record_usage", tokens)
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+
+def _forward(name: str) -> Callable[..., Any]:
+    async def hook(self: _Hooks, *args: Any, **kwargs: Any) -> None:
+        if self._inner is not None:
+            await getattr(self._inner, name)(*args, **kwargs)
+
+    hook.__name__ = name
+    return hook
+
+
+for _name in dir(RunHooks):
+    if _name.startswith("on_") and _name != "on_llm_end":
+        setattr(_Hooks, _name, _forward(_name))
 
 
 class CompactSession:
@@ -147,6 +180,10 @@ class CompactSession:
         # get_items handed out plus every tail stored since.
         self._known: list[str] = []
         self._lock = asyncio.Lock()
+        # Whether the model-input filter has run (it is consulted before every model call)
+        # and whether the uncompacted-call warning was given.
+        self._filtered = False
+        self._warned = False
 
     def __repr__(self) -> str:
         return f"CompactSession({self.session_id!r})"
@@ -199,8 +236,10 @@ class CompactSession:
     # -- the Session protocol -----------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The active context (compacted), newest ``limit`` items when given."""
+        """The active context, compacted first (``process_request()``): the Runner reads it
+        before a run's first model call. Newest ``limit`` items when given."""
         async with self._lock:
+            await self._call("process_request")
             items: list[Any] = await self._call("active_context")
             if limit is not None:
                 items = items[-limit:] if limit > 0 else []
@@ -210,7 +249,35 @@ class CompactSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items the filter has not stored already."""
         async with self._lock:
-            await self._store_new([_plain(item) for item in items])
+            given = [_plain(item) for item in items]
+            await self._store_new(given)
+            if not self._filtered and not self._warned:
+                await self._check_consulted(given)
+
+    async def _check_consulted(self, items: Sequence[dict[str, Any]]) -> None:
+        """Warn when the Runner is about to make a model call this session cannot compact:
+        a tool output is stored mid-run (so a model call follows without a read) and the
+        context is past the auto-compact threshold, with no model-input filter to compact
+        it."""
+        if not any(str(item.get("type", "")).endswith("_output") for item in items):
+            return  # no tool output: no model call follows in this run
+        usage: int = await self._call("token_usage")
+        if self._sync is not None:
+            config, window = self._sync.config, self._sync.context_window
+        else:
+            opened = await self.async_session()
+            config, window = opened.config, opened.context_window
+        if usage < config.auto_compact_threshold * window:
+            return
+        self._warned = True
+        warnings.warn(
+            f"CompactSession {self.session_id!r}: the context is at {usage:,} of "
+            f"{window:,} tokens in the middle of a run, and the Runner sends the next "
+            "model call without asking the session (it reads it once per run). Pass "
+            "run_config=session.run_config() to compact before every model call.",
+            CompactStoreWarning,
+            stacklevel=2,
+        )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item from the context and return it (verbatim); None when
@@ -251,12 +318,78 @@ class CompactSession:
 
     def run_config(self, **kwargs: Any) -> RunConfig:
         """A ``RunConfig`` (``kwargs`` passed on) whose model-input filter stores the
-        unstored tail of the input, compacts and hands the model the wire view."""
-        return RunConfig(call_model_input_filter=self._filter, **kwargs)
+        unstored tail of the input, compacts and hands the model the wire view; a
+        ``call_model_input_filter`` among ``kwargs`` then runs on that view."""
+        mine = kwargs.pop("call_model_input_filter", None)
+        return RunConfig(call_model_input_filter=self._chain(mine), **kwargs)
 
-    def hooks(self) -> RunHooks[Any]:
-        """``RunHooks`` that record the input tokens of every model call (``record_usage``)."""
-        return _Hooks(self)
+    def _chain(self, mine: Any) -> Callable[[CallModelData[Any]], Any]:
+        """The session's model-input filter followed by ``mine`` (when given)."""
+        if mine is not None and not callable(mine):
+            raise InvalidInputError(
+                f"call_model_input_filter must be callable, got {type(mine).__name__}"
+            )
+
+        async def chained(data: CallModelData[Any]) -> ModelInputData:
+            compacted = await self._filter(data)
+            if mine is None:
+                return compacted
+            result = mine(
+                CallModelData(model_data=compacted, agent=data.agent, context=data.context)
+            )
+            final: ModelInputData = await result if inspect.isawaitable(result) else result
+            return final
+
+        return chained
+
+    def hooks(self, hooks: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """``RunHooks`` that record the input tokens of every model call (``record_usage``)
+        and then call ``hooks``' own methods, every one of them."""
+        return _Hooks(self, hooks)
+
+    async def run(
+        self,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem],
+        *,
+        run_config: RunConfig | None = None,
+        hooks: RunHooks[Any] | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """``Runner.run(agent, input, session=self, ...)`` with compaction before every model
+        call (the filter of :meth:`run_config`, chained with ``run_config``'s own) and usage
+        recorded (:meth:`hooks`, chained with ``hooks``). When the provider says the prompt
+        is over the window, runs ``reactive_recover`` and continues the run once, from the
+        stored (recovered) context.
+
+        Raises:
+            the provider's error: not an overflow, a second overflow, or recovery had
+            nothing left to remove.
+        """
+        if run_config is None:
+            config = self.run_config()
+        else:
+            config = dataclasses.replace(
+                run_config,
+                call_model_input_filter=self._chain(run_config.call_model_input_filter),
+            )
+        chained = self.hooks(hooks)
+        try:
+            return await Runner.run(
+                agent, input, session=self, run_config=config, hooks=chained, **kwargs
+            )
+        except Exception as error:
+            if not is_context_overflow(error):
+                raise
+            recovered = await self._call("reactive_recover", str(error))
+            if recovered is None:
+                raise
+            async with self._lock:
+                self._known = []
+            # The input is stored already: continue from the session alone.
+            return await Runner.run(
+                agent, [], session=self, run_config=config, hooks=chained, **kwargs
+            )
 
     def recall_tool(self) -> FunctionTool:
         """The ``recall`` tool; turns on the summary's recall line (over an async store,
@@ -279,6 +412,7 @@ class CompactSession:
         )
 
     async def _filter(self, data: CallModelData[Any]) -> ModelInputData:
+        self._filtered = True
         given = [_plain(item) for item in data.model_data.input]
         keys = [_key(item) for item in given]
         async with self._lock:

@@ -4,6 +4,11 @@ Each one sends :func:`compactstore.summarizers.prompt.build_prompt`'s system and
 in one call, with the output capped at ``max_tokens`` (default ``summary_max_tokens``), and
 returns a :class:`~compactstore.SummaryResult` with the text and the usage and model the API
 reported. The SDK is imported only when a summarizer is built.
+
+Over an async client (``AsyncAnthropic``, ``AsyncOpenAI``, or any of the SDK's async clients)
+the summarizer is async (``await summarizer(...)``), for
+:class:`~compactstore.AsyncCompactStore`; a sync :class:`~compactstore.CompactStore` refuses
+it when opened, naming the async store.
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ def _whole(value: Any, name: str, *, minimum: int = 1) -> int:
     return value
 
 
+def _is_async_client(client: Any, module: str) -> bool:
+    """Whether ``client`` is one of the SDK's async clients (its calls return coroutines)."""
+    try:
+        base = importlib.import_module(f"{module}._base_client").AsyncAPIClient
+    except (ImportError, AttributeError):
+        base = None
+    if base is not None and isinstance(client, base):
+        return True
+    return type(client).__name__.startswith("Async")
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -55,6 +71,17 @@ class _LLMSummarizer(ABC):
     _sdk_error: str  # the SDK's base exception class
     _credentials: tuple[str, ...]  # the client's attributes, one of which holds a credential
     _credentials_hint: str  # what to set when none does
+    _async_variant: type[_LLMSummarizer] | None = None  # the class over an async client
+
+    def _result(
+        self, response: Any, text: str | None, input_tokens: int | None, output_tokens: int | None
+    ) -> SummaryResult:
+        return SummaryResult(
+            text=(text or "").strip(),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=getattr(response, "model", None) or self.model,
+        )
 
     @classmethod
     def from_env(cls, *, model: str, **options: Any) -> Self:
@@ -118,17 +145,26 @@ class _LLMSummarizer(ABC):
         instructions: str | None,
     ) -> SummaryResult:
         prompt = self.prompt(messages, previous_summary, instructions)
-        response, text, input_tokens, output_tokens = self._create(prompt)
-        return SummaryResult(
-            text=(text or "").strip(),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            model=getattr(response, "model", None) or self.model,
-        )
+        return self._result(*self._create(prompt))
 
-    @abstractmethod
+    def __new__(cls, client: Any = None, *args: Any, **kwargs: Any) -> Self:
+        # Over an async client, the async variant of the class (whose __call__ is awaited).
+        variant = getattr(cls, "_async_variant", None)
+        if variant is not None and _is_async_client(client, cls._module):
+            return super().__new__(variant)  # type: ignore[no-any-return]
+        return super().__new__(cls)
+
     def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
         """One provider call: (the response, its text, input tokens, output tokens)."""
+        return self._read(self._send(prompt))
+
+    @abstractmethod
+    def _send(self, prompt: SummaryPrompt) -> Any:
+        """The provider call (its response; over an async client, an awaitable of it)."""
+
+    @abstractmethod
+    def _read(self, response: Any) -> tuple[Any, str | None, int | None, int | None]:
+        """(the response, its text, input tokens, output tokens)."""
 
     def prompt(
         self,
@@ -172,14 +208,16 @@ class AnthropicSummarizer(_LLMSummarizer):
     _credentials = ("api_key", "auth_token")
     _credentials_hint = "no credentials: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)"
 
-    def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
-        response = self.client.messages.create(
+    def _send(self, prompt: SummaryPrompt) -> Any:
+        return self.client.messages.create(
             **self.request_options,
             model=self.model,
             max_tokens=self.max_tokens,
             system=prompt.system,
             messages=[{"role": "user", "content": prompt.user}],
         )
+
+    def _read(self, response: Any) -> tuple[Any, str | None, int | None, int | None]:
         text = "".join(
             block.text for block in response.content if getattr(block, "type", None) == "text"
         )
@@ -212,8 +250,8 @@ class OpenAISummarizer(_LLMSummarizer):
     _credentials = ("api_key",)
     _credentials_hint = "no credentials: set OPENAI_API_KEY"
 
-    def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
-        response = self.client.chat.completions.create(
+    def _send(self, prompt: SummaryPrompt) -> Any:
+        return self.client.chat.completions.create(
             **self.request_options,
             model=self.model,
             max_completion_tokens=self.max_tokens,
@@ -222,6 +260,8 @@ class OpenAISummarizer(_LLMSummarizer):
                 {"role": "user", "content": prompt.user},
             ],
         )
+
+    def _read(self, response: Any) -> tuple[Any, str | None, int | None, int | None]:
         text = response.choices[0].message.content if response.choices else None
         usage = response.usage
         return (
@@ -230,3 +270,29 @@ class OpenAISummarizer(_LLMSummarizer):
             _count(getattr(usage, "prompt_tokens", None)),
             _count(getattr(usage, "completion_tokens", None)),
         )
+
+
+class _Async:
+    """The async variant of a built-in summarizer: ``await summarizer(...)``."""
+
+    async def __call__(
+        self: Any,
+        messages: list[dict[str, Any]],
+        previous_summary: str | None,
+        instructions: str | None,
+    ) -> SummaryResult:
+        prompt = self.prompt(messages, previous_summary, instructions)
+        result: SummaryResult = self._result(*self._read(await self._send(prompt)))
+        return result
+
+
+class _AsyncAnthropicSummarizer(_Async, AnthropicSummarizer):  # type: ignore[misc]
+    """:class:`AnthropicSummarizer` over ``anthropic.AsyncAnthropic``."""
+
+
+class _AsyncOpenAISummarizer(_Async, OpenAISummarizer):  # type: ignore[misc]
+    """:class:`OpenAISummarizer` over ``openai.AsyncOpenAI``."""
+
+
+AnthropicSummarizer._async_variant = _AsyncAnthropicSummarizer
+OpenAISummarizer._async_variant = _AsyncOpenAISummarizer
