@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tracemalloc
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -530,12 +531,16 @@ def test_the_wrong_format_says_what_the_file_is(kind: str, told: str, tmp_path: 
 
 def test_a_file_of_another_kind_is_not_a_mini_swe_agent_trajectory(tmp_path: Path) -> None:
     path = _write("copilot-cli", tmp_path)
-    with pytest.raises(InvalidInputError, match=r"^events\.jsonl line 2: not valid JSON"):
+    with pytest.raises(InvalidInputError, match=r"looks like a GitHub Copilot CLI event log"):
         read_transcript(path, format="mini-swe-agent")
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps({"history": []}), "utf-8")
-    with pytest.raises(InvalidInputError, match="not a mini-swe-agent trajectory"):
-        read_transcript(other, format="mini-swe-agent")
+    swe_agent = tmp_path / "other.json"
+    swe_agent.write_text(json.dumps({"history": [{"role": "user", "content": "hi"}]}), "utf-8")
+    with pytest.raises(InvalidInputError, match=r"looks like a SWE-agent trajectory"):
+        read_transcript(swe_agent, format="mini-swe-agent")
+    neither = tmp_path / "neither.json"
+    neither.write_text(json.dumps({"messages": 3}), "utf-8")
+    with pytest.raises(InvalidInputError, match=r"^neither\.json holds no mini-swe-agent messages"):
+        read_transcript(neither, format="mini-swe-agent")
 
 
 @pytest.mark.parametrize("kind", NEW_SOURCES)
@@ -634,3 +639,94 @@ def test_corpus_transcripts_import_valid_at_each_window(
         report = simulate(path, window=window)
         assert report.sdk_checked and report.valid_calls == report.calls, report.invalid_examples
         assert report.request_retained == report.calls
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def _long_openhands(path: Path, size: int) -> None:
+    """An OpenHands run of about ``size`` bytes, condensed every 80 events as its
+    LLMSummarizingCondenser does (forgetting the older half, keeping the first events)."""
+    events = openhands_events()[:2]
+    written = 0
+    step = 0
+    kept: list[str] = []
+    with path.open("w", encoding="utf-8") as out:
+        for event in events:
+            out.write(json.dumps(event) + "\n")
+        while written < size:
+            step += 1
+            action = _oh_action(
+                f"a{step}", f"c{step}", f"r{step}", "execute_bash", {"command": "ls"}, ""
+            )
+            result = _oh_observation(
+                f"o{step}", f"c{step}", {"kind": "X", "output": f"{step} " + "x" * 2_000}
+            )
+            kept += [f"a{step}", f"o{step}"]
+            for event in (action, result):
+                line = json.dumps(event) + "\n"
+                out.write(line)
+                written += len(line)
+            if len(kept) >= 80:
+                condensation = {
+                    "kind": "Condensation",
+                    "id": f"k{step}",
+                    "source": "environment",
+                    "forgotten_event_ids": kept[:40],
+                    "summary": f"summary at step {step}",
+                }
+                out.write(json.dumps(condensation) + "\n")
+                kept = kept[40:]
+
+
+def _long_copilot(path: Path, size: int) -> None:
+    """A Copilot CLI log of about ``size`` bytes, compacted every ~600 KB."""
+    written = 0
+    n = 0
+    since = 0
+    with path.open("w", encoding="utf-8") as out:
+        for event in copilot_events()[:4]:
+            out.write(json.dumps(event) + "\n")
+        while written < size:
+            n += 1
+            request = {"toolCallId": f"t{n}", "name": "bash", "arguments": {"command": "ls"}}
+            lines = [
+                _cp("assistant.message", {"content": "", "toolRequests": [request]}, n),
+                _cp("hook.start", {"hookType": "postToolUse", "input": {"x": "y" * 500}}, n),
+                _cp(
+                    "tool.execution_complete",
+                    {"toolCallId": f"t{n}", "result": {"content": f"{n} " + "z" * 2_000}},
+                    n,
+                ),
+            ]
+            if since > 600_000:
+                since = 0
+                lines.append(
+                    _cp("session.compaction_complete", {"summaryContent": f"up to {n}"}, n)
+                )
+            for event in lines:
+                line = json.dumps(event) + "\n"
+                out.write(line)
+                written += len(line)
+                since += len(line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["openhands", "copilot-cli"])
+def test_import_memory_does_not_grow_with_the_event_stream(kind: str, tmp_path: Path) -> None:
+    """Memory held while importing stays bounded: a 4x longer stream needs no more."""
+    generate = _long_openhands if kind == "openhands" else _long_copilot
+    peaks: list[int] = []
+    for size in (1_000_000, 4_000_000):
+        path = tmp_path / f"t{size}.jsonl"
+        generate(path, size)
+        with CompactStore.open(tmp_path / f"{size}.db") as store:
+            tracemalloc.start()
+            try:
+                session = import_file(store, path)
+                peaks.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+            assert session.boundaries()  # the agent's own compactions came along
+            check_valid(session.active_context())
+    assert peaks[1] < peaks[0] + 1_500_000, [f"{p / 1e6:.1f} MB" for p in peaks]

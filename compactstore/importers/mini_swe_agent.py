@@ -25,7 +25,7 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers import Item, TranscriptBuilder, _NoMessagesError, parse_timestamp
 from compactstore.importers.codex import shell_read_path
 from compactstore.importers.files import Progress, TranscriptFile, parse_json
 from compactstore.importers.jsonl import text_parts
@@ -59,10 +59,17 @@ def convert(
     they are converted.
     """
     name = file.name
-    document = parse_json(name, file.text())
+    try:
+        document = parse_json(name, file.text())
+    except InvalidInputError:
+        if _is_jsonl(file):  # records, one per line: another kind of transcript
+            raise _NoMessagesError(
+                f"{name} is not a mini-swe-agent trajectory: it is JSONL, not one JSON document"
+            ) from None
+        raise
     messages = document.get("messages") if isinstance(document, dict) else None
     if not isinstance(messages, list):
-        raise InvalidInputError(
+        raise _NoMessagesError(
             f"{name} is not a mini-swe-agent trajectory: it has no 'messages' list"
         )
     cwd = _cwd(document)
@@ -116,6 +123,23 @@ def convert(
         out.release()
         yield from out.drain()
     yield from out.finish()
+
+
+def _is_jsonl(file: TranscriptFile) -> bool:
+    """Whether the file's first two records are each a JSON object on its own line."""
+    seen = 0
+    for _, text, _ in file.lines():
+        if not text.strip():
+            continue
+        try:
+            if not isinstance(json.loads(text), dict):
+                return False
+        except (ValueError, RecursionError):
+            return False
+        seen += 1
+        if seen == 2:
+            return True
+    return False
 
 
 def _cwd(document: dict[str, Any]) -> str | None:
