@@ -730,3 +730,62 @@ def test_import_memory_does_not_grow_with_the_event_stream(kind: str, tmp_path: 
             assert session.boundaries()  # the agent's own compactions came along
             check_valid(session.active_context())
     assert peaks[1] < peaks[0] + 1_500_000, [f"{p / 1e6:.1f} MB" for p in peaks]
+
+
+def test_a_mini_swe_agent_trajectory_of_a_responses_model_imports(tmp_path: Path) -> None:
+    """With a Responses-API model, mini-swe-agent 2 keeps whole responses and
+    function_call_output items in ``messages``."""
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Reading the module."}],
+            },
+            {
+                "type": "function_call",
+                "call_id": "call_9",
+                "name": "bash",
+                "arguments": '{"command": "cat src/app.py"}',
+            },
+        ],
+        "usage": {"input_tokens": 2048, "output_tokens": 40},
+        "extra": {"actions": [{"command": "cat src/app.py", "tool_call_id": "call_9"}]},
+    }
+    document = {
+        "info": {"mini_version": "2.1.0", "config": {"environment": {"cwd": "/repo"}}},
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant.", "extra": {}},
+            {"role": "user", "content": "Fix the crash in app.py", "extra": {}},
+            response,
+            {
+                "type": "function_call_output",
+                "call_id": "call_9",
+                "output": "print('hi')",
+                "extra": {"returncode": 0},
+            },
+            {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}},
+        ],
+        "trajectory_format": "mini-swe-agent-1.1",
+    }
+    path = tmp_path / "resp.traj.json"
+    path.write_text(json.dumps(document), "utf-8")
+    assert detect(path) == "mini-swe-agent"
+    transcript = read_transcript(path)
+    m = transcript.messages
+    assert [x["role"] for x in m] == ["system", "user", "assistant", "tool"]
+    assert m[2]["content"] == "Reading the module."
+    assert m[2]["tool_calls"] == [
+        {
+            "id": "call_9",
+            "type": "function",
+            "function": {"name": "bash", "arguments": '{"command": "cat src/app.py"}'},
+        }
+    ]
+    assert m[3] == {"role": "tool", "tool_call_id": "call_9", "content": "print('hi')"}
+    assert transcript.usage[2] == 2048
+    assert transcript.read_paths[3] == "/repo/src/app.py"
+    check_valid(m)

@@ -5,8 +5,10 @@ configuration), ``trajectory_format`` (``mini-swe-agent-1``…) and ``messages``
 model saw, in OpenAI's shape. The classic agent has no tools: the model answers with a
 ``bash`` block in its text and the command's output comes back as the next user message
 (``<returncode>…</returncode><output>…</output>``), so the messages are taken as they are.
-Agents that call tools write ``tool_calls`` on assistant messages and ``tool`` messages,
-which are kept paired.
+Agents that call tools (mini-swe-agent 2) write ``tool_calls`` on assistant messages and
+``tool`` messages, which are kept paired; with a Responses-API model the trajectory holds
+whole responses (``object: "response"``, their ``output`` items) and
+``function_call_output`` items instead, which are read the same way.
 
 Kept: ``system``, ``developer``, ``user``, ``assistant`` and ``tool`` messages with their
 text (content parts joined), the prompt size of each model call (``extra.response.usage``)
@@ -81,11 +83,10 @@ def convert(
         where = f"messages[{index}]"
         if not isinstance(entry, dict):
             raise out.error(where, "a message must be an object")
+        entry = _chat_shaped(entry)
         role = entry.get("role")
-        if not isinstance(role, str):
-            raise out.error(where, "a message needs a 'role'")
-        if role not in _ROLES:
-            continue
+        if not isinstance(role, str) or role not in _ROLES:
+            continue  # the exit record, or an item that is not a message
         text = _content(out, where, entry.get("content"))
         raw = entry.get("extra")
         extra: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -160,11 +161,53 @@ def _content(out: TranscriptBuilder, where: str, content: Any) -> str:
     raise out.error(where, "'content' must be text or a list of text parts")
 
 
+def _chat_shaped(entry: dict[str, Any]) -> dict[str, Any]:
+    """A message of a Responses-API model in the chat shape of the others: a whole
+    response (``object: "response"``) becomes an assistant message with its text and
+    function calls, a ``function_call_output`` item a tool message."""
+    if entry.get("object") == "response":
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for item in entry.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "message" and isinstance(item.get("content"), list):
+                texts.extend(text_parts(item["content"]))
+            elif item.get("type") == "function_call":
+                calls.append(
+                    {
+                        "id": item.get("call_id") or item.get("id"),
+                        "type": "function",
+                        "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                    }
+                )
+        raw = entry.get("extra")
+        extra: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        return {
+            "role": "assistant",
+            "content": "\n".join(texts),
+            "tool_calls": calls or None,
+            "extra": {"response": {"usage": entry.get("usage")}, **extra},
+        }
+    if entry.get("type") == "function_call_output" and "role" not in entry:
+        output = entry.get("output")
+        return {
+            "role": "tool",
+            "tool_call_id": entry.get("call_id"),
+            "content": output if isinstance(output, str | list) else json.dumps(output),
+            "extra": entry.get("extra"),
+        }
+    return entry
+
+
 def _usage(extra: dict[str, Any]) -> int | None:
-    """The prompt size of the model call, from the response's usage."""
+    """The prompt size of the model call, from the response's usage (chat completions'
+    ``prompt_tokens`` or the Responses API's ``input_tokens``)."""
     response = extra.get("response")
     usage = response.get("usage") if isinstance(response, dict) else None
-    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    tokens = None
+    if isinstance(usage, dict):
+        tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
     if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
         return tokens
     return None
