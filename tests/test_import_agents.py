@@ -789,3 +789,13 @@ def test_a_mini_swe_agent_trajectory_of_a_responses_model_imports(tmp_path: Path
     assert transcript.usage[2] == 2048
     assert transcript.read_paths[3] == "/repo/src/app.py"
     check_valid(m)
+
+
+def test_a_changed_copilot_prompt_is_kept_again(tmp_path: Path) -> None:
+    events = copilot_events()
+    again = next(i for i, e in enumerate(events) if e["type"] == "system.message" and i > 2)
+    events[again]["data"] = {"role": "developer", "content": "You are Copilot, now in plan mode."}
+    transcript = read_transcript(write_lines(tmp_path / "events.jsonl", events))
+    prompts = [m for m in transcript.messages if m["role"] in ("system", "developer")]
+    assert [m["role"] for m in prompts] == ["system", "developer"]
+    check_valid(transcript.messages)

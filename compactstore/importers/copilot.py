@@ -3,8 +3,8 @@
 Copilot CLI writes every session event as one line ``{type, id, timestamp, parentId,
 data}``. The conversation is in these:
 
-- ``system.message``: the system prompt (written again at each interaction; kept once, and
-  again only when it changed);
+- ``system.message``: the system (or ``developer``) prompt, written again at each
+  interaction: kept once, and again only when it changed;
 - ``user.message``: what the person typed (``data.content``; the copy the client sent,
   ``transformedContent``, adds the date and client reminders around it);
 - ``assistant.message``: one model response, its text (``content``) and its tool calls
@@ -107,9 +107,10 @@ def _add(
 
 def _system(state: _State, where: str, data: dict[str, Any], timestamp: float | None) -> None:
     text = _text(data.get("content"))
+    role = "developer" if data.get("role") == "developer" else "system"
     if text.strip() and text != state.system:
         state.system = text
-        _add(state, where, {"role": "system", "content": text}, timestamp)
+        _add(state, where, {"role": role, "content": text}, timestamp)
 
 
 def _user(state: _State, where: str, data: dict[str, Any], timestamp: float | None) -> None:
