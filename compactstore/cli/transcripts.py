@@ -60,7 +60,8 @@ def _transcript_warnings() -> Iterator[None]:
     "--format",
     "format_",
     metavar="FORMAT",
-    help="The transcript's source (claude-code, codex, swe-agent, jsonl) or the message "
+    help="The transcript's source (claude-code, codex, swe-agent, openhands, mini-swe-agent, "
+    "copilot-cli, jsonl) or the message "
     "format of plain JSONL (anthropic, openai, minicode); default: detected from the content.",
 )
 @click.option(
@@ -94,9 +95,10 @@ def import_(
     db: str,
     as_json: bool,
 ) -> None:
-    """Import a transcript as a new session: Claude Code or Codex JSONL, a SWE-agent
-    trajectory, or JSONL of messages in any of the three formats; gzip files too, and `-`
-    for standard input (with --session).
+    """Import a transcript as a new session: Claude Code or Codex JSONL, a SWE-agent or
+    mini-swe-agent trajectory, an OpenHands event stream, a Copilot CLI events.jsonl, or
+    JSONL of messages in any of the three formats; gzip files too, and `-` for standard
+    input (with --session).
 
     All or nothing: a malformed line stops the import with its line number and stores
     nothing. A last line cut short (the agent is still writing the file) is left out with a

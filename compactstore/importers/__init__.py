@@ -1,10 +1,13 @@
 """Import agent transcripts written by other tools into a compactstore session.
 
-Four sources are understood, detected from the file's content:
+These sources are understood, detected from the file's content:
 
 - ``claude-code``: Claude Code transcript JSONL (session format ``anthropic``);
 - ``codex``: Codex CLI rollout JSONL (session format ``openai``);
 - ``swe-agent``: SWE-agent ``.traj`` trajectories (session format ``openai``);
+- ``openhands``: OpenHands agent-sdk event streams, one event per line (``openai``);
+- ``mini-swe-agent``: mini-swe-agent ``.traj.json`` trajectories (``openai``);
+- ``copilot-cli``: GitHub Copilot CLI ``events.jsonl`` session logs (``openai``);
 - ``jsonl``: plain JSONL, one message per line, in any session format.
 
 Files are read line by line (plain or gzip, or standard input) and converted as they are
@@ -71,13 +74,24 @@ __all__ = [
     "read_transcript",
 ]
 
-SOURCES: tuple[str, ...] = ("claude-code", "codex", "swe-agent", "jsonl")
+SOURCES: tuple[str, ...] = (
+    "claude-code",
+    "codex",
+    "swe-agent",
+    "openhands",
+    "mini-swe-agent",
+    "copilot-cli",
+    "jsonl",
+)
 
 # The session format each source produces; None: the file's messages decide (plain JSONL).
 SOURCE_FORMATS: dict[str, str | None] = {
     "claude-code": "anthropic",
     "codex": "openai",
     "swe-agent": "openai",
+    "openhands": "openai",
+    "mini-swe-agent": "openai",
+    "copilot-cli": "openai",
     "jsonl": None,
 }
 
@@ -113,6 +127,23 @@ _CLAUDE_RECORD_TYPES = frozenset(
         "attachment",
     }
 )
+# OpenHands agent-sdk event classes, and Copilot CLI event namespaces (see their modules).
+_OPENHANDS_KINDS = frozenset(
+    {
+        "SystemPromptEvent",
+        "MessageEvent",
+        "ActionEvent",
+        "ObservationEvent",
+        "UserRejectObservation",
+        "AgentErrorEvent",
+        "Condensation",
+        "CondensationRequest",
+        "CondensationSummaryEvent",
+        "ConversationStateUpdateEvent",
+        "PauseEvent",
+    }
+)
+_COPILOT_PREFIXES = ("session.", "user.", "assistant.", "tool.", "system.", "hook.", "subagent.")
 _CLAUDE_MARKERS = ("uuid", "parentUuid", "sessionId", "leafUuid", "messageId", "isSidechain")
 
 
@@ -123,7 +154,7 @@ class Transcript:
     The per-message lists are as long as ``messages``.
     """
 
-    source: str  # "claude-code" | "codex" | "swe-agent" | "jsonl"
+    source: str  # one of SOURCES
     format: str  # session format: anthropic | openai | minicode
     messages: list[dict[str, Any]]
     timestamps: list[float | None]  # epoch seconds
@@ -387,6 +418,15 @@ def _classify(record: dict[str, Any]) -> str | None:
         return "codex"
     if kind in _CLAUDE_RECORD_TYPES and any(key in record for key in _CLAUDE_MARKERS):
         return "claude-code"
+    if record.get("kind") in _OPENHANDS_KINDS and "source" in record:
+        return "openhands"
+    if (
+        kind is not None
+        and kind.startswith(_COPILOT_PREFIXES)
+        and isinstance(record.get("data"), dict)
+        and "parentId" in record
+    ):
+        return "copilot-cli"
     if "role" in record:
         return "jsonl"
     if kind is None and {"id", "timestamp", "instructions"} <= record.keys():
@@ -396,6 +436,15 @@ def _classify(record: dict[str, Any]) -> str | None:
 
 def _is_trajectory(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("history"), list)
+
+
+def _trajectory_source(value: Any) -> str | None:
+    """The source of a whole-document trajectory, or None."""
+    from compactstore.importers.mini_swe_agent import is_trajectory
+
+    if is_trajectory(value):
+        return "mini-swe-agent"
+    return "swe-agent" if _is_trajectory(value) else None
 
 
 def _detect(file: TranscriptFile, *, plain: bool = False) -> str:
@@ -418,12 +467,14 @@ def _detect(file: TranscriptFile, *, plain: bool = False) -> str:
                 raise InvalidInputError(f"{file.name}: JSON nested too deeply") from None
             except ValueError:  # not JSON, or a number too long to read
                 whole = None
-            if _is_trajectory(whole):
-                return "swe-agent"
+            found = _trajectory_source(whole)
+            if found is not None:
+                return found
     except ValueError:
         head = None  # a number too long to read: reading the records names its line
-    if _is_trajectory(head):
-        return "swe-agent"
+    found = _trajectory_source(head)
+    if found is not None:
+        return found
     for number, record in file.records():
         if number > _DETECT_RECORDS * 4:
             break
@@ -433,8 +484,9 @@ def _detect(file: TranscriptFile, *, plain: bool = False) -> str:
     if plain:
         return "jsonl"
     raise InvalidInputError(
-        f"cannot tell what kind of transcript {file.name} is: its records are neither Claude "
-        f"Code, Codex rollout, SWE-agent nor plain messages (with a 'role'); give the format"
+        f"cannot tell what kind of transcript {file.name} is: its records are none of Claude "
+        f"Code, Codex rollout, SWE-agent, OpenHands, mini-swe-agent, Copilot CLI or plain "
+        f"messages (with a 'role'); give the format"
     )
 
 
@@ -512,6 +564,18 @@ def _converter(
         from compactstore.importers import swe_agent
 
         return "openai", swe_agent.convert(file, progress, extension)
+    if found == "openhands":
+        from compactstore.importers import openhands
+
+        return "openai", openhands.convert(file, progress, extension)
+    if found == "mini-swe-agent":
+        from compactstore.importers import mini_swe_agent
+
+        return "openai", mini_swe_agent.convert(file, progress, extension)
+    if found == "copilot-cli":
+        from compactstore.importers import copilot
+
+        return "openai", copilot.convert(file, progress, extension)
     from compactstore.importers import jsonl
 
     fmt = session_format or jsonl.detect_format(file)
@@ -551,6 +615,9 @@ _LOOKS_LIKE = {
     "claude-code": "a Claude Code transcript",
     "codex": "a Codex rollout",
     "swe-agent": "a SWE-agent trajectory",
+    "openhands": "an OpenHands event stream",
+    "mini-swe-agent": "a mini-swe-agent trajectory",
+    "copilot-cli": "a GitHub Copilot CLI event log",
     "jsonl": "plain JSONL of messages",
 }
 
