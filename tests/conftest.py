@@ -42,6 +42,7 @@ settings.load_profile("compactstore")
 # directory and warns that it did (compactstore.scratch), which depends on what other
 # programs left in the machine's, and warnings are errors here.
 _TMPDIR = tempfile.mkdtemp(prefix="compactstore-tests-")
+os.chmod(_TMPDIR, 0o755)  # as /tmp: the tests that run as an unprivileged user reach into it
 atexit.register(shutil.rmtree, _TMPDIR, True)
 os.environ["TMPDIR"] = tempfile.tempdir = _TMPDIR
 

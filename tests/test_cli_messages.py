@@ -101,8 +101,8 @@ def test_resolve_checks_credentials_when_it_builds(monkeypatch: pytest.MonkeyPat
 
 
 def _session_with_later_compactions(db: str) -> None:
-    """s1 (boundaries 1 and 2, compactions 1-5), then a tool-result budget compaction after
-    boundary 2 (compaction 6)."""
+    """s1 (boundaries 1 and 2, compactions 1-6, a read dedup among them), then a tool-result
+    budget compaction after boundary 2 (compaction 7)."""
     with CompactStore.open(db) as store:
         sess = build_session(store)
         sess.append(read_call(9, "src/late.py"), timestamp=T0 + 500)
@@ -110,7 +110,7 @@ def _session_with_later_compactions(db: str) -> None:
             "t9", big_file(9), tool_name="read_file", file_path="src/late.py", timestamp=T0 + 501
         )
         result = sess.process_request(now=T0 + 502)
-        assert [c.id for c in sess.compactions()][-1] == 6, result
+        assert [c.id for c in sess.compactions()][-1] == 7, result
 
 
 @pytest.mark.slow
@@ -124,20 +124,20 @@ def test_replay_apply_asks_before_rolling_back_and_says_what_it_rolled_back(
         result = invoke(db, "replay", "s1", "--boundary", "2", "--apply", input="n\n")
         assert result.exit_code == 1
         assert (
-            "Replace boundary 2 (compaction 5) of session s1 and roll back the 1 compaction "
-            "recorded after it (6: tool_budget 1)?" in result.stderr
+            "Replace boundary 2 (compaction 6) of session s1 and roll back the 1 compaction "
+            "recorded after it (7: tool_budget 1)?" in result.stderr
         )
         assert "Aborted" in result.stderr and result.stdout == ""
         assert db_snapshot(store) == before
         out = ok(invoke(db, "replay", "s1", "--boundary", "2", "--apply", "--yes")).stdout
         lines = out.splitlines()
         assert lines[2].startswith("rolled back boundary 2 (partial, manual, ")
-        assert lines[2].endswith("; compaction 5)")
-        assert lines[3].startswith("rolled back compaction 6 (tool_budget, auto, ")
-        assert lines[4].startswith("applied: compaction 7: partial (manual)")
+        assert lines[2].endswith("; compaction 6)")
+        assert lines[3].startswith("rolled back compaction 7 (tool_budget, auto, ")
+        assert lines[4].startswith("applied: compaction 8: partial (manual)")
         sess = store.get_session("s1")
         assert lines[5] == f"active context: {render.usage_of(sess.token_usage(), 8_000)}"
-        assert [c.id for c in sess.compactions() if c.rolled_back_at is not None] == [5, 6]
+        assert [c.id for c in sess.compactions() if c.rolled_back_at is not None] == [6, 7]
     # A rolled-back boundary replaces nothing, so nothing is asked.
     ok(invoke(db, "rollback", "s1", "--yes"))
     data = json.loads(ok(invoke(db, "replay", "s1", "--boundary", "3", "--apply", "--json")).stdout)
@@ -245,14 +245,14 @@ def test_compact_up_to_errors_name_the_option(tmp_path: Path, db_snapshot: Snaps
 def test_rollback_of_a_compaction_says_what_it_undid(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     _session_with_later_compactions(db)
-    out = ok(invoke(db, "rollback", "s1", "--compaction", "6", "--yes")).stdout.splitlines()
-    assert out[0].startswith("rolled back compaction 6 (tool_budget, auto, ")
+    out = ok(invoke(db, "rollback", "s1", "--compaction", "7", "--yes")).stdout.splitlines()
+    assert out[0].startswith("rolled back compaction 7 (tool_budget, auto, ")
     assert out[0].endswith(" tokens)") and "had freed" in out[0]
     with CompactStore.open(db) as store:
         usage = store.get_session("s1").token_usage()
     assert out[1] == f"active context: {render.usage_of(usage, 8_000)}"
     data = json.loads(ok(invoke(db, "rollback", "s1", "--yes", "--json")).stdout)
-    assert (data["compactions"], [b["id"] for b in data["rolled_back"]]) == ([5], [2])
+    assert (data["compactions"], [b["id"] for b in data["rolled_back"]]) == ([6], [2])
 
 
 # -- errors in the user's words -------------------------------------------------------------

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from compactstore import CompactionConfig, CompactStore
 from compactstore.db.migrate import head_revision
+from compactstore.models import CompactionResult
 from tests.helpers import T0, Chat, busy_log, migrate_to, new_session, plain
 
 PREVIOUS_HEAD = "6aa8b67dd6bf"
@@ -83,6 +84,17 @@ def test_a_config_is_stored_once_per_session_and_each_row_names_it(
 
 
 @pytest.mark.slow
+def _without_later_revisions(compactions: list[CompactionResult]) -> list[dict[str, Any]]:
+    """Compactions as dicts without what revisions after this one record (the edit policy,
+    each step's result counts): going down past them and up again leaves those unknown."""
+    dumped = [c.model_dump(exclude={"edit_policy"}) for c in compactions]
+    for compaction in dumped:
+        for step in compaction["steps"]:
+            step.pop("results_cleared", None)
+            step.pop("results_persisted", None)
+    return dumped
+
+
 def test_the_revision_moves_the_configs_of_existing_rows_and_back(db_url: str) -> None:
     with CompactStore.open(db_url) as store:
         _compacted(store, "a", plain())
@@ -118,5 +130,7 @@ def test_the_revision_moves_the_configs_of_existing_rows_and_back(db_url: str) -
     )
     with CompactStore.open(db_url, auto_migrate=True) as store:
         for sid in ("a", "b"):
-            assert store.get_session(sid).compactions() == before[sid]
+            assert _without_later_revisions(
+                store.get_session(sid).compactions()
+            ) == _without_later_revisions(before[sid])
             assert _replays(store, sid) == replays[sid]

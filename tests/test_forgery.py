@@ -393,6 +393,21 @@ ALLOWED_RAW_SQL = {
     ("compactstore/db/engine.py", "BEGIN"),
     # A finished backup file leaves WAL mode (compactstore.transfer.backup).
     ("compactstore/db/transfer.py", "PRAGMA journal_mode=DELETE"),
+    # Incremental auto-vacuum on a new file (engine), and giving space back (db/space.py).
+    ("compactstore/db/engine.py", "PRAGMA page_count"),
+    ("compactstore/db/engine.py", "PRAGMA auto_vacuum=INCREMENTAL"),
+    ("compactstore/db/space.py", "PRAGMA {name}"),  # names fixed in the module
+    ("compactstore/db/space.py", "PRAGMA incremental_vacuum"),
+    ("compactstore/db/space.py", "PRAGMA auto_vacuum=INCREMENTAL"),
+    ("compactstore/db/space.py", "VACUUM"),
+    ("compactstore/db/space.py", "PRAGMA wal_checkpoint(TRUNCATE)"),
+    ("compactstore/db/space.py", "VACUUM (ANALYZE) {tables}"),  # the schema's quoted names
+    # Does a file hold another program's tables (db/migrate.py), read before any write.
+    (
+        "compactstore/db/migrate.py",
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+        "AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name",
+    ),
     ("migrations/versions/*", "DROP VIEW IF EXISTS compaction_history"),
     # _history_view(dialect): the view's DDL, fixed text per dialect.
     ("migrations/versions/*", "_history_view(op.get_bind().dialect.name)"),
@@ -400,6 +415,8 @@ ALLOWED_RAW_SQL = {
 # Strings assembled from pieces that contain SQL: allowed only where the pieces are
 # constants of the code, never data: (file, start of the assembled text).
 ALLOWED_BUILT_SQL = {
+    ("compactstore/db/space.py", "PRAGMA {name}"),
+    ("compactstore/db/space.py", "VACUUM (ANALYZE) {tables}"),
     ("compactstore/db/engine.py", "PRAGMA busy_timeout={BUSY_TIMEOUT_MS}"),
     ("compactstore/db/engine.py", "PRAGMA busy_timeout={_BEGIN_POLL_MS}"),
     ("migrations/versions/*", "\nCREATE VIEW compaction_history AS"),

@@ -132,12 +132,14 @@ def create_engine_for(
         DatabaseError: the path is a directory, or the file cannot be created.
     """
     path = sqlite_path(url)
-    if path is not None and path.is_dir():
+    # os.path, not Path: a path whose directories this user may not enter is "not there"
+    # (and SQLite then says why it cannot open it), not a PermissionError traceback.
+    if path is not None and os.path.isdir(path):
         raise DatabaseError(
             f"{path} is a directory, not a database file: give the database file's path "
             f"(e.g. {path / 'compactstore.db'})"
         )
-    if path is not None and not path.exists():
+    if path is not None and not os.path.exists(path):
         if read_only:
             raise NotFoundError(
                 f"no database at {path}: check the path (reading never creates a database)"
