@@ -32,13 +32,10 @@ NOTE = (
 def _commands(
     command: click.Command, path: str, parent: click.Context | None
 ) -> Iterator[tuple[str, click.Command, click.Context]]:
-    context = click.Context(
-        command,
-        info_name=path.split(" ")[-1],
-        parent=parent,
-        terminal_width=WIDTH,
-        max_content_width=WIDTH,
-    )
+    # The command's own context settings (-h as well as --help), as `compactstore` applies
+    # them when it runs; the width fixed so the page does not depend on the terminal.
+    settings = {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    context = click.Context(command, info_name=path.split(" ")[-1], parent=parent, **settings)
     yield path, command, context
     if isinstance(command, click.Group):
         for name in sorted(command.commands):

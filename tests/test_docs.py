@@ -100,6 +100,20 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
             assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", section), (path, option)
 
 
+def test_every_public_name_is_on_the_api_page() -> None:
+    import compactstore
+
+    directives = set(re.findall(r"^::: ([\w.]+)$", (DOCS / "api.md").read_text(), re.MULTILINE))
+    missing = [
+        name
+        for name in compactstore.__all__
+        if name != "__version__"
+        and f"compactstore.{name}" not in directives
+        and getattr(compactstore, name).__module__ not in directives
+    ]
+    assert not missing, f"add '::: compactstore.NAME' to docs/api.md for: {missing}"
+
+
 def test_the_command_line_page_has_a_section_per_command() -> None:
     text = (DOCS / "command-line.md").read_text(encoding="utf-8")
     sections = set(SECTION.findall(text))
