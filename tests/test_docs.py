@@ -1,31 +1,39 @@
-"""README.md is tested, in the manner of sqlite-utils' tests/test_docs.py.
+"""The documentation is tested, in the manner of sqlite-utils' tests/test_docs.py.
 
-1. Every command of ``compactstore --help`` (subcommands included) has a section
-   ``### `compactstore COMMAND` `` under ``## Command line``, and every option of the command
-   is named in its section (the top-level options in the text before the first section);
-   every such section names a command that exists. A failure lists exactly what to add.
+The pages are README.md, CONTRIBUTING.md and every ``docs/**/*.md`` of the MkDocs site.
 
-2. Every ```` ```python ```` block of the README runs, offline, in a temporary working
+1. The generated pages (``docs/cli.md`` from click's help of every command,
+   ``docs/configuration.md`` from ``CompactionConfig``'s field descriptions) are what
+   ``scripts/gen_docs.py`` writes from the code now; every command of ``compactstore --help``
+   has a section ``### `compactstore COMMAND` `` in ``docs/command-line.md`` and every such
+   section names a command that exists.
+
+2. Every ```` ```python ```` block of every page runs, offline, in a temporary working
    directory. A snippet shows only the part the reader writes; the names it uses without
-   defining them (the reader's own model call, an open store, ...) are given by the test,
-   from :func:`_given` below, and nothing else is changed in the snippet. The agent loop thus
-   runs against :class:`FakeModel`, a scripted model whose replies have the shape of the
-   Anthropic SDK's (``content`` blocks, ``usage`` with the cache counters), and the stores
-   are real databases: SQLite files in the temporary directory, and PostgreSQL for
+   defining them (the reader's own model client, an open store, ...) are given by the test,
+   from :func:`_given` below, and nothing else is changed in the snippet. The stores are
+   real databases: SQLite files in the temporary directory, and PostgreSQL for
    ``postgres_store`` when ``COMPACTSTORE_TEST_PG_URL`` is set (a SQLite file otherwise).
    A snippet using a name that is neither defined nor in GIVEN fails, naming it.
+   A block that cannot run on its own (an excerpt with a top-level ``await``, one that needs
+   a server or the network) is preceded by the line
+   ``<!-- docs-test: skip (the reason) -->``; the reason is required.
+
+3. No page says "SPEC" (the contract file is not shipped), and every relative link of
+   README.md and CONTRIBUTING.md reaches an existing file and heading (``mkdocs build
+   --strict`` checks the links inside docs/, in .ci/run).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
 import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import click
@@ -35,11 +43,35 @@ from compactstore import CompactStore
 from compactstore.cli import cli
 from tests.conftest import PG_URL, fresh_database
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
 SECTION = re.compile(r"^### `compactstore ([a-z][a-z -]*)`\s*$", re.MULTILINE)
+SKIP = re.compile(r"^<!-- docs-test: skip \((?P<reason>[^)]+)\) -->$")
 
 
-# -- the command line ------------------------------------------------------------------------
+def _page_name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _gen_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the generated pages and the command line -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cli.md", "configuration.md"])
+def test_a_generated_page_is_up_to_date(name: str) -> None:
+    gen = _gen_docs()
+    assert (DOCS / name).read_text(encoding="utf-8") == gen.PAGES[name](), (
+        f"docs/{name} is behind the code: run python scripts/gen_docs.py"
+    )
 
 
 def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
@@ -59,100 +91,90 @@ def _option_names(command: click.Command) -> list[str]:
     return names
 
 
-def _cli_sections() -> tuple[str, dict[str, str]]:
-    """The text of '## Command line' before its first command, and each command's section."""
-    text = README.read_text(encoding="utf-8")
-    start = text.find("\n## Command line\n")
-    assert start >= 0, "README.md has no '## Command line' section"
-    end = text.find("\n## ", start + 1)
-    body = text[start : end if end >= 0 else len(text)]
-    parts = SECTION.split(body)
-    intro, sections = parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
-    return intro, sections
+def test_the_cli_reference_has_every_command_and_option() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    for path, command in [("", cli), *_commands(cli)]:
+        heading = f"`compactstore{' ' + path if path else ''}`"
+        section = text.split(heading + "\n", 1)[1].split("\n#", 1)[0]
+        for option in _option_names(command):
+            assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", section), (path, option)
 
 
-def test_every_command_and_option_is_in_the_readme() -> None:
-    intro, sections = _cli_sections()
+def test_every_public_name_is_on_the_api_page() -> None:
+    import compactstore
+
+    directives = set(re.findall(r"^::: ([\w.]+)$", (DOCS / "api.md").read_text(), re.MULTILINE))
     missing = [
-        f"{option} (of `compactstore` itself) in the text before the first command's section"
-        for option in _option_names(cli)
-        if option not in intro
+        name
+        for name in compactstore.__all__
+        if name != "__version__"
+        and f"compactstore.{name}" not in directives
+        and getattr(compactstore, name).__module__ not in directives
     ]
-    commands = dict(_commands(cli))
-    for path, command in commands.items():
-        if path not in sections:
-            missing.append(f"a section '### `compactstore {path}`' under '## Command line'")
-            continue
-        missing += [
-            f"{option} in the section on `compactstore {path}`"
-            for option in _option_names(command)
-            if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", sections[path])
-        ]
-    stale = [
-        f"'### `compactstore {path}`' (no such command)"
-        for path in sections
-        if path not in commands
-    ]
-    assert not missing and not stale, (
-        "README.md is behind the CLI.\nAdd:\n  "
-        + "\n  ".join(missing or ["nothing"])
-        + "\nRemove:\n  "
-        + "\n  ".join(stale or ["nothing"])
+    assert not missing, f"add '::: compactstore.NAME' to docs/api.md for: {missing}"
+
+
+def test_the_command_line_page_has_a_section_per_command() -> None:
+    text = (DOCS / "command-line.md").read_text(encoding="utf-8")
+    sections = set(SECTION.findall(text))
+    commands = {path for path, _ in _commands(cli)}
+    assert not commands - sections and not sections - commands, (
+        "docs/command-line.md is behind the CLI.\nAdd a section '### `compactstore COMMAND`' "
+        f"for: {sorted(commands - sections) or 'nothing'}\n"
+        f"Remove: {sorted(sections - commands) or 'nothing'}"
     )
+
+
+# -- no SPEC, no broken links -------------------------------------------------------------------
+
+
+def test_no_page_cites_the_contract_file() -> None:
+    found = [
+        f"{_page_name(page)}:{number}"
+        for page in [*PAGES, ROOT / "mkdocs.yml"]
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if "SPEC" in line
+    ]
+    assert not found, f"these lines cite SPEC, a file the repository does not ship: {found}"
+
+
+def _anchors(page: Path) -> set[str]:
+    """The ids python-markdown's toc gives the page's headings."""
+    ids = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") and not line.startswith("#!"):
+            title = re.sub(r"[`*]", "", line.lstrip("#").strip()).lower()
+            ids.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title)).strip("-"))
+    return ids
+
+
+@pytest.mark.parametrize("page", [README, ROOT / "CONTRIBUTING.md"], ids=_page_name)
+def test_every_relative_link_of_a_top_level_page_resolves(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path) if path else page
+        if not resolved.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and anchor not in _anchors(resolved):
+            broken.append(f"{target} (no such heading)")
+    assert not broken, f"{_page_name(page)} links to: {broken}"
 
 
 # -- the Python snippets ---------------------------------------------------------------------
 
 
-@dataclass
-class FakeModel:
-    """A scripted model: reads a few files with tool calls, then answers and is done.
-
-    Replies look like the Anthropic SDK's ``Message``: ``content`` is a list of blocks and
-    ``usage`` has ``input_tokens``, ``cache_creation_input_tokens``,
-    ``cache_read_input_tokens`` and ``output_tokens`` (with prompt caching most of the
-    prompt is counted as cache reads, as the real API does).
-    """
-
-    turns: int = 4
-    calls: int = field(default=0, init=False)
-
-    def __call__(self, messages: list[dict[str, Any]]) -> SimpleNamespace:
-        self.calls += 1
-        prompt = sum(len(str(message)) for message in messages) // 4
-        usage = SimpleNamespace(
-            input_tokens=3,
-            cache_creation_input_tokens=prompt // 10,
-            cache_read_input_tokens=prompt - 3 - prompt // 10,
-            output_tokens=40,
-        )
-        if self.calls >= self.turns:
-            return SimpleNamespace(content=[{"type": "text", "text": "Done."}], usage=usage)
-        path = f"payments/module_{self.calls}.py"
-        call: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{self.calls:03d}", "name": "Read"}
-        call["input"] = {"file_path": path}
-        content = [{"type": "text", "text": f"Reading {path}."}, call]
-        return SimpleNamespace(content=content, usage=usage)
-
-    @staticmethod
-    def tool_calls(reply: SimpleNamespace) -> list[SimpleNamespace]:
-        return [
-            SimpleNamespace(id=block["id"], name=block["name"], input=block["input"])
-            for block in reply.content
-            if block["type"] == "tool_use"
-        ]
-
-    @staticmethod
-    def run_tool(call: SimpleNamespace) -> str:
-        return "\n".join(f"def handler_{i}(): pass  # {call.input['file_path']}" for i in range(80))
-
-    @staticmethod
-    def path_of(call: SimpleNamespace) -> str | None:
-        path: str | None = call.input.get("file_path")
-        return path
-
-    def done(self, reply: SimpleNamespace) -> bool:
-        return not self.tool_calls(reply)
+def _example_stand_in() -> dict[str, Any]:
+    """``client`` and ``run_tool`` of examples/anthropic_loop.py: the official Anthropic client
+    over a mocked transport that plays the Messages API, and the example's tool."""
+    example = (ROOT / "examples" / "anthropic_loop.py").read_text(encoding="utf-8")
+    setup = example[: example.index("# The agent loop")]
+    namespace: dict[str, Any] = {}
+    exec(compile(setup, "examples/anthropic_loop.py", "exec"), namespace)
+    return namespace
 
 
 def _store_with_a_session(url: str | Path) -> CompactStore:
@@ -164,8 +186,7 @@ def _store_with_a_session(url: str | Path) -> CompactStore:
 
 
 def _given(directory: Path, stack: ExitStack) -> dict[str, Callable[[], Any]]:
-    """What README snippets may use without defining it: name -> how to make it."""
-    model = FakeModel()
+    """What snippets may use without defining it: name -> how to make it."""
 
     def sqlite_store(name: str, *, with_session: bool) -> CompactStore:
         path = directory / f"{name}.db"
@@ -182,11 +203,8 @@ def _given(directory: Path, stack: ExitStack) -> dict[str, Callable[[], Any]]:
         return store
 
     return {
-        "call_model": lambda: model,
-        "tool_calls": lambda: model.tool_calls,
-        "run_tool": lambda: model.run_tool,
-        "path_of": lambda: model.path_of,
-        "done": lambda: model.done,
+        "client": lambda: _example_stand_in()["client"],
+        "run_tool": lambda: _example_stand_in()["run_tool"],
         "store": lambda: sqlite_store("store", with_session=True),
         "other_store": lambda: sqlite_store("other", with_session=False),
         "sqlite_store": lambda: sqlite_store("source", with_session=True),
@@ -194,16 +212,21 @@ def _given(directory: Path, stack: ExitStack) -> dict[str, Callable[[], Any]]:
     }
 
 
-def _snippets() -> list[tuple[int, str]]:
-    """(line number, code) of every ```python block of the README."""
-    lines = README.read_text(encoding="utf-8").splitlines()
-    found, start = [], None
-    for number, line in enumerate(lines, 1):
-        if start is None and line.strip() == "```python":
-            start = number
-        elif start is not None and line.strip() == "```":
-            found.append((start, "\n".join(lines[start : number - 1])))
-            start = None
+def _snippets() -> list[tuple[str, int, str, str | None]]:
+    """(page, line number, code, skip reason) of every ```python block of every page."""
+    found = []
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        start: int | None = None
+        for number, line in enumerate(lines, 1):
+            if start is None and line.strip() == "```python":
+                start = number
+            elif start is not None and line.strip() == "```":
+                before = SKIP.match(lines[start - 2]) if start >= 2 else None
+                reason = before.group("reason") if before else None
+                code = "\n".join(lines[start : number - 1])
+                found.append((_page_name(page), start, code, reason))
+                start = None
     return found
 
 
@@ -223,17 +246,38 @@ def _free_names(code: str) -> set[str]:
     return read - bound
 
 
-def test_the_readme_has_python_snippets() -> None:
-    assert len(_snippets()) >= 2
+def test_the_pages_have_python_snippets_and_skip_few() -> None:
+    snippets = _snippets()
+    assert len(snippets) >= 12
+    assert {page for page, *_ in snippets} >= {"README.md", "docs/getting-started.md"}
+    skipped = [(page, line) for page, line, _, reason in snippets if reason]
+    assert len(skipped) <= 2, skipped
+
+
+def test_the_readme_loop_is_the_end_of_the_example() -> None:
+    example = (ROOT / "examples" / "anthropic_loop.py").read_text(encoding="utf-8")
+    glue = example[example.index("store = CompactStore.open") :]
+    readme = README.read_text(encoding="utf-8")
+    assert f"```python\nfrom compactstore import CompactStore\n\n{glue}```" in readme
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("line", "code"), _snippets(), ids=[f"README line {line}" for line, _ in _snippets()]
+    ("page", "line", "code", "reason"),
+    _snippets(),
+    ids=[f"{page} line {line}" for page, line, _, _ in _snippets()],
 )
-def test_a_readme_python_snippet_runs(
-    line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_python_snippet_runs(
+    page: str,
+    line: int,
+    code: str,
+    reason: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if reason:
+        ast.parse(code.replace("await ", ""))  # it still reads as Python
+        pytest.skip(reason)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("COMPACTSTORE_DB", raising=False)
     with ExitStack() as stack:
@@ -241,11 +285,11 @@ def test_a_readme_python_snippet_runs(
         free = _free_names(code)
         unknown = sorted(free - set(given))
         assert not unknown, (
-            f"the README's Python snippet at line {line} uses {', '.join(unknown)} without "
+            f"the Python snippet of {page} at line {line} uses {', '.join(unknown)} without "
             f"defining it: define it in the snippet, or give it in _given() in tests/test_docs.py"
         )
         namespace: dict[str, Any] = {name: given[name]() for name in sorted(free)}
-        exec(compile(code, f"README.md:{line}", "exec"), namespace)
+        exec(compile(code, f"{page}:{line}", "exec"), namespace)
         for value in namespace.values():
             if isinstance(value, CompactStore):
                 value.close()
@@ -256,9 +300,9 @@ def test_a_readme_python_snippet_runs(
 
 def _audit_statements() -> list[str]:
     """The statements of the ```` ```sql ```` block under '## Auditing with SQL'."""
-    text = README.read_text(encoding="utf-8")
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
     start = text.find("\n## Auditing with SQL\n")
-    assert start >= 0, "README.md has no '## Auditing with SQL' section"
+    assert start >= 0, "docs/operations.md has no '## Auditing with SQL' section"
     block = re.search(r"```sql\n(.*?)```", text[start:], re.DOTALL)
     assert block is not None, "'## Auditing with SQL' has no sql block"
     code = "\n".join(
@@ -268,7 +312,7 @@ def _audit_statements() -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_readme_audit_sql_runs_and_counts_each_stage_as_stats_does(tmp_path: Path) -> None:
+def test_the_audit_sql_runs_and_counts_each_stage_as_stats_does(tmp_path: Path) -> None:
     import sqlite3
 
     from compactstore.admin import store_stats

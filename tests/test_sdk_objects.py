@@ -265,11 +265,11 @@ def test_the_official_client_loop_over_a_mocked_transport(store: CompactStore) -
 
 
 @pytest.mark.slow  # a second process; test_docs runs the same code in-process
-def test_the_readme_loop_is_the_example_verbatim_and_runs(tmp_path: Path) -> None:
+def test_the_docs_loop_is_the_example_verbatim_and_runs(tmp_path: Path) -> None:
     example = (REPO / "examples" / "anthropic_loop.py").read_text(encoding="utf-8")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "## Use it in an agent loop" in readme
-    assert f"```python\n{example}```" in readme
+    page = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert "## Use it in an agent loop" in page
+    assert f"```python\n{example}```" in page
     loop = example[example.index("store = CompactStore.open") : example.index("print(")]
     assert len(loop.strip().splitlines()) <= 16  # the glue: 15 lines and its comment
     done = subprocess.run(
