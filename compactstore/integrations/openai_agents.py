@@ -363,8 +363,8 @@ class CompactSession:
         stored (recovered) context.
 
         Raises:
-            the provider's error: not an overflow, a second overflow, or recovery had
-            nothing left to remove.
+            Exception: the provider's own error when it is not an overflow, on a second
+                overflow, or when recovery had nothing left to remove.
         """
         if run_config is None:
             config = self.run_config()
