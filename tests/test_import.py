@@ -1182,3 +1182,34 @@ def test_the_cli_simulates_a_gzip_file_and_stdin(tmp_path: Path) -> None:
         out = CliRunner().invoke(cli, ["simulate", *args, "--json"], input=data)
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout)["calls"] == 2
+
+
+def test_the_agents_working_directory_becomes_the_sessions(
+    store: CompactStore, tmp_path: Path
+) -> None:
+    """Paths in summaries are relative to the session's cwd: an import takes it from the
+    transcript (Claude Code records, Codex session_meta), a Windows one included."""
+    claude = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            claude_code_record("user", "hi", uuid="u1", cwd="D:\\oh-my-posh"),
+            claude_code_record("assistant", [{"type": "text", "text": "hello"}], uuid="a1"),
+        ],
+    )
+    codex = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            {"type": "session_meta", "payload": {"id": "s", "cwd": "/w/app"}},
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                },
+            },
+        ],
+    )
+    assert read_transcript(claude).cwd == "D:\\oh-my-posh"
+    assert import_file(store, claude).context().cwd == "D:\\oh-my-posh"
+    assert import_file(store, codex).context().cwd == "/w/app"

@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from compactstore import CompactStore
+from compactstore import summary_audit as audit
 from compactstore.cli import cli
-from compactstore.simulate import simulate
+from compactstore.importers import read_transcript
+from compactstore.simulate import simulate, simulate_transcript
 from tests.conftest import CORPUS_DEV
 
 FORMATS = ["anthropic", "openai", "minicode"]
@@ -172,3 +175,25 @@ def test_format_takes_the_names_import_takes(tmp_path: Path) -> None:
     assert "s.jsonl holds no claude-code messages to import: it looks like plain" in wrong.stderr
     unknown = CliRunner().invoke(cli, ["simulate", str(file), "--format", "yaml"])
     assert unknown.exit_code != 0 and "yaml" in unknown.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_a_windows_transcript_lists_each_file_once(store: CompactStore) -> None:
+    """A Windows session (cwd D:\\oh-my-posh) names its files as D:\\…\\x, /d/…/x and
+    relative to the cwd: each summary lists a file under the cwd once, relative to it."""
+    path = CORPUS_DEV / "claude-code" / "ohmyposh-windows-powershell-compacted.jsonl"
+    transcript = read_transcript(path)
+    assert transcript.cwd == "D:\\oh-my-posh"
+    simulate_transcript(transcript, window=64_000, store=store, session_id="win", use_usage=False)
+    session = store.get_session("win")
+    assert session.context().cwd == "D:\\oh-my-posh"
+    summaries = [b.summary_text for b in session.boundaries()]
+    assert len(summaries) >= 3
+    for text in summaries:
+        files = audit.listed_files(text)
+        assert files and len(files) == len(set(files))
+        spelt_from_root = [
+            f for f in files if f.lower().startswith(("d:\\oh-my-posh", "d:/oh-my-posh", "/d/"))
+        ]
+        assert spelt_from_root == []

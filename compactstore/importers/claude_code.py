@@ -120,6 +120,8 @@ def convert(
             continue
         if main_only and record.get("isSidechain"):
             continue
+        if file.cwd is None and isinstance(record.get("cwd"), str) and record["cwd"].strip():
+            file.cwd = record["cwd"]  # the session's working directory (every record has it)
         if state.queued and _opens_a_turn(state, record):
             _place_queued(state)
         uuid = record.get("uuid")

@@ -94,6 +94,8 @@ def convert(
                 state.cwd = payload["cwd"]
             if isinstance(payload.get("model"), str) and payload["model"]:
                 state.model = payload["model"]
+        if file.cwd is None and state.cwd:
+            file.cwd = state.cwd  # the session's working directory, where it started
         elif kind == "event_msg":
             _event(state, where, payload)
         elif kind == "compacted":

@@ -176,6 +176,7 @@ class _Replay:
             format=transcript.format,
             config=config or CompactionConfig(),
             now=first,
+            cwd=transcript.cwd,
         )
         self.count = store.token_counter
         self.estimates = [message_tokens(self.fmt, m, self.count) for m in transcript.messages]

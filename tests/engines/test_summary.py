@@ -183,6 +183,62 @@ def test_without_a_cwd_two_spellings_of_one_file_are_one_line(store: CompactStor
     assert files == ["- pkg/lex.py — read", "- pkg/parse.py — modified, read"]
 
 
+@pytest.mark.parametrize(
+    ("path", "cwd", "spelt"),
+    [
+        ("D:\\w\\site\\a.js", "D:\\w", "site/a.js"),
+        ("d:/W/site/a.js", "D:\\w", "site/a.js"),  # Windows compares without case
+        ("/d/w/site/a.js", "D:\\w", "site/a.js"),  # MSYS / Git Bash
+        ("/mnt/d/w/site/a.js", "D:\\w", "site/a.js"),  # WSL
+        ("site\\a.js", "D:\\w", "site/a.js"),
+        (".\\site\\..\\site\\a.js", "D:\\w\\", "site/a.js"),
+        ("C:\\Temp\\x.txt", "D:\\w", "C:/Temp/x.txt"),  # outside the cwd: absolute
+        ("D:\\w", "D:\\w", "."),
+        ("~/proj/a.py", "/home/me/proj", "a.py"),
+        ("~/.bashrc", "/home/me/proj", "/home/me/.bashrc"),
+        ("/home/me/proj/./lib/../a.py", "/home/me/proj/", "a.py"),
+        ("/d/w/a.js", "/home/me", "/d/w/a.js"),  # on POSIX /d is a directory
+        ("D:\\w\\a.js", None, "D:/w/a.js"),
+    ],
+)
+def test_one_spelling_per_file_whatever_the_os(path: str, cwd: str | None, spelt: str) -> None:
+    assert summary.normalise_path(path, cwd) == spelt
+
+
+def test_a_windows_session_lists_each_file_once(store: CompactStore) -> None:
+    """The spellings a Windows agent mixes (drive paths with backslashes, Git Bash
+    drives, paths relative to the cwd or to where a command cd-ed) are one file each."""
+    chat = new_session(store, "anthropic", sid="windows", cwd="D:\\oh-my-posh")
+    chat.request("Rename the Open Studio button")
+    chat.tool_turns(
+        [
+            ("Read", {"file_path": "D:\\oh-my-posh\\website\\docusaurus.config.js"}, "x", False),
+            ("Edit", {"file_path": "D:\\oh-my-posh\\website\\src\\pages\\index.js"}, "ok", False),
+            ("Bash", {"command": "cd website && grep -n studio docusaurus.config.js"}, "", False),
+            ("Bash", {"command": "cat /d/oh-my-posh/website/src/pages/index.js"}, "x", False),
+            (
+                "PowerShell",
+                {
+                    "command": "Set-Location D:\\oh-my-posh\\website; "
+                    "Get-Content src\\css\\custom.css"
+                },
+                "x",
+                False,
+            ),
+            ("Bash", {"command": "wc -l website/src/css/custom.css"}, "1", False),
+        ]
+    )
+    filler(chat, 60)
+
+    files = section(chat.sess.compact(now=T0 + 1_000).summary_text, "Files").splitlines()
+
+    assert files == [
+        "- website/src/css/custom.css — read",
+        "- website/src/pages/index.js — modified, read",
+        "- website/docusaurus.config.js — read",
+    ]
+
+
 def test_plan_tools_are_configurable(store: CompactStore) -> None:
     chat = new_session(store, "openai", sid="plans", config=plain(plan_tool_names=("set_plan",)))
     chat.request("Ship it")
