@@ -64,7 +64,9 @@ KNOWN_CALLS = {
 }
 SOURCE_OF_DIR = {"claude-code": "claude-code", "codex": "codex", "swe-agent": "swe-agent"}
 CORPUS_FILES = sorted(p for p in CORPUS_DEV.glob("*/*") if p.parent.name in SOURCE_OF_DIR)
-_CODEX_CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+_CODEX_CALLS = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call", "web_search_call"}
+)
 
 
 def raw_calls(path: Path) -> int | None:
@@ -656,6 +658,70 @@ def test_codex_read_and_patch_detection() -> None:
 
 def _rollout(kind: str, payload: Message) -> Message:
     return {"timestamp": "2025-09-25T14:02:05.435Z", "type": kind, "payload": payload}
+
+
+def test_codex_current_tools(tmp_path: Path) -> None:
+    """Codex 0.14x: code-mode ``exec`` programs calling the tools (their reads and writes
+    are the inner calls'), ``wait``, ``tool_search`` and provider-run web searches."""
+    patch = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a\n+b\n*** End Patch"
+    program = (
+        f"const patch = {json.dumps(patch)};\nawait tools.apply_patch(patch);\n"
+        'const r = await tools.exec_command({cmd:"git diff", workdir:"/w"}); text(r.output);'
+    )
+    read = "const r = await tools.exec_command({cmd:\"sed -n '1,80p' src/b.rs\"}); text(r);"
+
+    def call(kind: str, call_id: str, name: str, **extra: Any) -> Message:
+        return _rollout("response_item", {"type": kind, "call_id": call_id, "name": name, **extra})
+
+    def output(kind: str, call_id: str, **extra: Any) -> Message:
+        return _rollout("response_item", {"type": kind, "call_id": call_id, **extra})
+
+    path = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            _rollout("session_meta", {"id": "1", "cwd": "/w"}),
+            _rollout(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "fix it"}],
+                },
+            ),
+            call("custom_tool_call", "c1", "exec", input=program),
+            output("custom_tool_call_output", "c1", output=[{"type": "input_text", "text": "ok"}]),
+            call("custom_tool_call", "c2", "exec", input=read),
+            output("custom_tool_call_output", "c2", output="fn b() {}"),
+            call("function_call", "c3", "wait", arguments='{"cell_id":"7"}'),
+            output("function_call_output", "c3", output="Script completed"),
+            _rollout(
+                "response_item",
+                {"type": "tool_search_call", "call_id": "c4", "arguments": {"query": "github"}},
+            ),
+            output("tool_search_output", "c4", tools=[{"type": "namespace", "name": "github"}]),
+            _rollout(
+                "response_item",
+                {
+                    "type": "web_search_call",
+                    "id": "ws_1",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "rust 2027 edition"},
+                },
+            ),
+        ],
+    )
+    transcript = read_transcript(path)
+    calls = [c for m in transcript.messages for c in m.get("tool_calls", [])]
+    names = [c.get("function", c.get("custom", {}))["name"] for c in calls]
+    assert names == ["exec", "exec", "wait", "tool_search", "web_search"]
+    assert transcript.write_paths[1] == ["/w/src/a.rs"]
+    assert [p for p in transcript.read_paths if p] == ["/w/src/b.rs"]
+    results = [m["content"] for m in transcript.messages if m["role"] == "tool"]
+    assert results[3] == '[{"type": "namespace", "name": "github"}]'
+    assert results[4].startswith("[web_search completed: run by the provider")
+    assert json.loads(calls[4]["function"]["arguments"])["query"] == "rust 2027 edition"
+    check_pairing("openai", transcript.messages)
+    check_sdk("openai", transcript.messages)
 
 
 def test_codex_variants_map_into_openai(tmp_path: Path) -> None:

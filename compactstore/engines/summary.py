@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from compactstore.boilerplate import request_text, strip_boilerplate
+from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.formats import ToolCall
 from compactstore.formats.base import json_text
@@ -179,6 +180,9 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
     or named (a path inside some other command). Paths are as the call spells them, a
     relative one in a shell command taken from the directory it runs in (its ``workdir``,
     and where a ``cd`` earlier in the command moved)."""
+    inner = _inner_calls(call)
+    if inner is not None:
+        return [found for each in inner for found in file_actions(each)]
     arguments = _arguments(call)
     if not isinstance(arguments, dict):
         return []
@@ -214,9 +218,25 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
     return found + _command_files(script, workdir)
 
 
+def _inner_calls(call: ToolCall) -> list[ToolCall] | None:
+    """The tool calls a code-mode program (Codex's ``exec``) makes, None for other calls."""
+    if call.name not in CODE_MODE_TOOLS or not isinstance(call.input, str):
+        return None
+    return [
+        ToolCall(call.id, name, arguments["input"] if list(arguments) == ["input"] else arguments)
+        for name, arguments in inner_calls(call.input)
+        if isinstance(arguments, dict)
+    ]
+
+
 def plan_items(call: ToolCall, tool_names: Iterable[str]) -> tuple[PlanItem, ...] | None:
     """The items of a plan/todo call (``update_plan{plan:[{step,status}]}``,
-    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``), None for other calls."""
+    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``; made from a code-mode program
+    too), None for other calls."""
+    inner = _inner_calls(call)
+    if inner is not None:
+        plans = [plan_items(each, tool_names) for each in inner]
+        return next((plan for plan in reversed(plans) if plan is not None), None)
     if call.name not in tool_names:
         return None
     arguments = _arguments(call)

@@ -13,6 +13,7 @@ from sqlalchemy import text as sql
 
 from compactstore import CompactStore, DatabaseError
 from compactstore.engines import summary
+from compactstore.formats import ToolCall
 from compactstore.models import SummaryState
 from compactstore.tokens import estimate_tokens
 from tests.helpers import T0, Chat, assistant, calls_message, new_session, plain, user, words
@@ -433,3 +434,32 @@ def test_a_damaged_stored_state_is_a_database_error(store: CompactStore, damaged
     url = store.engine.url.render_as_string(hide_password=False)
     with CompactStore.open(url) as fresh, pytest.raises(DatabaseError, match="cannot read"):
         fresh.session("damaged").active_context()
+
+
+def test_a_code_mode_program_works_on_the_files_of_its_inner_calls() -> None:
+    """Codex's exec tool takes a program calling the tools: its files and plan are those
+    of the inner calls (a patch bound to a constant, a command with a workdir)."""
+    patch = (
+        "*** Begin Patch\n*** Add File: src/new.rs\n+x\n*** Update File: src/a.rs\n*** End Patch"
+    )
+    program = (
+        f"const patch = {json.dumps(patch)};\nawait tools.apply_patch(patch);\n"
+        "const r = await tools.exec_command({cmd:\"sed -n '1,80p' src/lib.rs\", "
+        'workdir:"/w/crates"});'
+        '\nawait tools.update_plan({plan:[{step:"Port the parser",status:"in_progress"},\n'
+        '  {step:"Run the tests", "status":"pending"}]}); text(r.output);'
+    )
+    call = ToolCall("c1", "exec", program)
+    assert summary.file_actions(call) == [
+        ("src/new.rs", "created"),
+        ("src/a.rs", "modified"),
+        ("/w/crates/src/lib.rs", "read"),
+    ]
+    items = summary.plan_items(call, ("update_plan",))
+    assert items is not None
+    assert [(i.text, i.status) for i in items] == [
+        ("Port the parser", "in_progress"),
+        ("Run the tests", "pending"),
+    ]
+    # Built at run time: nothing to read.
+    assert summary.file_actions(ToolCall("c2", "exec", "await tools.exec_command({cmd})")) == []
