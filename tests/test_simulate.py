@@ -15,6 +15,7 @@ from compactstore.cli import cli
 from compactstore.importers import read_transcript
 from compactstore.simulate import simulate, simulate_transcript
 from tests.conftest import CORPUS_DEV
+from tests.helpers import claude_code_record
 
 FORMATS = ["anthropic", "openai", "minicode"]
 
@@ -197,3 +198,30 @@ def test_a_windows_transcript_lists_each_file_once(store: CompactStore) -> None:
             f for f in files if f.lower().startswith(("d:\\oh-my-posh", "d:/oh-my-posh", "/d/"))
         ]
         assert spelt_from_root == []
+
+
+@pytest.mark.slow
+def test_a_window_below_what_the_transcript_needs_is_said_in_one_line(tmp_path: Path) -> None:
+    """The first call's prompt (system prompt, tools, opening messages) is more than the
+    window: no compaction can make it fit, so simulate says so with the numbers and stops,
+    unless --force (then the report still says it)."""
+    usage = {"input_tokens": 3, "cache_read_input_tokens": 40_000, "output_tokens": 9}
+    file = tmp_path / "cc.jsonl"
+    reply = claude_code_record(
+        "assistant", [{"type": "text", "text": "On it."}], uuid="a1", message_id="m1"
+    )
+    reply["message"]["usage"] = usage
+    records = [claude_code_record("user", "Port the parser", uuid="u1"), reply]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    out = CliRunner().invoke(cli, ["simulate", str(file), "--window", "32000"])
+    assert out.exit_code == 1
+    (line,) = out.stderr.strip().splitlines()[-1:]
+    assert "window 32,000 is smaller than the 40,003 tokens" in line
+    assert "system prompt and tools" in line and "force" in line
+    assert "compactions:" not in out.stdout
+
+    forced = CliRunner().invoke(cli, ["simulate", str(file), "--window", "32000", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert "window 32,000 is smaller than the 40,003 tokens" in forced.stdout
+    assert simulate(file, window=64_000).needed_tokens == 40_003

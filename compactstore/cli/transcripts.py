@@ -171,6 +171,12 @@ def import_(
     help="Ignore the provider's token counts in the transcript: the window then applies to "
     "the messages as the store estimates them.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replay even when the window is smaller than what the transcript needs before any "
+    "compaction (system prompt, tools, opening messages).",
+)
 @own_db_option("Keep the simulated session in this database (default: a temporary file).")
 @json_option
 @library_errors
@@ -181,6 +187,7 @@ def simulate(
     format_: str | None,
     config_file: Path | None,
     no_usage: bool,
+    force: bool,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -222,6 +229,7 @@ def simulate(
                 store=store,
                 use_usage=not no_usage,
                 session_id=session_id,
+                force=force,
             )
         location = None if store is None else store.location
     finally:
