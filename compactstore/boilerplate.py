@@ -8,6 +8,25 @@ it as what the user asked. One list of regular expressions says what boilerplate
 Each pattern is matched with :data:`re.DOTALL` and :data:`re.MULTILINE`; every match is removed,
 and a message whose text is then blank is boilerplate. What is left of a message that is not
 is what the user wrote (:func:`request_text`).
+
+The rules, source by source; structure first, then patterns:
+
+- **Importers** use the record structure: Claude Code's records that are not conversation
+  (attachments, hooks, progress) are not imported as messages at all; a queued message is
+  imported only when a person typed it.
+- **Any client**: a message (or part) that is nothing but tagged blocks (``<name …>…</name>``,
+  whatever the name, one after another) is client content; people type sentences, clients
+  write tagged blocks. A tag inside a sentence is left alone.
+- **Codex**: the known tags (``environment_context``, ``user_instructions``,
+  ``user_shell_command``, ``turn_aborted``), AGENTS.md instructions with or without their
+  heading; with the IDE and desktop apps, only what follows "## My request for Codex:" is the
+  request, and when nothing follows it (the request was attached as a file), the titles of
+  the "Files mentioned by the user" are.
+- **Claude Code**: slash-command tags (a command typed with arguments is the request
+  ``/name arguments``; one without, such as ``/clear``, is not), local-command caveats and
+  output, system reminders, hooks, task notifications, skill banners, a command's expanded
+  body (tagged sections, then its ``ARGUMENTS:`` line), interruption markers, and the
+  summary it writes after its own compaction.
 """
 
 from __future__ import annotations
@@ -22,6 +41,7 @@ __all__ = [
     "is_boilerplate",
     "request_text",
     "strip_boilerplate",
+    "typed_command",
 ]
 
 # Codex's IDE extensions send "# Context from my IDE setup: … ## My request for Codex: …";
@@ -71,7 +91,16 @@ DEFAULT_BOILERPLATE_PATTERNS: tuple[str, ...] = (
     r"^Read the output file to retrieve the result: [^\n]*",
     # Claude Code: the summary it writes into the conversation after its own compaction.
     r"\AThis session is being continued from a previous conversation that ran out of context\..*",
+    # Any client: a text that is nothing but tagged blocks, whatever their names (a command's
+    # expanded body ends with the line of its arguments).
+    r"\A(?:\s*<([A-Za-z][^<>\n]{0,80})>.*?</\1>)+(?:\s*^ARGUMENTS:[^\n]*)?\s*\Z",
 )
+
+_COMMAND_TAGS = re.compile(r"[ \t]*<(command-(?:name|message|args))>(.*?)</\1>[ \t]*\n?", re.DOTALL)
+_FILES_MENTIONED = re.compile(
+    r"^# Files mentioned by the user:[ \t]*\n(.*?)(?=^# |\Z)", re.MULTILINE | re.DOTALL
+)
+_FILE_TITLE = re.compile(r"^## (.+):[ \t]+\S[^\n]*$", re.M)
 
 
 @lru_cache(maxsize=32)
@@ -86,8 +115,22 @@ def compile_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
     return tuple(compiled)
 
 
+def typed_command(text: str) -> str:
+    """``text`` with a Claude Code slash command typed with arguments as the person typed it
+    (``/name arguments``); the tags of one without arguments are left to the patterns."""
+    tags = {match.group(1): match.group(2).strip() for match in _COMMAND_TAGS.finditer(text)}
+    name, args = tags.get("command-name", ""), tags.get("command-args", "")
+    if not (name and args):
+        return text
+    first = _COMMAND_TAGS.search(text)
+    assert first is not None
+    rest = _COMMAND_TAGS.sub("", text[first.start() :])
+    return f"{text[: first.start()]}{name} {args}\n{rest}"
+
+
 def strip_boilerplate(text: str, patterns: tuple[str, ...]) -> str:
     """``text`` with every boilerplate span removed, blank lines collapsed, ends trimmed."""
+    text = typed_command(text)
     for compiled in compile_patterns(patterns):
         text = compiled.sub("", text)
     return re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", text).strip()
@@ -100,8 +143,13 @@ def is_boilerplate(text: str, patterns: tuple[str, ...]) -> bool:
 
 def request_text(text: str, patterns: tuple[str, ...]) -> str:
     """What the user asked in a request message: boilerplate removed, and only what follows
-    "## My request for Codex:" when the message holds that heading."""
+    "## My request for Codex:" when the message holds that heading (when nothing does, the
+    request was attached: the titles of the files the message mentions)."""
     heading = text.rfind(CODEX_REQUEST_HEADING)
-    if heading >= 0:
-        text = text[heading + len(CODEX_REQUEST_HEADING) :]
-    return strip_boilerplate(text, patterns)
+    if heading < 0:
+        return strip_boilerplate(text, patterns)
+    asked = strip_boilerplate(text[heading + len(CODEX_REQUEST_HEADING) :], patterns)
+    mentioned = _FILES_MENTIONED.search(text[:heading])
+    if asked or mentioned is None:
+        return asked
+    return "\n".join(title.group(1) for title in _FILE_TITLE.finditer(mentioned.group(1)))

@@ -114,6 +114,7 @@ def present(text: str, haystack: str, chars: int = 60) -> bool:
 
 
 _FILE_LINE = re.compile(r"^- (\S(?:.*?\S)?) — ", re.MULTILINE)
+_WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")
 _EARLIER = re.compile(r"(\d+) earlier instructions \(seqs (\d+)–(\d+)\)")
 _PATH = re.compile(r"(?:[\w.@+()\[\]-]+/)+[\w.@+-]+\.[A-Za-z0-9]{1,8}\b")
 PLAN_TOOLS = ("update_plan", "TodoWrite", "write_todos")
@@ -127,14 +128,21 @@ def listed_files(summary: str) -> list[str]:
 
 def _same_file(a: str, b: str) -> bool:
     """Two spellings of one file: equal, or an absolute path ending with a relative one
-    (two relative paths are two files, as ``lib/x.ex`` and ``_build/lib/x.ex`` are)."""
+    (two relative paths are two files, as ``lib/x.ex`` and ``_build/lib/x.ex`` are); a
+    Windows path (drive letter) spelt with either slash and compared without regard to case."""
     a, b = a.removeprefix("./"), b.removeprefix("./")
+    if _WINDOWS.match(a) or _WINDOWS.match(b):
+        a, b = a.replace("\\", "/").lower(), b.replace("\\", "/").lower()
     if a == b:
         return True
-    if a.startswith("/") != b.startswith("/"):
-        absolute, relative = (a, b) if a.startswith("/") else (b, a)
+    if _absolute(a) != _absolute(b):
+        absolute, relative = (a, b) if _absolute(a) else (b, a)
         return absolute.endswith("/" + relative)
     return False
+
+
+def _absolute(path: str) -> bool:
+    return path.startswith("/") or _WINDOWS.match(path) is not None
 
 
 def duplicate_files(paths: Sequence[str]) -> int:

@@ -50,6 +50,25 @@ PG_URL = os.environ.get("COMPACTSTORE_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("COMPACTSTORE_CORPUS") or REPO.parent / "shared" / "corpus")
 CORPUS_DEV = CORPUS / "dev"
+
+
+def corpus_transcripts() -> list[Path]:
+    """The dev corpus files of a kind compactstore imports (detected from their content):
+    the sweeping tests take whatever transcripts are there and skip the rest (companion
+    files, formats without an importer)."""
+    from compactstore.errors import InvalidInputError
+    from compactstore.importers import detect
+
+    found = []
+    for path in sorted(CORPUS_DEV.glob("*/*")):
+        try:
+            detect(path)
+        except InvalidInputError:
+            continue
+        found.append(path)
+    return found
+
+
 # The PostgreSQL half of every backend-parametrised test carries the ``pg`` marker.
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)]
 

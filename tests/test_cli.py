@@ -43,6 +43,7 @@ from compactstore.errors import (
 )
 from compactstore.models import BreakerState, CompactionConfig, SessionInfo
 from tests.conftest import BACKENDS, PG_URL, Snapshot, _pg_admin_url
+from tests.helpers import claude_code_record
 
 Message = dict[str, Any]
 
@@ -1028,13 +1029,40 @@ def test_import_jsonl_of_messages(db_url: str, store: CompactStore, tmp_path: Pa
     # --json: the format is detected and the session is named after the file.
     other = _jsonl(tmp_path / "chat2.jsonl", TRANSCRIPT)
     data = as_json(invoke(db_url, "import", str(other), "--context-window", "50000", "--json"))
+    assert data.pop("usage") == store.get_session("chat2").token_usage() > 0
     assert data == {
         "session": "chat2",
         "format": "anthropic",
         "context_window": 50_000,
         "messages": 4,
         "boundaries": 0,
+        "last_real_count": None,  # the file reports no provider counts
     }
+
+
+@pytest.mark.slow
+def test_import_says_why_usage_differs_from_the_last_real_count(
+    db_url: str, store: CompactStore, tmp_path: Path
+) -> None:
+    """The provider counted the system prompt and tools the transcript does not hold:
+    import shows both numbers and why."""
+    reply = claude_code_record(
+        "assistant", [{"type": "text", "text": "On it."}], uuid="a1", message_id="m1"
+    )
+    reply["message"]["usage"] = {"input_tokens": 3, "cache_read_input_tokens": 20_000}
+    file = _jsonl(
+        tmp_path / "cc.jsonl", [claude_code_record("user", "Port the parser", uuid="u1"), reply]
+    )
+    result = ok(invoke(db_url, "import", str(file), "--session", "cc"))
+    usage = store.get_session("cc").token_usage()
+    assert result.stdout.splitlines()[1] == (
+        f"usage {usage:,} tokens (the store's count of the active context); the transcript's "
+        f"last model call counted 20,003: the provider also counted {20_003 - usage:,} "
+        "tokens the active context does not hold (system prompt, tool definitions and "
+        "reminders the client sent, messages the agent kept through its own compaction)"
+    )
+    data = as_json(invoke(db_url, "import", str(file), "--session", "cc2", "--json"))
+    assert data["last_real_count"] == 20_003
 
 
 def test_a_malformed_import_file_names_the_line_and_stores_nothing(

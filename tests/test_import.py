@@ -49,9 +49,10 @@ Message = dict[str, Any]
 
 SPOTTER = CORPUS_DEV / "claude-code" / "spotter-258c7280.jsonl"
 
-# Tool calls per dev transcript, as counted in SOURCES.md (SWE-agent: 11 calls, some
-# reusing an id, which the importer makes unique).
-EXPECTED_CALLS = {
+# Tool calls of the first dev transcripts, as counted in SOURCES.md; the SWE-agent one has
+# 11 calls, some reusing an id, which the importer makes unique. The sweeping tests below
+# hold for any transcript of a known kind; these counts only check the files they name.
+KNOWN_CALLS = {
     "agentcmd-full-session-four.jsonl": 27,
     "spotter-258c7280.jsonl": 186,
     "spotter-4d5611e5.compaction-agent-acompact-e1f845.jsonl": 0,
@@ -63,6 +64,37 @@ EXPECTED_CALLS = {
 }
 SOURCE_OF_DIR = {"claude-code": "claude-code", "codex": "codex", "swe-agent": "swe-agent"}
 CORPUS_FILES = sorted(p for p in CORPUS_DEV.glob("*/*") if p.parent.name in SOURCE_OF_DIR)
+_CODEX_CALLS = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call", "web_search_call"}
+)
+
+
+def raw_calls(path: Path) -> int | None:
+    """The tool calls a line-record transcript itself holds (distinct ids), read straight
+    from its records: Claude Code's ``tool_use`` blocks of the main conversation (the
+    sidechain when the whole file is one), Codex's call items. None for other kinds."""
+    if path.parent.name not in ("claude-code", "codex"):
+        return None
+    records = raw_records(path)
+    ids: set[str] = set()
+    if path.parent.name == "codex":
+        for record in records:
+            item = record.get("payload", record)
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind in _CODEX_CALLS and record.get("type") in ("response_item", *_CODEX_CALLS):
+                ids.add(item.get("call_id") or item["id"])
+        return len(ids)
+    main = [
+        r for r in records if r.get("type") in ("user", "assistant") and not r.get("isSidechain")
+    ]
+    for record in main or records:
+        if record.get("type") != "assistant" or record.get("isApiErrorMessage"):
+            continue
+        content = record["message"]["content"]
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_use":
+                ids.add(block["id"])
+    return len(ids)
 
 
 def check_sdk(format_name: str, messages: list[Message]) -> None:
@@ -120,14 +152,15 @@ def epoch(iso: str) -> float:
 
 @pytest.mark.corpus
 def test_the_dev_corpus_is_there() -> None:
-    assert {p.name for p in CORPUS_FILES} == set(EXPECTED_CALLS), "dev corpus changed"
+    """At least one transcript of each kind (the sweeping tests take whatever is there)."""
+    assert {p.parent.name for p in CORPUS_FILES} == set(SOURCE_OF_DIR)
 
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_dev_transcript_reads_and_detects(path: Path) -> None:
     assert detect(path) == SOURCE_OF_DIR[path.parent.name]
-    transcript = read_transcript(path)
+    transcript = read_transcript(path)  # warnings are errors: none on a real transcript
     n = len(transcript.messages)
     assert n > 0
     lists = (
@@ -137,11 +170,18 @@ def test_dev_transcript_reads_and_detects(path: Path) -> None:
         transcript.write_paths,
     )
     assert all(len(values) == n for values in lists)
-    assert calls_in(transcript) == EXPECTED_CALLS[path.name]
-    # Every call of these finished runs got its result, so results == calls.
+    calls = calls_in(transcript)
+    if path.name in KNOWN_CALLS:
+        assert calls == KNOWN_CALLS[path.name]
+    expected = raw_calls(path)
+    if expected is not None:
+        assert calls == expected, "every tool call of the file is imported"
+    # Every call got its result, except those of a run cut off during its last call.
     fmt = get_format(transcript.format)
     results = sum(len(fmt.tool_results(m)) for m in transcript.messages)
-    assert results == EXPECTED_CALLS[path.name]
+    last = next((m for m in reversed(transcript.messages) if fmt.kind(m) == "assistant"), None)
+    cut_off = len(fmt.tool_calls(last)) if last is not None else 0
+    assert calls - cut_off <= results <= calls
     check_pairing(transcript.format, transcript.messages)
     check_sdk(transcript.format, transcript.messages)
     assert sum(u is not None for u in transcript.usage) <= sum(
@@ -487,6 +527,65 @@ def test_claude_code_user_messages_queued_while_the_agent_worked(tmp_path: Path)
     check_sdk("anthropic", transcript.messages)
 
 
+def test_claude_code_queued_command_attachments_typed_by_a_person(tmp_path: Path) -> None:
+    """Newer Claude Code writes a queued message as a ``queued_command`` attachment; one
+    typed by a person is a user message (once, even when a queue-operation repeats it), one
+    the client queued itself is not."""
+
+    def queued(prompt: str, kind: str, uuid: str) -> Message:
+        attachment = {"type": "queued_command", "prompt": prompt, "origin": {"kind": kind}}
+        return {"type": "attachment", "uuid": uuid, "sessionId": "s", "attachment": attachment}
+
+    path = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            claude_code_record("user", "port the parser", uuid="u1"),
+            claude_code_record("assistant", [_use("t1")], uuid="a1", message_id="m1"),
+            queued("keep the old API", "human", "q1"),
+            queued("<task-notification>done</task-notification>", "task", "q2"),
+            claude_code_record("user", [_result("t1")], uuid="u2"),
+            claude_code_record(
+                "assistant", [{"type": "text", "text": "On it."}], uuid="a2", message_id="m2"
+            ),
+            _queue("enqueue", "and push"),
+            queued("and push", "human", "q3"),
+        ],
+    )
+    said = [m["content"] for m in read_transcript(path).messages]
+    assert said[3:] == ["keep the old API", [{"type": "text", "text": "On it."}], "and push"]
+
+
+def test_claude_code_server_tool_the_api_does_not_take_back(tmp_path: Path) -> None:
+    """The beta advisor tool's result is a block the Messages API does not take back: the
+    call and its result become one text note, without a warning, whether they share a
+    record or not; the rest of the API message is kept."""
+    call = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "advisor", "input": {}}
+    result = {
+        "type": "advisor_tool_result",
+        "tool_use_id": "srvtoolu_1",
+        "content": {"type": "advisor_redacted_result", "encrypted_content": "abc"},
+    }
+    text = {"type": "text", "text": "Asking first."}
+    note = {
+        "type": "text",
+        "text": "[advisor consulted; its result (advisor_tool_result) is not kept]",
+    }
+    for records in (
+        [
+            claude_code_record("assistant", [text], uuid="a1", message_id="m1"),
+            claude_code_record("assistant", [call], uuid="a2", message_id="m1"),
+            claude_code_record("assistant", [result], uuid="a3", message_id="m1"),
+        ],
+        [claude_code_record("assistant", [text, call, result], uuid="a1", message_id="m1")],
+    ):
+        path = write_lines(
+            tmp_path / "cc.jsonl", [claude_code_record("user", "plan it", uuid="u1"), *records]
+        )
+        transcript = read_transcript(path)
+        assert transcript.messages[1] == {"role": "assistant", "content": [text, note]}
+        check_sdk("anthropic", transcript.messages)
+
+
 @pytest.mark.corpus
 def test_queued_user_messages_of_a_real_transcript_are_imported() -> None:
     path = CORPUS_DEV / "claude-code" / "spotter-258c7280.jsonl"
@@ -559,6 +658,70 @@ def test_codex_read_and_patch_detection() -> None:
 
 def _rollout(kind: str, payload: Message) -> Message:
     return {"timestamp": "2025-09-25T14:02:05.435Z", "type": kind, "payload": payload}
+
+
+def test_codex_current_tools(tmp_path: Path) -> None:
+    """Codex 0.14x: code-mode ``exec`` programs calling the tools (their reads and writes
+    are the inner calls'), ``wait``, ``tool_search`` and provider-run web searches."""
+    patch = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a\n+b\n*** End Patch"
+    program = (
+        f"const patch = {json.dumps(patch)};\nawait tools.apply_patch(patch);\n"
+        'const r = await tools.exec_command({cmd:"git diff", workdir:"/w"}); text(r.output);'
+    )
+    read = "const r = await tools.exec_command({cmd:\"sed -n '1,80p' src/b.rs\"}); text(r);"
+
+    def call(kind: str, call_id: str, name: str, **extra: Any) -> Message:
+        return _rollout("response_item", {"type": kind, "call_id": call_id, "name": name, **extra})
+
+    def output(kind: str, call_id: str, **extra: Any) -> Message:
+        return _rollout("response_item", {"type": kind, "call_id": call_id, **extra})
+
+    path = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            _rollout("session_meta", {"id": "1", "cwd": "/w"}),
+            _rollout(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "fix it"}],
+                },
+            ),
+            call("custom_tool_call", "c1", "exec", input=program),
+            output("custom_tool_call_output", "c1", output=[{"type": "input_text", "text": "ok"}]),
+            call("custom_tool_call", "c2", "exec", input=read),
+            output("custom_tool_call_output", "c2", output="fn b() {}"),
+            call("function_call", "c3", "wait", arguments='{"cell_id":"7"}'),
+            output("function_call_output", "c3", output="Script completed"),
+            _rollout(
+                "response_item",
+                {"type": "tool_search_call", "call_id": "c4", "arguments": {"query": "github"}},
+            ),
+            output("tool_search_output", "c4", tools=[{"type": "namespace", "name": "github"}]),
+            _rollout(
+                "response_item",
+                {
+                    "type": "web_search_call",
+                    "id": "ws_1",
+                    "status": "completed",
+                    "action": {"type": "search", "query": "rust 2027 edition"},
+                },
+            ),
+        ],
+    )
+    transcript = read_transcript(path)
+    calls = [c for m in transcript.messages for c in m.get("tool_calls", [])]
+    names = [c.get("function", c.get("custom", {}))["name"] for c in calls]
+    assert names == ["exec", "exec", "wait", "tool_search", "web_search"]
+    assert transcript.write_paths[1] == ["/w/src/a.rs"]
+    assert [p for p in transcript.read_paths if p] == ["/w/src/b.rs"]
+    results = [m["content"] for m in transcript.messages if m["role"] == "tool"]
+    assert results[3] == '[{"type": "namespace", "name": "github"}]'
+    assert results[4].startswith("[web_search completed: run by the provider")
+    assert json.loads(calls[4]["function"]["arguments"])["query"] == "rust 2027 edition"
+    check_pairing("openai", transcript.messages)
+    check_sdk("openai", transcript.messages)
 
 
 def test_codex_variants_map_into_openai(tmp_path: Path) -> None:
@@ -1085,3 +1248,34 @@ def test_the_cli_simulates_a_gzip_file_and_stdin(tmp_path: Path) -> None:
         out = CliRunner().invoke(cli, ["simulate", *args, "--json"], input=data)
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout)["calls"] == 2
+
+
+def test_the_agents_working_directory_becomes_the_sessions(
+    store: CompactStore, tmp_path: Path
+) -> None:
+    """Paths in summaries are relative to the session's cwd: an import takes it from the
+    transcript (Claude Code records, Codex session_meta), a Windows one included."""
+    claude = write_lines(
+        tmp_path / "cc.jsonl",
+        [
+            claude_code_record("user", "hi", uuid="u1", cwd="D:\\oh-my-posh"),
+            claude_code_record("assistant", [{"type": "text", "text": "hello"}], uuid="a1"),
+        ],
+    )
+    codex = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            {"type": "session_meta", "payload": {"id": "s", "cwd": "/w/app"}},
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                },
+            },
+        ],
+    )
+    assert read_transcript(claude).cwd == "D:\\oh-my-posh"
+    assert import_file(store, claude).context().cwd == "D:\\oh-my-posh"
+    assert import_file(store, codex).context().cwd == "/w/app"

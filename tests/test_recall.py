@@ -21,7 +21,7 @@ from compactstore import (
 )
 from compactstore.simulate import simulate
 from compactstore.summary_audit import whole_recall
-from tests.conftest import CORPUS_DEV, Snapshot
+from tests.conftest import Snapshot, corpus_transcripts
 from tests.helpers import (
     CLEARED,
     FORMATS,
@@ -349,7 +349,7 @@ def test_every_message_a_compaction_of_a_real_transcript_took_out_is_recalled_ex
     it removed, cleared or persisted comes back exactly (prose, call inputs, whole results, in
     its own seq's part of the answer, every page followed), and each blob byte for byte."""
     checked = 0
-    for transcript in sorted(CORPUS_DEV.glob("*/*")):
+    for transcript in corpus_transcripts():
         report = simulate(transcript, window=32_000, use_usage=False)
         assert report.recall_share in (None, 1.0), (transcript.name, report.recall_examples)
         checked += report.recall_due + report.recall_blobs_due

@@ -6,6 +6,7 @@ pinned at insert, by the live API and by importers alike; "Original request" quo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ from compactstore.boilerplate import (
 )
 from compactstore.cli import cli
 from compactstore.db.migrate import alembic_config
+from compactstore.engines.summary import original_request
+from compactstore.importers import import_file
 from compactstore.simulate import simulate
 from compactstore.summary_audit import real_request_index
-from tests.conftest import CORPUS_DEV
+from tests.conftest import CORPUS_DEV, corpus_transcripts
 from tests.helpers import T0, assistant, context_seqs, opened, plain, user
 
 P = DEFAULT_BOILERPLATE_PATTERNS
@@ -240,3 +243,75 @@ def test_simulate_keeps_the_real_request_of_a_codex_rollout() -> None:
     # The metric checks the real request: without the classifier it is lost.
     lost = simulate(rollout, window=32_000, config=CompactionConfig(boilerplate_patterns=()))
     assert lost.request_share < 0.5
+
+
+# -- every real transcript ------------------------------------------------------------------
+
+# Tags of the blocks clients write into user messages.
+_CLIENT_TAG = re.compile(
+    r"<(?:environment_context|INSTRUCTIONS|user_instructions|command-\w+|system-reminder|"
+    r"local-command-\w+|task-notification|permissions instructions|app-context)>"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_the_original_request_of_every_real_transcript_is_what_a_person_typed(
+    store: CompactStore,
+) -> None:
+    """Imported, every dev transcript's "Original request" (what the summary quotes) is
+    words a person typed: it does not open with a tagged block, and holds none of the blocks
+    clients write."""
+    for path in corpus_transcripts():
+        session = import_file(store, path)
+        asked = original_request(session.context())
+        assert asked, path.name
+        assert not asked.lstrip().startswith("<"), (path.name, asked[:200])
+        assert not _CLIENT_TAG.search(asked), (path.name, asked[:200])
+        assert "AGENTS.md instructions" not in asked and "Caveat:" not in asked
+
+
+@pytest.mark.parametrize(
+    ("text", "asked"),
+    [
+        # Newer Codex: the instructions, the environment and the request as parts of one
+        # message (joined), and a request attached as a file.
+        (
+            "# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>\nUse uv.\n</INSTRUCTIONS>\n"
+            + ENVIRONMENT
+            + "\nAdd a --json flag to status",
+            "Add a --json flag to status",
+        ),
+        (
+            "\n# Files mentioned by the user:\n\n## Plan: Cache the index …: /tmp/a/pasted.txt\n\n"
+            "The attached pasted text file(s) contain the user's request.\n\n"
+            "## My request for Codex:\n\n",
+            "Plan: Cache the index …",
+        ),
+        # Claude Code: a slash command typed with arguments.
+        (
+            "<command-message>review</command-message>\n<command-name>/review</command-name>\n"
+            "<command-args>the auth module</command-args>",
+            "/review the auth module",
+        ),
+    ],
+)
+def test_the_request_inside_client_structure(text: str, asked: str) -> None:
+    assert not is_boilerplate(text, P)
+    assert request_text(text, P) == asked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Tagged blocks of names no list knows, one after another.
+        "<permissions instructions>\nNo sandbox.\n</permissions instructions>\n"
+        "<app-context>\n# Codex desktop context\n</app-context>",
+        # A command's expanded body, ending with the line of its arguments.
+        "<objective>\nReview the code.\n</objective>\n\n<process>\n1. Read.\n</process>\n\n"
+        "ARGUMENTS: all of phase 14",
+    ],
+)
+def test_client_structure_of_any_tag_is_boilerplate(text: str) -> None:
+    assert is_boilerplate(text, P)
+    assert not is_boilerplate("Please fix this:\n<div>a</div>", P)

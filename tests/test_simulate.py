@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from compactstore import CompactStore
+from compactstore import summary_audit as audit
 from compactstore.cli import cli
-from compactstore.simulate import simulate
+from compactstore.importers import read_transcript
+from compactstore.simulate import simulate, simulate_transcript
 from tests.conftest import CORPUS_DEV
+from tests.helpers import claude_code_record
 
 FORMATS = ["anthropic", "openai", "minicode"]
 
@@ -172,3 +176,52 @@ def test_format_takes_the_names_import_takes(tmp_path: Path) -> None:
     assert "s.jsonl holds no claude-code messages to import: it looks like plain" in wrong.stderr
     unknown = CliRunner().invoke(cli, ["simulate", str(file), "--format", "yaml"])
     assert unknown.exit_code != 0 and "yaml" in unknown.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_a_windows_transcript_lists_each_file_once(store: CompactStore) -> None:
+    """A Windows session (cwd D:\\oh-my-posh) names its files as D:\\…\\x, /d/…/x and
+    relative to the cwd: each summary lists a file under the cwd once, relative to it."""
+    path = CORPUS_DEV / "claude-code" / "ohmyposh-windows-powershell-compacted.jsonl"
+    transcript = read_transcript(path)
+    assert transcript.cwd == "D:\\oh-my-posh"
+    simulate_transcript(transcript, window=64_000, store=store, session_id="win", use_usage=False)
+    session = store.get_session("win")
+    assert session.context().cwd == "D:\\oh-my-posh"
+    summaries = [b.summary_text for b in session.boundaries()]
+    assert len(summaries) >= 3
+    for text in summaries:
+        files = audit.listed_files(text)
+        assert files and len(files) == len(set(files))
+        spelt_from_root = [
+            f for f in files if f.lower().startswith(("d:\\oh-my-posh", "d:/oh-my-posh", "/d/"))
+        ]
+        assert spelt_from_root == []
+
+
+@pytest.mark.slow
+def test_a_window_below_what_the_transcript_needs_is_said_in_one_line(tmp_path: Path) -> None:
+    """The first call's prompt (system prompt, tools, opening messages) is more than the
+    window: no compaction can make it fit, so simulate says so with the numbers and stops,
+    unless --force (then the report still says it)."""
+    usage = {"input_tokens": 3, "cache_read_input_tokens": 40_000, "output_tokens": 9}
+    file = tmp_path / "cc.jsonl"
+    reply = claude_code_record(
+        "assistant", [{"type": "text", "text": "On it."}], uuid="a1", message_id="m1"
+    )
+    reply["message"]["usage"] = usage
+    records = [claude_code_record("user", "Port the parser", uuid="u1"), reply]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    out = CliRunner().invoke(cli, ["simulate", str(file), "--window", "32000"])
+    assert out.exit_code == 1
+    (line,) = out.stderr.strip().splitlines()[-1:]
+    assert "window 32,000 is smaller than the 40,003 tokens" in line
+    assert "system prompt and tools" in line and "force" in line
+    assert "compactions:" not in out.stdout
+
+    forced = CliRunner().invoke(cli, ["simulate", str(file), "--window", "32000", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert "window 32,000 is smaller than the 40,003 tokens" in forced.stdout
+    assert simulate(file, window=64_000).needed_tokens == 40_003

@@ -55,3 +55,8 @@ def test_pending_plan_items_are_those_not_completed() -> None:
     todos = {"todos": [{"content": "c", "status": "in_progress"}]}
     assert audit.pending_plan_items("TodoWrite", todos) == ["c"]
     assert audit.pending_plan_items("Read", {"file_path": "x"}) is None
+
+
+def test_windows_spellings_of_one_file_are_counted_as_doubles() -> None:
+    files = ["website/a.js", "D:\\w\\website\\a.js", "d:/w/website/B.js", "website/b.js", "x/a.js"]
+    assert audit.duplicate_files(files) == 2

@@ -16,6 +16,7 @@ from compactstore.cli import render
 from compactstore.cli.errors import library_errors
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
+from compactstore.db import model_calls
 from compactstore.errors import CompactStoreWarning
 from compactstore.store import CompactStore
 
@@ -127,6 +128,9 @@ def import_(
             )
         count = sess.message_count()
         boundaries = len(sess.boundaries())
+        usage = sess.token_usage()
+        calls = store._read(lambda c: model_calls.calls_of(c, sess.id))
+    last = next((call for call in reversed(calls) if call.real_tokens), None)
     if as_json:
         found = {
             "session": sess.id,
@@ -134,12 +138,42 @@ def import_(
             "context_window": sess.context_window,
             "messages": count,
             "boundaries": boundaries,
+            "usage": usage,
+            "last_real_count": None if last is None else last.real_tokens,
         }
         click.echo(render.json_text(found))
         return
     click.echo(
         f"imported {render.plural(count, 'message')} into session {sess.id} ({sess.format}, "
         f"{sess.context_window:,} tokens, {render.plural(boundaries, 'boundary')})"
+    )
+    if last is not None and last.real_tokens:
+        note = usage_note(usage, last.real_tokens)
+        if note:
+            click.echo(note)
+
+
+def usage_note(usage: int, real: int) -> str | None:
+    """A line saying why the store's usage of an imported session differs from the
+    transcript's last real count (None when they agree within 5%)."""
+    gap = real - usage
+    if abs(gap) <= 0.05 * real:
+        return None
+    if gap > 0:
+        why = (
+            f"the provider also counted {gap:,} tokens the active context does not hold "
+            "(system prompt, tool definitions and reminders the client sent, messages the "
+            "agent kept through its own compaction)"
+        )
+    else:
+        why = (
+            f"the active context holds {-gap:,} tokens more (messages after that call, "
+            "a compaction of the agent's that the import does not record, or the store's "
+            "estimate running above the provider's count)"
+        )
+    return (
+        f"usage {usage:,} tokens (the store's count of the active context); the transcript's "
+        f"last model call counted {real:,}: {why}"
     )
 
 
@@ -173,6 +207,12 @@ def import_(
     help="Ignore the provider's token counts in the transcript: the window then applies to "
     "the messages as the store estimates them.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replay even when the window is smaller than what the transcript needs before any "
+    "compaction (system prompt, tools, opening messages).",
+)
 @own_db_option("Keep the simulated session in this database (default: a temporary file).")
 @json_option
 @library_errors
@@ -183,6 +223,7 @@ def simulate(
     format_: str | None,
     config_file: Path | None,
     no_usage: bool,
+    force: bool,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -224,6 +265,7 @@ def simulate(
                 store=store,
                 use_usage=not no_usage,
                 session_id=session_id,
+                force=force,
             )
         location = None if store is None else store.location
     finally:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from compactstore.boilerplate import request_text, strip_boilerplate
+from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.formats import ToolCall
 from compactstore.formats.base import json_text
@@ -48,6 +49,7 @@ __all__ = [
     "budget_for",
     "file_actions",
     "fold",
+    "is_absolute",
     "normalise_path",
     "original_request",
     "plan_items",
@@ -57,10 +59,12 @@ __all__ = [
 # Tool-call input keys that name a file the tool read or wrote.
 FILE_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file")
 
-# A path-like token inside a command: a directory part and a file extension.
+# A path-like token inside a command: a directory part and a file extension; a Windows
+# one may start with a drive and use backslashes.
 PATH_PATTERN = re.compile(
-    r"(?<![\w/.-])(?:\.{1,2}/|/)?(?:[\w@+\[\]()-][\w.@+\[\]()-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}"
-    r"(?![\w/])"
+    r"(?<![\w/\\.:-])(?:[A-Za-z]:)?(?:\.{1,2}[/\\]|[/\\])?"
+    r"(?:[\w@+\[\]()-][\w.@+\[\]()-]*[/\\])+[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,8}"
+    r"(?![\w/\\])"
 )
 
 _READ_TOOLS = frozenset({"read", "read_file", "view", "open", "notebookread", "cat"})
@@ -131,20 +135,35 @@ def _looks_like_file(path: str) -> bool:
     return "." in posixpath.basename(path.rstrip("/"))
 
 
-def _command_files(script: str) -> list[tuple[str, FileAction]]:
-    """(path, action) for the files a shell script names."""
+def _in_directory(directory: str | None, path: str) -> str:
+    """``path`` as seen from ``directory`` (a ``cd`` or the call's working directory)."""
+    if not directory or is_absolute(path) or path.startswith("~"):
+        return path
+    return directory.rstrip("/\\") + "/" + path
+
+
+def _command_files(script: str, workdir: str | None = None) -> list[tuple[str, FileAction]]:
+    """(path, action) for the files a shell script names; a relative path is taken from
+    ``workdir`` and the directories ``cd`` (or ``Set-Location``/``pushd``) moves to."""
     found: list[tuple[str, FileAction]] = []
     for kind, path in _PATCH_FILE.findall(script):
-        found.append((path.strip(), _PATCH_ACTIONS[kind]))
-    found.extend((path.strip(), "created") for path in _PATCH_MOVE.findall(script))
+        found.append((_in_directory(workdir, path.strip()), _PATCH_ACTIONS[kind]))
+    found.extend(
+        (_in_directory(workdir, path.strip()), "created") for path in _PATCH_MOVE.findall(script)
+    )
     if found:
         return found
-    for segment in re.split(r"&&|\|\||;|\|", script):
+    directory = workdir
+    for segment in re.split(r"&&|\|\||;|\||\n", script):
         words = segment.split()
         if not words:
             continue
         program = posixpath.basename(words[0])
-        paths = [m.group(0) for m in PATH_PATTERN.finditer(segment)]
+        if program.lower() in ("cd", "set-location", "pushd", "sl") and len(words) == 2:
+            target = words[1].strip("'\"")
+            directory = _in_directory(directory, target) if target != "-" else directory
+            continue
+        paths = [_in_directory(directory, m.group(0)) for m in PATH_PATTERN.finditer(segment)]
         action: FileAction
         if program == "rm":
             action = "deleted"
@@ -161,7 +180,12 @@ def _command_files(script: str) -> list[tuple[str, FileAction]]:
 
 def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
     """(path, action) for each file a tool call works on: created, modified, deleted, read,
-    or named (a path inside some other command). Paths are as the call spells them."""
+    or named (a path inside some other command). Paths are as the call spells them, a
+    relative one in a shell command taken from the directory it runs in (its ``workdir``,
+    and where a ``cd`` earlier in the command moved)."""
+    inner = _inner_calls(call)
+    if inner is not None:
+        return [found for each in inner for found in file_actions(each)]
     arguments = _arguments(call)
     if not isinstance(arguments, dict):
         return []
@@ -184,14 +208,38 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
         (path, "named") for path in named if _looks_like_file(path)
     ]
     script = _command(arguments)
-    if script:
-        found.extend(_command_files(script))
-    return found
+    if not script:
+        return found
+    workdir = next(
+        (
+            value
+            for key in ("workdir", "cwd", "working_directory")
+            if isinstance(value := arguments.get(key), str) and value.strip()
+        ),
+        None,
+    )
+    return found + _command_files(script, workdir)
+
+
+def _inner_calls(call: ToolCall) -> list[ToolCall] | None:
+    """The tool calls a code-mode program (Codex's ``exec``) makes, None for other calls."""
+    if call.name not in CODE_MODE_TOOLS or not isinstance(call.input, str):
+        return None
+    return [
+        ToolCall(call.id, name, arguments["input"] if list(arguments) == ["input"] else arguments)
+        for name, arguments in inner_calls(call.input)
+        if isinstance(arguments, dict)
+    ]
 
 
 def plan_items(call: ToolCall, tool_names: Iterable[str]) -> tuple[PlanItem, ...] | None:
     """The items of a plan/todo call (``update_plan{plan:[{step,status}]}``,
-    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``), None for other calls."""
+    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``; made from a code-mode program
+    too), None for other calls."""
+    inner = _inner_calls(call)
+    if inner is not None:
+        plans = [plan_items(each, tool_names) for each in inner]
+        return next((plan for plan in reversed(plans) if plan is not None), None)
     if call.name not in tool_names:
         return None
     arguments = _arguments(call)
@@ -223,16 +271,52 @@ def plan_items(call: ToolCall, tool_names: Iterable[str]) -> tuple[PlanItem, ...
     return tuple(items)
 
 
+# A Windows drive ("D:" then a separator or the end); a drive as MSYS/Git Bash, WSL and
+# Cygwin spell it ("/d/…", "/mnt/d/…", "/cygdrive/d/…"); a home directory.
+_DRIVE = re.compile(r"^([A-Za-z]):(?=[\\/]|$)")
+_POSIX_DRIVE = re.compile(r"^/(?:mnt/|cygdrive/)?([A-Za-z])(?=/|$)")
+_HOME = re.compile(r"^(?:/Users/[^/]+|/home/[^/]+|/root|[A-Z]:/Users/[^/]+)(?=/|$)")
+
+
+def is_absolute(path: str) -> bool:
+    """Whether a path names its file without a working directory (POSIX or Windows)."""
+    return path.startswith(("/", "\\")) or _DRIVE.match(path) is not None
+
+
+def _portable(path: str, windows: bool) -> str:
+    """A path in one spelling: on Windows (a drive in the path, or a Windows working
+    directory) forward slashes, the drive in capitals, an MSYS-style drive as a drive."""
+    drive = _DRIVE.match(path)
+    if not (windows or drive):
+        return path
+    path = path.replace("\\", "/")
+    if drive:
+        return drive.group(1).upper() + path[1:]
+    posix_drive = _POSIX_DRIVE.match(path)
+    if posix_drive:
+        return f"{posix_drive.group(1).upper()}:{path[posix_drive.end() :] or '/'}"
+    return path
+
+
 def normalise_path(path: str, cwd: str | None) -> str:
-    """One spelling per file: relative to ``cwd`` when under it, ``./`` and ``..`` resolved."""
+    """One spelling per file whatever the OS: relative to ``cwd`` when under it (a Windows
+    ``cwd`` compared without regard to case), ``./`` and ``..`` resolved, Windows paths with
+    forward slashes and the drive in capitals (``D:\\w\\a.js``, ``/d/w/a.js`` and ``a.js``
+    are one file under ``D:\\w``), ``~`` as the home directory ``cwd`` lies in."""
     path = path.strip().strip("'\"`")
     if not path:
         return path
-    if cwd and path.startswith("/"):
-        root = cwd.rstrip("/") or "/"
-        if path == root:
+    windows = cwd is not None and _DRIVE.match(cwd.strip()) is not None
+    path = _portable(path, windows)
+    root = _portable(cwd.strip(), windows).rstrip("/") if cwd else None
+    if root is not None and (path == "~" or path.startswith("~/")):
+        home = _HOME.match(root)
+        path = home.group(0) + path[1:] if home else path
+    if root and is_absolute(path):
+        fold = str.lower if windows or _DRIVE.match(path) else str
+        if fold(path) == fold(root):
             return "."
-        if path.startswith(root + "/"):
+        if fold(path).startswith(fold(root) + "/"):
             path = path[len(root) + 1 :]
     normal = posixpath.normpath(path)
     return normal[2:] if normal.startswith("./") else normal
@@ -422,10 +506,10 @@ def _suffixes(path: str) -> Iterator[tuple[str, str]]:
 def _infer_cwd(files: dict[str, FileEntry]) -> str | None:
     """The working directory two spellings of one file show: ``/w/lib/a.ex`` and
     ``lib/a.ex`` give ``/w`` (the most frequent such prefix)."""
-    relative = {p for p in files if not p.startswith("/") and "/" in p and not p.startswith("..")}
+    relative = {p for p in files if not is_absolute(p) and "/" in p and not p.startswith("..")}
     prefixes: dict[str, int] = {}
     for path in files:
-        if path.startswith("/"):
+        if is_absolute(path):
             for head, tail in _suffixes(path):
                 if tail in relative:
                     prefix = head or "/"
@@ -452,12 +536,12 @@ def _merge_spellings(entries: Iterable[FileEntry], cwd: str | None) -> tuple[Fil
     # several is the first of them.
     relative: dict[str, int] = {}
     for index, entry in enumerate(files):
-        if not entry.path.startswith("/"):
+        if not is_absolute(entry.path):
             relative.setdefault(entry.path, index)
     merged: dict[str, FileEntry] = {}
     for entry in files:
         target = entry.path
-        if target.startswith("/") and cwd is None:
+        if is_absolute(target) and cwd is None:
             ends = [tail for _, tail in _suffixes(target) if tail in relative]
             target = min(ends, key=relative.__getitem__, default=target)
         known = merged.pop(target, None)

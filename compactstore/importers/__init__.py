@@ -19,6 +19,7 @@ the whole file has been read and checked.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import warnings
@@ -168,6 +169,9 @@ class Transcript:
     write_paths: list[list[str]]
     # What the model call that produced this message was billed for, when reported.
     ledgers: list[CallUsage | None] = field(default_factory=list)
+    # The agent's working directory, when the transcript records it (paths are relative
+    # to it).
+    cwd: str | None = None
 
 
 @dataclass
@@ -656,7 +660,7 @@ def read_transcript(
     """
     with open_transcript(path, strict=strict) as file:
         source, fmt, items = convert(file, format, progress)
-        transcript = collect(source, fmt, items)
+        transcript = dataclasses.replace(collect(source, fmt, items), cwd=file.cwd)
         _warn_cut(file)
     return transcript
 
@@ -707,6 +711,8 @@ def import_file(
             context_window=context_window,
         )
         _warn_cut(file)
+    if file.cwd is not None:  # what the summary's file paths are relative to
+        return store.session(sid, cwd=file.cwd)
     return store.get_session(sid)
 
 

@@ -12,14 +12,18 @@ Kept: user and assistant records of the main conversation (with their timestamps
 ``isCompactSummary`` user record that follows it; the messages before it stay in the log.
 
 Queued user messages: what the user types while the agent works is written as a
-``queue-operation`` ``enqueue`` record (its ``content`` the text) and reaches the model during
+``queue-operation`` ``enqueue`` record (its ``content`` the text; newer versions write a
+``queued_command`` attachment, its ``prompt`` the text) and reaches the model during
 the running turn without a user record of its own; Claude Code's own summary lists these
 among the user's messages. Each becomes a user message, placed where the model could next see
 it without coming between a tool call and its result: just before the next assistant
 message, user message or compaction (or at the end). One whose text a later user record
 repeats (delivered the ordinary way once the agent was idle) is left to that record.
 
-Dropped: records that are not conversation (progress, file-history-snapshot,
+Server tools whose result block the Messages API does not take back (the beta ``advisor``
+tool's encrypted ``advisor_tool_result``): the call and its result become one short text note.
+
+Dropped: records that are not conversation (progress, file-history-snapshot, attachments,
 other queue operations, legacy summary, other system records), sidechain records (subagent
 traffic, unless the whole file is a sidechain, as a subagent's own transcript is),
 synthetic API-error messages, whitespace-only text blocks (the API refuses them), thinking
@@ -35,7 +39,11 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats import get_format
-from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
+from compactstore.formats.block_types import (
+    NO_EXTENSION,
+    BlockTypeExtension,
+    allowed_block_types,
+)
 from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.ledger import claude_code_usage
@@ -70,6 +78,7 @@ class _Boundary:
 @dataclass
 class _State:
     out: TranscriptBuilder
+    extension: BlockTypeExtension = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     seen_uuids: set[str] = field(default_factory=set)
@@ -90,7 +99,7 @@ def convert(
     extension: BlockTypeExtension = NO_EXTENSION,
 ) -> Iterator[Item]:
     """Convert a Claude Code transcript (see the module docstring for what is kept)."""
-    state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic", extension))
+    state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic", extension), extension)
     # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
     # (A main transcript shows a main-conversation record within its first lines.)
     main_only = False
@@ -100,17 +109,19 @@ def convert(
             if record["type"] == "user":
                 state.user_texts.add(_text(record["message"]["content"]).strip())
     for number, record in file.records(progress):
-        if _queued(record):
-            text = record["content"].strip()
-            if text not in state.user_texts:
+        queued = _queued(record)
+        if queued is not None:
+            if queued not in state.user_texts and all(q[0] != queued for q in state.queued):
                 state.queued.append(
-                    (text, parse_timestamp(record.get("timestamp")), f"line {number}")
+                    (queued, parse_timestamp(record.get("timestamp")), f"line {number}")
                 )
             continue
         if not _is_conversation(state.out, number, record):
             continue
         if main_only and record.get("isSidechain"):
             continue
+        if file.cwd is None and isinstance(record.get("cwd"), str) and record["cwd"].strip():
+            file.cwd = record["cwd"]  # the session's working directory (every record has it)
         if state.queued and _opens_a_turn(state, record):
             _place_queued(state)
         uuid = record.get("uuid")
@@ -132,14 +143,22 @@ def convert(
     yield from state.out.finish()
 
 
-def _queued(record: dict[str, Any]) -> bool:
-    """A user message queued while the agent worked (``queue-operation`` ``enqueue``)."""
-    return (
-        record.get("type") == "queue-operation"
-        and record.get("operation") == "enqueue"
-        and isinstance(record.get("content"), str)
-        and bool(record["content"].strip())
-    )
+def _queued(record: dict[str, Any]) -> str | None:
+    """The text of a user message queued while the agent worked, else None: a
+    ``queue-operation`` ``enqueue`` record, or (newer Claude Code) a ``queued_command``
+    attachment typed by a person (``origin.kind`` ``human``, when given)."""
+    if record.get("type") == "queue-operation" and record.get("operation") == "enqueue":
+        text = record.get("content")
+    elif record.get("type") == "attachment" and isinstance(record.get("attachment"), dict):
+        attachment = record["attachment"]
+        origin = attachment.get("origin")
+        kind = origin.get("kind") if isinstance(origin, dict) else None
+        if attachment.get("type") != "queued_command" or kind not in (None, "human"):
+            return None
+        text = attachment.get("prompt")
+    else:
+        return None
+    return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 def _opens_a_turn(state: _State, record: dict[str, Any]) -> bool:
@@ -251,8 +270,12 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
     message = record["message"]
     message_id = message.get("id") if isinstance(message.get("id"), str) else None
     blocks = [b for b in _blocks(message["content"]) if _keep_assistant_block(state, b)]
-    _check(state, where, "assistant", blocks)
     same = message_id is not None and message_id == state.group_id
+    earlier: list[dict[str, Any]] = []
+    if same and state.group_index is not None:
+        earlier = state.out.entry(state.group_index).message["content"]
+    blocks = _fold_server_results(state, blocks, earlier)
+    _check(state, where, "assistant", blocks)
     if not same:
         state.group_id, state.group_index = message_id, None
     try:
@@ -359,6 +382,32 @@ def _keep_assistant_block(state: _State, block: dict[str, Any]) -> bool:
     if kind == "redacted_thinking":
         return isinstance(block.get("data"), str) and _valid(block)
     return True
+
+
+def _fold_server_results(
+    state: _State, blocks: list[dict[str, Any]], earlier: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``blocks`` without the server tool results the Messages API does not take back (a
+    beta tool's, such as the ``advisor``'s encrypted advice; ``allow_block_types=`` keeps
+    them). The ``server_tool_use`` block of each, in ``blocks`` or in ``earlier`` (the
+    blocks already kept of the same API message), becomes a short text note: left alone, the
+    call would stand unanswered, which the API refuses."""
+    allowed = allowed_block_types("anthropic", "assistant", state.extension)
+    kept: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if not (isinstance(kind, str) and kind.endswith("_tool_result")) or kind in allowed:
+            kept.append(block)
+            continue
+        for owner in (kept, earlier):
+            for position, call in enumerate(owner):
+                if call.get("type") == "server_tool_use" and call.get("id") == block.get(
+                    "tool_use_id"
+                ):
+                    name = call.get("name") if isinstance(call.get("name"), str) else "server tool"
+                    note = f"[{name} consulted; its result ({kind}) is not kept]"
+                    owner[position] = {"type": "text", "text": note}
+    return kept
 
 
 def _check(state: _State, where: str, role: str, blocks: list[dict[str, Any]]) -> None:

@@ -10,12 +10,17 @@ response items as bare records). What the model saw is in the ``response_item`` 
   ``function_call_output`` becomes a ``tool`` message, paired by ``call_id``; the output
   string is kept verbatim, as the model saw it;
 - ``custom_tool_call`` becomes a ``custom`` tool call, ``local_shell_call`` a function
-  call named ``local_shell`` whose arguments are the action;
+  call named ``local_shell`` whose arguments are the action; a code-mode ``exec`` call (a
+  program calling ``tools.exec_command``, ``tools.apply_patch``…) reads and writes the
+  files its inner calls do, and ``wait`` is an ordinary call;
+- ``tool_search_call`` / ``tool_search_output`` (tools loaded on demand) are a call named
+  ``tool_search`` and its result; a ``web_search_call`` (run by the provider, no output
+  item) is a ``web_search`` call with its action as arguments, answered by a note;
 - a ``compacted`` record is a compaction Codex did: an imported boundary with its summary.
 
 Dropped: ``reasoning`` items (encrypted, and not part of the Chat Completions format),
 ``event_msg`` records (they repeat the items for the UI; ``token_count`` events give each
-assistant message its prompt size), ``turn_context``, web searches, repeated calls and
+assistant message its prompt size), ``turn_context``, repeated calls and
 outputs whose call is unknown or already answered.
 """
 
@@ -29,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
@@ -39,10 +45,19 @@ from compactstore.models import CompactTrigger, ImportedBoundary
 
 __all__ = ["apply_patch_paths", "convert", "shell_read_path"]
 
-_CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
-_OUTPUT_TYPES = frozenset(
-    {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+_CALL_TYPES = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call"}
 )
+_OUTPUT_TYPES = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "tool_search_output",
+    }
+)
+# Calls the provider runs itself: the rollout holds the call and no output item.
+_SERVER_CALLS = {"web_search_call": "web_search"}
 _SHELL_TOOLS = frozenset(
     {"shell", "container.exec", "local_shell", "shell_command", "exec_command"}
 )
@@ -94,6 +109,8 @@ def convert(
                 state.cwd = payload["cwd"]
             if isinstance(payload.get("model"), str) and payload["model"]:
                 state.model = payload["model"]
+        if file.cwd is None and state.cwd:
+            file.cwd = state.cwd  # the session's working directory, where it started
         elif kind == "event_msg":
             _event(state, where, payload)
         elif kind == "compacted":
@@ -202,6 +219,24 @@ def _item(state: _State, where: str, item: dict[str, Any], timestamp: float | No
         _call(state, where, item, timestamp)
     elif kind in _OUTPUT_TYPES:
         _output(state, where, item, timestamp)
+    elif kind in _SERVER_CALLS:
+        _server_call(state, where, item, timestamp)
+
+
+def _server_call(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
+    """A call the provider ran (a web search): a function call with its action as the
+    arguments, answered at once by a note saying so (the results reached the model inside
+    the provider and are not in the rollout)."""
+    name = _SERVER_CALLS[item["type"]]
+    call_id = item.get("id") or item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise state.out.error(where, f"{item['type']} item without an 'id'")
+    action = item.get("action") if isinstance(item.get("action"), dict) else {}
+    call = {"type": "function_call", "call_id": call_id, "name": name, "arguments": action}
+    _call(state, where, call, timestamp)
+    status = item.get("status") if isinstance(item.get("status"), str) else "done"
+    note = f"[{name} {status}: run by the provider; its results are not in the rollout]"
+    _output(state, where, {"call_id": call_id, "output": note}, timestamp)
 
 
 def _message(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
@@ -250,7 +285,9 @@ def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | No
         raise state.out.error(where, f"{kind} item without a 'call_id'")
     if call_id in state.calls:
         return  # the same call written twice
-    name: Any = "local_shell" if kind == "local_shell_call" else item.get("name")
+    name: Any = {"local_shell_call": "local_shell", "tool_search_call": "tool_search"}.get(
+        kind, item.get("name")
+    )
     arguments = item.get("action" if kind == "local_shell_call" else "arguments", item.get("input"))
     if not isinstance(name, str) or not name:
         raise state.out.error(where, f"{kind} item without a 'name'")
@@ -267,10 +304,14 @@ def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | No
     entry = state.out.entry(index)
     entry.message.setdefault("tool_calls", []).append(call)
     parsed = _parse_arguments(arguments)
-    for path in _write_paths(name, parsed, text, state.cwd):
-        if path not in entry.write_paths:
-            entry.write_paths.append(path)
-    state.calls[call_id] = _Call(read_path=_read_path(name, parsed, state.cwd), epoch=state.epoch)
+    # A code-mode program (exec) reads and writes through the tools it calls.
+    inner = inner_calls(text) if name in CODE_MODE_TOOLS else [(name, parsed)]
+    for inner_name, inner_arguments in inner:
+        for path in _write_paths(inner_name, inner_arguments, text, state.cwd):
+            if path not in entry.write_paths:
+                entry.write_paths.append(path)
+    read = _read_path(*inner[0], state.cwd) if len(inner) == 1 else None
+    state.calls[call_id] = _Call(read_path=read, epoch=state.epoch)
 
 
 def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
@@ -282,7 +323,10 @@ def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | 
         return
     assert isinstance(call_id, str)
     state.answered.add(call_id)
-    text = _output_text(item.get("output"))
+    if "output" not in item and "tools" in item:  # tool_search_output: the tools it loaded
+        text = json.dumps(item["tools"], ensure_ascii=False)
+    else:
+        text = _output_text(item.get("output"))
     read = call.read_path if call.read_path is not None and _succeeded(text) else None
     state.out.add(
         {"role": "tool", "tool_call_id": call_id, "content": text},

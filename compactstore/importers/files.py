@@ -125,6 +125,8 @@ class TranscriptFile:
         self.max_line_bytes = max_line_bytes
         # The number of a last line left out because it was cut short; None when complete.
         self.cut_line: int | None = None
+        # The agent's working directory, as the converter found it in the records.
+        self.cwd: str | None = None
 
     @property
     def suffix(self) -> str:

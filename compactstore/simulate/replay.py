@@ -26,7 +26,12 @@ from compactstore.scratch import scratch_dir
 from compactstore.simulate.real_tokens import RealTokens
 from compactstore.simulate.recall_check import RecallCheck
 from compactstore.simulate.reference import reference_agreement
-from compactstore.simulate.report import STAGE_KEYS, CompactionEvent, SimulationReport
+from compactstore.simulate.report import (
+    STAGE_KEYS,
+    CompactionEvent,
+    SimulationReport,
+    floor_line,
+)
 from compactstore.store import CompactStore, Session
 from compactstore.summary_audit import is_noise
 from compactstore.tokens import estimate_tokens, message_tokens
@@ -73,6 +78,7 @@ def simulate(
     progress: Progress | None = None,
     on_compaction: Callable[[CompactionEvent], None] | None = None,
     use_usage: bool = True,
+    force: bool = False,
 ) -> SimulationReport:
     """Replay a transcript file (any format ``import`` reads) and measure compaction.
 
@@ -89,6 +95,7 @@ def simulate(
         progress=progress,
         on_compaction=on_compaction,
         use_usage=use_usage,
+        force=force,
     )
 
 
@@ -104,6 +111,7 @@ def simulate_transcript(
     use_usage: bool = True,
     calibrate: bool = True,
     session_id: str | None = None,
+    force: bool = False,
 ) -> SimulationReport:
     """Replay an already-read transcript into a fresh session (a temporary SQLite file
     unless ``store`` is given) and measure every model call.
@@ -111,8 +119,13 @@ def simulate_transcript(
     The session kept in ``store`` is ``session_id``, by default the first free
     ``simulate-N``; the report's ``session`` names it.
 
+    A window smaller than what the transcript needs before any compaction (the first model
+    call's prompt: system prompt, tools and the opening messages, which compaction keeps)
+    cannot be met by compacting: that is refused before replaying, unless ``force``.
+
     Raises:
-        InvalidInputError: ``session_id`` without ``store``, or not a valid session id.
+        InvalidInputError: ``session_id`` without ``store``, or not a valid session id;
+            the window is below what the transcript needs (without ``force``).
         ConflictError: ``store`` already has ``session_id``.
     """
     import time
@@ -144,6 +157,10 @@ def simulate_transcript(
             transcript = replace(transcript, usage=[None] * len(transcript.usage))
         replay = _Replay(transcript, name, sid, window, config, opened, progress, on_compaction)
         replay.calibrate = calibrate
+        if window < replay.report.needed_tokens and not force:
+            raise InvalidInputError(
+                floor_line(replay.report) + "; give a larger window, or force the replay"
+            )
         report = replay.run()
         report.session = sid if store is not None else None
     reference_agreement(report, transcript, config)
@@ -176,6 +193,7 @@ class _Replay:
             format=transcript.format,
             config=config or CompactionConfig(),
             now=first,
+            cwd=transcript.cwd,
         )
         self.count = store.token_counter
         self.estimates = [message_tokens(self.fmt, m, self.count) for m in transcript.messages]
@@ -191,6 +209,7 @@ class _Replay:
         self.report.overhead_tokens = (
             None if self.real.overhead is None else round(self.real.overhead)
         )
+        self.report.needed_tokens = self._needed()
         self.report.freed = dict.fromkeys(STAGE_KEYS, 0)
         self.sdk = _SdkCheck(transcript.format)
         self.report.sdk_checked = self.sdk.format_name is not None
@@ -202,6 +221,18 @@ class _Replay:
         # Whether the agent reports the provider's counts (record_usage) after each call.
         self.calibrate = True
         self.recall = RecallCheck(self.sess, self.fmt, self.report)
+
+    def _needed(self) -> int:
+        """The first model call's prompt: the provider's count when the transcript has it,
+        else the fixed overhead (when known) and the messages before the first reply."""
+        messages = self.t.messages
+        first = next(
+            (i for i, m in enumerate(messages) if self.fmt.kind(m) == "assistant"), len(messages)
+        )
+        if first < len(messages) and self.t.usage[first] is not None:
+            return int(self.t.usage[first] or 0)
+        opening = sum(self.real.real[k] or self.estimates[k] for k in range(first))
+        return round((self.real.overhead or 0.0) + opening)
 
     # -- the replay ---------------------------------------------------------------------
 

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["STAGE_KEYS", "CompactionEvent", "SimulationReport", "stage_rows", "summary_lines"]
+__all__ = [
+    "STAGE_KEYS",
+    "CompactionEvent",
+    "SimulationReport",
+    "floor_line",
+    "stage_rows",
+    "summary_lines",
+]
 
 STAGE_KEYS = (
     "tool_budget",
@@ -100,6 +107,9 @@ class SimulationReport:
         default_factory=lambda: {"calls": 0, "calibrated": 0, "raw": 0}
     )
     overhead_tokens: int | None = None
+    # What the transcript needs before any compaction: the first model call's prompt (the
+    # fixed overhead and the opening messages, which compaction keeps).
+    needed_tokens: int = 0
     seconds: float = 0.0
 
     @property
@@ -189,6 +199,21 @@ def _share(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
 
+def floor_line(report: SimulationReport) -> str:
+    """One line saying the window is below what the transcript needs before any compaction."""
+    overhead = report.overhead_tokens
+    split = (
+        f" (system prompt and tools {overhead:,}, opening messages "
+        f"{report.needed_tokens - overhead:,})"
+        if overhead
+        else " (its opening messages)"
+    )
+    return (
+        f"window {report.window:,} is smaller than the {report.needed_tokens:,} tokens this "
+        f"transcript needs before any compaction{split}: no compaction can make it fit"
+    )
+
+
 def summary_lines(report: SimulationReport) -> list[str]:
     """A readable summary of a report."""
     lines = [
@@ -209,6 +234,8 @@ def summary_lines(report: SimulationReport) -> list[str]:
         )
         + f"; loops {report.loops}",
     ]
+    if report.window < report.needed_tokens:
+        lines.insert(1, floor_line(report))
     if report.reference_points:
         agreement = report.reference_agreement
         lines.append(

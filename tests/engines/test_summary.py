@@ -13,6 +13,7 @@ from sqlalchemy import text as sql
 
 from compactstore import CompactStore, DatabaseError
 from compactstore.engines import summary
+from compactstore.formats import ToolCall
 from compactstore.models import SummaryState
 from compactstore.tokens import estimate_tokens
 from tests.helpers import T0, Chat, assistant, calls_message, new_session, plain, user, words
@@ -181,6 +182,62 @@ def test_without_a_cwd_two_spellings_of_one_file_are_one_line(store: CompactStor
     files = section(chat.sess.compact(now=T0 + 1_000).summary_text, "Files").splitlines()
 
     assert files == ["- pkg/lex.py — read", "- pkg/parse.py — modified, read"]
+
+
+@pytest.mark.parametrize(
+    ("path", "cwd", "spelt"),
+    [
+        ("D:\\w\\site\\a.js", "D:\\w", "site/a.js"),
+        ("d:/W/site/a.js", "D:\\w", "site/a.js"),  # Windows compares without case
+        ("/d/w/site/a.js", "D:\\w", "site/a.js"),  # MSYS / Git Bash
+        ("/mnt/d/w/site/a.js", "D:\\w", "site/a.js"),  # WSL
+        ("site\\a.js", "D:\\w", "site/a.js"),
+        (".\\site\\..\\site\\a.js", "D:\\w\\", "site/a.js"),
+        ("C:\\Temp\\x.txt", "D:\\w", "C:/Temp/x.txt"),  # outside the cwd: absolute
+        ("D:\\w", "D:\\w", "."),
+        ("~/proj/a.py", "/home/me/proj", "a.py"),
+        ("~/.bashrc", "/home/me/proj", "/home/me/.bashrc"),
+        ("/home/me/proj/./lib/../a.py", "/home/me/proj/", "a.py"),
+        ("/d/w/a.js", "/home/me", "/d/w/a.js"),  # on POSIX /d is a directory
+        ("D:\\w\\a.js", None, "D:/w/a.js"),
+    ],
+)
+def test_one_spelling_per_file_whatever_the_os(path: str, cwd: str | None, spelt: str) -> None:
+    assert summary.normalise_path(path, cwd) == spelt
+
+
+def test_a_windows_session_lists_each_file_once(store: CompactStore) -> None:
+    """The spellings a Windows agent mixes (drive paths with backslashes, Git Bash
+    drives, paths relative to the cwd or to where a command cd-ed) are one file each."""
+    chat = new_session(store, "anthropic", sid="windows", cwd="D:\\oh-my-posh")
+    chat.request("Rename the Open Studio button")
+    chat.tool_turns(
+        [
+            ("Read", {"file_path": "D:\\oh-my-posh\\website\\docusaurus.config.js"}, "x", False),
+            ("Edit", {"file_path": "D:\\oh-my-posh\\website\\src\\pages\\index.js"}, "ok", False),
+            ("Bash", {"command": "cd website && grep -n studio docusaurus.config.js"}, "", False),
+            ("Bash", {"command": "cat /d/oh-my-posh/website/src/pages/index.js"}, "x", False),
+            (
+                "PowerShell",
+                {
+                    "command": "Set-Location D:\\oh-my-posh\\website; "
+                    "Get-Content src\\css\\custom.css"
+                },
+                "x",
+                False,
+            ),
+            ("Bash", {"command": "wc -l website/src/css/custom.css"}, "1", False),
+        ]
+    )
+    filler(chat, 60)
+
+    files = section(chat.sess.compact(now=T0 + 1_000).summary_text, "Files").splitlines()
+
+    assert files == [
+        "- website/src/css/custom.css — read",
+        "- website/src/pages/index.js — modified, read",
+        "- website/docusaurus.config.js — read",
+    ]
 
 
 def test_plan_tools_are_configurable(store: CompactStore) -> None:
@@ -377,3 +434,32 @@ def test_a_damaged_stored_state_is_a_database_error(store: CompactStore, damaged
     url = store.engine.url.render_as_string(hide_password=False)
     with CompactStore.open(url) as fresh, pytest.raises(DatabaseError, match="cannot read"):
         fresh.session("damaged").active_context()
+
+
+def test_a_code_mode_program_works_on_the_files_of_its_inner_calls() -> None:
+    """Codex's exec tool takes a program calling the tools: its files and plan are those
+    of the inner calls (a patch bound to a constant, a command with a workdir)."""
+    patch = (
+        "*** Begin Patch\n*** Add File: src/new.rs\n+x\n*** Update File: src/a.rs\n*** End Patch"
+    )
+    program = (
+        f"const patch = {json.dumps(patch)};\nawait tools.apply_patch(patch);\n"
+        "const r = await tools.exec_command({cmd:\"sed -n '1,80p' src/lib.rs\", "
+        'workdir:"/w/crates"});'
+        '\nawait tools.update_plan({plan:[{step:"Port the parser",status:"in_progress"},\n'
+        '  {step:"Run the tests", "status":"pending"}]}); text(r.output);'
+    )
+    call = ToolCall("c1", "exec", program)
+    assert summary.file_actions(call) == [
+        ("src/new.rs", "created"),
+        ("src/a.rs", "modified"),
+        ("/w/crates/src/lib.rs", "read"),
+    ]
+    items = summary.plan_items(call, ("update_plan",))
+    assert items is not None
+    assert [(i.text, i.status) for i in items] == [
+        ("Port the parser", "in_progress"),
+        ("Run the tests", "pending"),
+    ]
+    # Built at run time: nothing to read.
+    assert summary.file_actions(ToolCall("c2", "exec", "await tools.exec_command({cmd})")) == []
