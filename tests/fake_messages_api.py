@@ -532,8 +532,8 @@ def _check_prefix(api: FakeMessagesAPI, req: Request) -> None:
 
 
 def _check_continuation(api: FakeMessagesAPI, req: Request) -> None:
-    if not req.thinks or len(req.messages) < 2:
-        return
+    if not req.thinks or len(req.messages) < 2 or req.compaction is not None:
+        return  # a compaction request samples nothing: no turn is continued
     last = req.messages[-1]
     blocks = _blocks(last.get("content"))
     if last.get("role") != "user" or not any(b.get("type") == "tool_result" for b in blocks):
@@ -792,7 +792,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "thinking_continuation",
         "With thinking on, a tool-use continuation's final assistant message starts with "
-        "its thinking block.",
+        "its thinking block (not on a compaction request, which continues no turn).",
         _check_continuation,
     ),
     Rule(

@@ -51,7 +51,9 @@ from compactstore.engines.session_memory import MemoryProvider, select_memory
 from compactstore.engines.summary import budget_for
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
+from compactstore.formats.request import build_request_params
 from compactstore.models import CompactionResult, SummaryState
+from compactstore.pricing import PriceTable
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -96,6 +98,7 @@ class Plugins:
     executor: Executor | None = None  # bounded: where sync summarizers run
     redactor: Redactor | None = None
     loop: asyncio.AbstractEventLoop | None = None  # where async summarizers are awaited
+    compactor: Any = None  # a provider compactor (compactstore.providers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class Target:
     capabilities: Mapping[str, ModelCapabilities] = field(
         default_factory=lambda: MODEL_CAPABILITIES
     )
+    # The store's prices (compactstore.pricing): a provider compaction's billed usage is
+    # recorded as a model call with its cost.
+    prices: PriceTable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +293,19 @@ def summary_call(
     if not summarizes(snapshot, plugins):
         return None
     config = snapshot.context.config
+    system = None
+    if plugins.compactor is not None:
+        # The system prompt as the session's requests send it: the block is bound to it.
+        context = snapshot.context
+        prompt = [item for item in context.items if item.message.get("role") == "system"]
+        wire = build_request_params(
+            context.fmt,
+            config,
+            prompt,
+            [item.copy_message() for item in prompt],
+            cache_control=False,
+        )
+        system = wire.get("system")
     return SummaryCall(
         summarizer=plugins.summarizer,
         name=plugins.summarizer_name,
@@ -297,6 +316,9 @@ def summary_call(
         redactor=plugins.redactor,
         memo=memo,
         loop=plugins.loop,
+        compactor=plugins.compactor,
+        model=snapshot.session.model,
+        system=system,
     )
 
 
@@ -304,7 +326,11 @@ def summarizes(snapshot: Snapshot, plugins: Plugins) -> bool:
     """Whether a summarizer is set for the store or the session: a cut then calls it, and
     so takes the lease first. A rule-based cut takes milliseconds and needs no lease: two
     callers racing are settled by the commit's version check."""
-    return plugins.summarizer is not None or snapshot.session.summarizer is not None
+    return (
+        plugins.summarizer is not None
+        or snapshot.session.summarizer is not None
+        or plugins.compactor is not None
+    )
 
 
 def decide(snapshot: Snapshot, request: Request, service: SummaryCall | None) -> Outcome | None:
@@ -367,6 +393,7 @@ def commit(
         instructions=snapshot.inputs.instructions,
         error=request.error,
         started_by=request.started_by,
+        prices=target.prices,
     )
     if owner is not None:
         repo.release_lease(connection, sid, owner)

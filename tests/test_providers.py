@@ -1,0 +1,238 @@
+"""Provider compaction as boundaries: AnthropicCompactor against the strict fake of the
+Messages API (tests/fake_messages_api.py) through the official SDK, as the decide step of
+auto-compact and compact(), with its fallbacks, the wire view sending the block first, and
+bad blocks refused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from compactstore import CompactionConfig, CompactStore
+from compactstore.capabilities import COMPACTION_BETA
+from compactstore.errors import InvalidInputError
+from compactstore.providers import AnthropicCompactor
+from tests.fake_messages_api import FakeMessagesAPI, fake_client
+
+anthropic = pytest.importorskip("anthropic")
+
+NEW = "claude-opus-5-5"
+TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]
+SYSTEM = "You are a careful coding agent."
+
+
+def _session(
+    store: CompactStore, api: FakeMessagesAPI, compactor: Any, window: int = 30_000
+) -> Any:
+    sess = store.session(
+        "loop",
+        context_window=window,
+        format="anthropic",
+        now=api.now,
+        model=NEW,
+        compactor=compactor,
+    )
+    sess.append({"role": "system", "content": SYSTEM}, timestamp=api.now)
+    sess.append({"role": "user", "content": "Fix the failing tests."}, timestamp=api.now)
+    return sess
+
+
+def _step(sess: Any, client: Any, api: FakeMessagesAPI) -> Any:
+    """One step of the README's loop (process_request, request, append the reply and its
+    tool results, or the next task)."""
+    sess.process_request(now=api.now)
+    reply = client.messages.create(
+        model=NEW, max_tokens=1_024, tools=TOOLS, **sess.request_params(now=api.now)
+    )
+    api.advance(30)
+    sess.append_response(reply, timestamp=api.now, now=api.now)
+    calls = [block for block in reply.content if block.type == "tool_use"]
+    for block in calls:
+        sess.append_tool_result(
+            block.id, "line of code\n" * 200, tool_name=block.name, timestamp=api.now
+        )
+    if not calls:
+        sess.append({"role": "user", "content": "Next task."}, timestamp=api.now)
+    return reply
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[Any, FakeMessagesAPI]]:
+    client, api = fake_client(anthropic, default_window=30_000)
+    yield client, api
+
+
+def _provider_boundaries(store: CompactStore) -> list[Any]:
+    with store.engine.connect() as connection:
+        return list(
+            connection.execute(
+                text(
+                    "SELECT id, strategy, trigger, summary_text, summary_message, "
+                    "rolled_back_at FROM compact_boundaries WHERE session_id = 'loop' "
+                    "ORDER BY id"
+                )
+            )
+        )
+
+
+def _loop(store: CompactStore, client: Any, api: FakeMessagesAPI, steps: int, **kw: Any) -> Any:
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None, **kw)
+    sess = _session(store, api, compactor)
+    for _ in range(steps):
+        _step(sess, client, api)
+    return sess
+
+
+@pytest.mark.slow
+def test_tool_loop_with_thinking_compacts_on_the_provider(db_url: str, fake: Any) -> None:
+    client, api = fake
+    store = CompactStore.open(db_url)
+    sess = _loop(store, client, api, 90)
+    assert api.errors == []
+    assert api.dropped == 0  # the API dropped no thinking block
+    provider = [c for c in sess.compactions() if c.strategy == "provider" and c.success]
+    assert len(provider) >= 2
+    assert all(c.summary is not None and c.summary.source == "provider" for c in provider)
+    # Each boundary keeps the provider's block as returned, its text as the summary.
+    rows = [row for row in _provider_boundaries(store) if row.strategy == "provider"]
+    issued = [i for i, body in enumerate(api.bodies) if "compaction" in body]
+    assert len(rows) == len(issued) == len(api.compactions)
+    for row, at in zip(rows, issued, strict=True):
+        message = json.loads(row.summary_message)
+        block = message["content"][0]
+        assert message["role"] == "assistant" and block["type"] == "compaction"
+        assert row.summary_text == block["content"]
+        # Every later request sends that block first, unchanged, until the next one.
+        later = [
+            body
+            for i, body in enumerate(api.bodies)
+            if i > at
+            and "compaction" not in body
+            and (not issued or i < min([j for j in issued if j > at], default=len(api.bodies)))
+        ]
+        assert later
+        for body in later:
+            first = body["messages"][0]["content"][0]
+            assert {k: v for k, v in first.items() if k != "cache_control"} == block
+    # The compactions' own usage is in the ledger, priced.
+    with store.engine.connect() as connection:
+        calls = list(
+            connection.execute(
+                text(
+                    "SELECT iterations, cost_usd, model FROM model_calls "
+                    "WHERE session_id = 'loop' AND iterations LIKE '%compaction%'"
+                )
+            )
+        )
+    assert len(calls) == len(rows)
+    assert all(call.model == NEW and call.cost_usd and call.cost_usd > 0 for call in calls)
+    store.close()
+
+
+def test_request_params_send_the_block_first_with_the_beta_header(
+    tmp_path: Path, fake: Any
+) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+    sess = _session(store, api, compactor, window=200_000)
+    for _ in range(6):
+        _step(sess, client, api)
+    result = sess.compact(now=api.now)
+    assert result.strategy == "provider"
+    params = sess.request_params(now=api.now)
+    first = params["messages"][0]
+    assert first["role"] == "assistant" and first["content"][0]["type"] == "compaction"
+    assert COMPACTION_BETA in params["extra_headers"]["anthropic-beta"]
+    # The block stands in place of everything it summarised (the pinned first request
+    # too: the provider read it); the log keeps it all.
+    sent = [m.get("content") for m in params["messages"]]
+    assert "Fix the failing tests." not in sent
+    assert "Fix the failing tests." in [m.get("content") for m in sess.messages()]
+    assert len(params["messages"]) < len(sess.messages())
+    assert params["system"] == SYSTEM
+    client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
+    assert api.errors == []
+    store.close()
+
+
+def test_529_is_retried_then_compacts(tmp_path: Path, fake: Any) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    waits: list[float] = []
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=waits.append, backoff=0.5)
+    sess = _session(store, api, compactor, window=200_000)
+    for _ in range(6):
+        _step(sess, client, api)
+    api.unavailable = 2
+    result = sess.compact(now=api.now)
+    assert result.strategy == "provider"
+    assert waits == [0.5, 1.0]
+    assert [e["type"] for e in api.errors] == ["compaction_unavailable"] * 2
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        (lambda api: setattr(api, "unavailable", 5), "compaction_unavailable"),
+        (lambda api: api.compaction_failures.append("refusal"), "no compaction"),
+    ],
+    ids=["529-past-the-retries", "typed-failure"],
+)
+def test_failures_fall_back_to_the_client_summary(
+    tmp_path: Path, fake: Any, setup: Any, reason: str
+) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+    sess = _session(store, api, compactor, window=200_000)
+    for _ in range(6):
+        _step(sess, client, api)
+    setup(api)
+    result = sess.compact(now=api.now)
+    assert result.success and result.strategy == "full"
+    assert result.summary is not None and result.summary.fallback
+    assert reason in (result.summary.reason or "")
+    params = sess.request_params(now=api.now)
+    client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
+    assert api.errors == [] or api.errors[-1]["type"] == "compaction_unavailable"
+    store.close()
+
+
+def test_a_timeout_falls_back(tmp_path: Path, fake: Any) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+
+    def slow(seconds: float) -> None:
+        import time
+
+        time.sleep(0.3)
+
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=slow)
+    sess = _session(store, api, compactor, window=200_000)
+    sess = store.session(
+        "loop",
+        config=CompactionConfig(summarizer_timeout_seconds=0.1),
+        compactor=compactor,
+        now=api.now,
+    )
+    for _ in range(6):
+        _step(sess, client, api)
+    api.unavailable = 1  # the retry waits past the timeout
+    result = sess.compact(now=api.now)
+    assert result.strategy == "full" and result.summary is not None
+    assert "timed out" in (result.summary.reason or "")
+    store.close()
+
+
+def test_compactor_checks_its_client() -> None:
+    with pytest.raises(InvalidInputError, match="anthropic client"):
+        AnthropicCompactor(object())
+    with pytest.raises(InvalidInputError, match="compactor must be"):
+        CompactStore.open(":memory:", compactor="not callable")
