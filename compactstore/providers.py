@@ -32,6 +32,7 @@ __all__ = [
     "ProviderCompaction",
     "ProviderCompactionError",
     "compaction_block",
+    "refuses_provider_object",
 ]
 
 # The fields a compaction block may carry (the SDK's BetaCompactionBlockParam).
@@ -99,6 +100,16 @@ def compaction_block(message: Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(first, dict) and first.get("type") == "compaction":
         return first
     return None
+
+
+# Error types with which a provider refuses a compaction object it issued earlier.
+_REFUSALS = ("compaction_signature_invalid", "invalid_encrypted_content")
+
+
+def refuses_provider_object(error: str) -> bool:
+    """Whether an API error text refuses a provider compaction object sent back (its
+    signature no longer verifies, or the model cannot read it)."""
+    return any(kind in error for kind in _REFUSALS)
 
 
 def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:

@@ -236,3 +236,92 @@ def test_compactor_checks_its_client() -> None:
         AnthropicCompactor(object())
     with pytest.raises(InvalidInputError, match="compactor must be"):
         CompactStore.open(":memory:", compactor="not callable")
+
+
+def _compacted(tmp_path: Path, client: Any, api: FakeMessagesAPI, name: str = "p.db") -> Any:
+    store = CompactStore.open(str(tmp_path / name))
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+    sess = _session(store, api, compactor, window=200_000)
+    for _ in range(8):
+        _step(sess, client, api)
+    assert sess.compact(now=api.now).strategy == "provider"
+    return store, sess
+
+
+def test_rollback_returns_the_readable_turns(tmp_path: Path, fake: Any) -> None:
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    before = sess.messages()
+    [undone] = sess.rollback(now=api.now)
+    assert undone.strategy == "provider"
+    params = sess.request_params(now=api.now)
+    assert all(
+        not isinstance(m["content"], list) or m["content"][0]["type"] != "compaction"
+        for m in params["messages"]
+    )
+    assert "anthropic-beta" not in (params.get("extra_headers") or {}) or (
+        COMPACTION_BETA not in params["extra_headers"]["anthropic-beta"]
+    )
+    assert params["messages"][0]["content"] == "Fix the failing tests."
+    assert sess.messages() == before  # the log never lost them
+    client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
+    assert api.errors == []
+    store.close()
+
+
+def test_a_signature_edited_in_the_database_is_recovered(tmp_path: Path, fake: Any) -> None:
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    with store.engine.begin() as connection:
+        row = connection.execute(
+            text("SELECT id, summary_message FROM compact_boundaries WHERE strategy = 'provider'")
+        ).one()
+        message = json.loads(row.summary_message)
+        message["content"][0]["signature"] = message["content"][0]["signature"][:-3] + "xyz"
+        connection.execute(
+            text("UPDATE compact_boundaries SET summary_message = :m WHERE id = :id"),
+            {"m": json.dumps(message), "id": row.id},
+        )
+    store.close()
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    sess = store.session("loop")
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(
+            model=NEW, max_tokens=1_024, tools=TOOLS, **sess.request_params(now=api.now)
+        )
+    assert api.errors[-1]["type"] == "compaction_signature_invalid"
+    result = sess.reactive_recover(str(refused.value), now=api.now)
+    assert result is not None and result.success
+    assert result.strategy != "provider"
+    assert "compaction_signature_invalid" in (result.error or "")
+    live = sess.boundaries()
+    assert live and live[-1].strategy != "provider"
+    assert any(b.strategy == "provider" and b.rolled_back_at for b in sess.boundaries(True))
+    client.messages.create(
+        model=NEW, max_tokens=1_024, tools=TOOLS, **sess.request_params(now=api.now)
+    )
+    assert api.errors[-1]["type"] == "compaction_signature_invalid"  # no new error
+    assert len(api.errors) == 1
+    store.close()
+
+
+def test_the_block_survives_backup_and_restore_byte_for_byte(tmp_path: Path, fake: Any) -> None:
+    from compactstore.transfer import backup, restore
+
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    first = sess.request_params(now=api.now)["messages"][0]
+    backup(store, tmp_path / "backup.db")
+    other = CompactStore.open(str(tmp_path / "other.db"))
+    restore(other, tmp_path / "backup.db")
+    again = other.session("loop").request_params(now=api.now)["messages"][0]
+    assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)
+    client.messages.create(
+        model=NEW,
+        max_tokens=1_024,
+        tools=TOOLS,
+        **other.session("loop").request_params(now=api.now),
+    )
+    assert api.errors == []
+    other.close()
+    store.close()
