@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.capabilities import COMPACTION_BETA
+from compactstore.capabilities import BINDING_BETA, COMPACTION_BETA
 from compactstore.errors import InvalidInputError, InvalidMessageError
 
 __all__ = [
@@ -158,7 +158,7 @@ class AnthropicCompactor:
         *,
         model: str | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
-        max_tokens: int = 8_192,
+        max_tokens: int = 4_096,
         retries: int = 2,
         backoff: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -187,9 +187,12 @@ class AnthropicCompactor:
         model: str | None,
         system: Any = None,
         instructions: str | None = None,
+        drop_block: bool = False,
     ) -> ProviderCompaction:
         """Summarise ``messages`` (the range, as sent on the wire: an earlier block first
-        when there is one). Raises ProviderCompactionError when the provider did not."""
+        when there is one). ``drop_block``: the session's requests carry the thinking
+        binding ``prefix_mismatch_behavior: "drop_block"``, and so does this one. Raises
+        ProviderCompactionError when the provider did not."""
         use = self.model or model
         if not use:
             raise ProviderCompactionError(
@@ -210,6 +213,10 @@ class AnthropicCompactor:
             options["system"] = system
         if self.tools is not None:
             options["tools"] = self.tools
+        if drop_block:
+            binding = {"prefix_mismatch_behavior": "drop_block"}
+            options["thinking"] = {"type": "adaptive", "block_binding": binding}
+            options["betas"] = [COMPACTION_BETA, BINDING_BETA]
         attempt = 0
         while True:
             attempt += 1

@@ -319,6 +319,7 @@ def summary_call(
         compactor=plugins.compactor,
         model=snapshot.session.model,
         system=system,
+        drop_block=snapshot.session.thinking_binding == "drop_block",
     )
 
 

@@ -215,6 +215,7 @@ class SummaryCall:
     compactor: Any = None
     model: str | None = None
     system: Any = None
+    drop_block: bool = False  # the session's thinking binding (its requests carry it)
 
     def __call__(self, request: SummaryRequest) -> SummaryAnswer:
         key = SummaryMemo.key(request)
@@ -257,6 +258,7 @@ class SummaryCall:
             self.model,
             self.system,
             request.instructions,
+            self.drop_block,
         )
         try:
             result = future.result(timeout=self.timeout)
@@ -391,7 +393,12 @@ def _compact(
     model: str | None,
     system: Any,
     instructions: str | None,
+    drop_block: bool,
 ) -> Any:
+    if drop_block:
+        return compactor(
+            messages, model=model, system=system, instructions=instructions, drop_block=True
+        )
     return compactor(messages, model=model, system=system, instructions=instructions)
 
 

@@ -109,11 +109,12 @@ def summarise_answer(
     # What the wire view sent before the kept part, each message as it was sent (thinking
     # whose prefix changed left out): the block stands in its place, so the thinking of the
     # kept turns stays valid. After an earlier block that is the block and the range; else
-    # the pinned messages too (the block summarises them on the wire; the log keeps them).
+    # the pinned messages and an earlier client summary too (the block summarises them on
+    # the wire; the log keeps them).
     sent = dict(zip(map(id, context.items), context.wire, strict=True))
     earlier = context.summary
     chained = earlier is not None and compaction_block(earlier.message) is not None
-    before = [] if chained else [item for item in context.head if item.state != "summary"]
+    before = [] if chained else list(context.head)
     span = [*before, *(removed if span is None else span)]
     wire = [thaw(sent[id(item)]) for item in span if item.message.get("role") != "system"]
     if chained:
