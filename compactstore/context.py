@@ -530,12 +530,15 @@ class ActiveContext:
         )
         # The summary stands before every kept message: each one's prefix changed. Not so
         # for a provider's compaction block: it stands in place of what it summarised (the
-        # provider checks prefixes against what was sent before it).
+        # provider checks prefixes against what was sent before it) -- unless the wire view
+        # was leaving thinking out: later thinking was made without it, so none of the
+        # kept thinking may come back.
+        unchanged = provided and self.thinking_cutoff is None
         return replace(
             self,
             head=(*pinned, summary),
             kept=self.kept[index:],
-            changes=self.changes if provided else self._changed(self.first_kept_seq - 1),
+            changes=self.changes if unchanged else self._changed(self.first_kept_seq - 1),
         )
 
     @property

@@ -136,7 +136,11 @@ def record_outcome(
     # Where the prefixes of later messages changed (SPEC §9.0 "Thinking"): an edited seq,
     # or, for a cut, every kept message (as ActiveContext.cut() has it).
     # A provider's compaction block changes no later prefix (ActiveContext.cut()).
-    provided = cut_stage is not None and cut_stage.strategy == CompactStrategy.PROVIDER
+    provided = False
+    if cut_stage is not None and cut_stage.strategy == CompactStrategy.PROVIDER:
+        at = next(i for i, stage in enumerate(outcome.stages) if stage is cut_stage)
+        before = outcome.stages[at - 1].context if at else start
+        provided = cut_stage.context.changes == before.changes  # as ActiveContext.cut() had it
     changed_after = min(
         [edit.seq for edit in edits]
         + ([start.first_kept_seq - 1] if cut is not None and not provided else []),
