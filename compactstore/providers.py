@@ -17,6 +17,7 @@ client summary (the summarizer's, else the rule-based one) and the compaction re
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -132,8 +133,9 @@ def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:
 
 
 class AnthropicCompactor:
-    """On-demand compaction through the official client (``anthropic.Anthropic``; the
-    async client on :class:`~compactstore.AsyncCompactStore` is later work).
+    """On-demand compaction through the official sync client (``anthropic.Anthropic``), on
+    :class:`~compactstore.CompactStore` and :class:`~compactstore.AsyncCompactStore` alike
+    (the compaction runs in the store's worker threads, never on the event loop).
 
     Args:
         client: the SDK client; ``client.beta.messages`` is called.
@@ -168,6 +170,14 @@ class AnthropicCompactor:
             raise InvalidInputError(
                 f"AnthropicCompactor needs an anthropic client (client.beta.messages), got "
                 f"{type(client).__name__}"
+            )
+        messages = beta.messages
+        if inspect.iscoroutinefunction(getattr(messages, "create", None)) or type(
+            messages
+        ).__name__.startswith("Async"):
+            raise InvalidInputError(
+                "AnthropicCompactor takes the sync client (anthropic.Anthropic), on either "
+                "store: the compaction runs in the store's worker threads"
             )
         if instructions is not None and not isinstance(instructions, str):
             raise InvalidInputError(f"instructions must be a string, got {instructions!r}")

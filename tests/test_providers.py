@@ -325,3 +325,79 @@ def test_the_block_survives_backup_and_restore_byte_for_byte(tmp_path: Path, fak
     assert api.errors == []
     other.close()
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (lambda block: [block, dict(block)], "not one compaction block"),
+        (lambda block: [{**block, "summary": "x"}], "unknown field"),
+        (lambda block: [{**block, "content": ""}], "non-empty string"),
+        (lambda block: [{"type": "compaction", "content": "no signature"}], "signature"),
+    ],
+    ids=["two-blocks", "unknown-field", "empty-content", "unsigned"],
+)
+def test_a_malformed_answer_never_becomes_a_boundary(
+    tmp_path: Path, fake: Any, monkeypatch: pytest.MonkeyPatch, answer: Any, reason: str
+) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+    sess = _session(store, api, compactor, window=200_000)
+    for _ in range(6):
+        _step(sess, client, api)
+    real = api._compacted
+
+    def malformed(req: Any) -> dict[str, Any]:
+        body = real(req)
+        body["content"] = answer(body["content"][0])
+        return body
+
+    monkeypatch.setattr(api, "_compacted", malformed)
+    result = sess.compact(now=api.now)
+    assert result.strategy == "full" and result.summary is not None
+    assert result.summary.fallback and reason in (result.summary.reason or "")
+    assert all(b.strategy != "provider" for b in sess.boundaries(True))
+    client.messages.create(
+        model=NEW, max_tokens=1_024, tools=TOOLS, **sess.request_params(now=api.now)
+    )
+    assert api.errors == []
+    store.close()
+
+
+def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
+    import asyncio
+
+    from compactstore import AsyncCompactStore
+
+    client, api = fake
+    with pytest.raises(InvalidInputError, match="sync client"):
+        AnthropicCompactor(anthropic.AsyncAnthropic(api_key="x"))
+
+    async def main() -> Any:
+        compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+        store = await AsyncCompactStore.open(str(tmp_path / "a.db"), compactor=compactor)
+        sess = await store.session("loop", format="anthropic", model=NEW, now=api.now)
+        await sess.append({"role": "system", "content": SYSTEM}, timestamp=api.now)
+        await sess.append({"role": "user", "content": "Fix the failing tests."}, timestamp=api.now)
+        for _ in range(6):
+            reply = client.messages.create(
+                model=NEW, max_tokens=1_024, tools=TOOLS, **await sess.request_params()
+            )
+            await sess.append_response(reply, timestamp=api.now, now=api.now)
+            for block in reply.content:
+                if block.type == "tool_use":
+                    await sess.append_tool_result(
+                        block.id, "x = 1\n" * 200, tool_name=block.name, timestamp=api.now
+                    )
+            if reply.stop_reason != "tool_use":
+                await sess.append({"role": "user", "content": "Next."}, timestamp=api.now)
+        result = await sess.compact(now=api.now)
+        params = await sess.request_params()
+        await store.close()
+        return result, params
+
+    result, params = asyncio.run(main())
+    assert result.strategy == "provider"
+    client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
+    assert api.errors == []
