@@ -349,7 +349,7 @@ def test_a_malformed_answer_never_becomes_a_boundary(
     real = api._compacted
 
     def malformed(req: Any) -> dict[str, Any]:
-        body = real(req)
+        body: dict[str, Any] = real(req)
         body["content"] = answer(body["content"][0])
         return body
 
