@@ -401,3 +401,21 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
     assert result.strategy == "provider"
     client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
     assert api.errors == []
+
+
+def test_replay_of_a_provider_boundary(tmp_path: Path, fake: Any) -> None:
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    boundary = sess.boundaries()[-1]
+    recorded = sess.replay(boundary.id)
+    assert recorded.summary is not None and recorded.summary.source == "recorded"
+    assert recorded.summary_text == boundary.summary_text
+    again = sess.replay(boundary.id, resummarize=True, apply=True, now=api.now)
+    assert again.strategy == "provider" and again.summary is not None
+    assert again.summary.source == "provider"
+    assert len(api.compactions) == 2  # asked the provider again
+    client.messages.create(
+        model=NEW, max_tokens=1_024, tools=TOOLS, **sess.request_params(now=api.now)
+    )
+    assert api.errors == []
+    store.close()

@@ -293,19 +293,7 @@ def summary_call(
     if not summarizes(snapshot, plugins):
         return None
     config = snapshot.context.config
-    system = None
-    if plugins.compactor is not None:
-        # The system prompt as the session's requests send it: the block is bound to it.
-        context = snapshot.context
-        prompt = [item for item in context.items if item.message.get("role") == "system"]
-        wire = build_request_params(
-            context.fmt,
-            config,
-            prompt,
-            [item.copy_message() for item in prompt],
-            cache_control=False,
-        )
-        system = wire.get("system")
+    system = None if plugins.compactor is None else request_system(snapshot.context)
     return SummaryCall(
         summarizer=plugins.summarizer,
         name=plugins.summarizer_name,
@@ -321,6 +309,22 @@ def summary_call(
         system=system,
         drop_block=snapshot.session.thinking_binding == "drop_block",
     )
+
+
+def request_system(context: ActiveContext) -> Any:
+    """The ``system`` the session's requests send (None: none): a provider compaction
+    request sends it too, since the block is bound to it."""
+    prompt = [item for item in context.items if item.message.get("role") == "system"]
+    if not prompt:
+        return None
+    wire = build_request_params(
+        context.fmt,
+        context.config,
+        prompt,
+        [item.copy_message() for item in prompt],
+        cache_control=False,
+    )
+    return wire.get("system")
 
 
 def summarizes(snapshot: Snapshot, plugins: Plugins) -> bool:
