@@ -33,7 +33,9 @@ __all__ = [
     "ProviderCompaction",
     "ProviderCompactionError",
     "compaction_block",
+    "compaction_text",
     "refuses_provider_object",
+    "split_compaction",
 ]
 
 # The fields a compaction block may carry (the SDK's BetaCompactionBlockParam).
@@ -111,6 +113,57 @@ def refuses_provider_object(error: str) -> bool:
     """Whether an API error text refuses a provider compaction object sent back (its
     signature no longer verifies, or the model cannot read it)."""
     return any(kind in error for kind in _REFUSALS)
+
+
+def split_compaction(
+    messages: list[dict[str, Any]], response: Any = None
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the message a reply's compaction block stands in, the reply's messages without it).
+    ``response`` is the SDK object: its block is taken from it whole (the request
+    projection of an SDK that does not know the block type would lose its fields).
+
+    Raises:
+        InvalidMessageError: a malformed block, a second one, or one that is not the
+            reply's first block (nothing is stored).
+    """
+    first = messages[0]
+    content = first.get("content")
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    found = [i for i, b in enumerate(blocks) if b.get("type") == "compaction"]
+    if not found:
+        return None, messages
+    if found != [0] or any(
+        isinstance(m.get("content"), list)
+        and any(isinstance(b, dict) and b.get("type") == "compaction" for b in m["content"])
+        for m in messages[1:]
+    ):
+        raise InvalidMessageError(
+            "the reply holds a compaction block that is not its first block, or more than "
+            "one: a provider compaction is one block, first in the reply"
+        )
+    block = blocks[0]
+    returned = getattr(response, "content", None)
+    if isinstance(returned, list) and returned:
+        first_block = returned[0]
+        dump = getattr(first_block, "model_dump", None)
+        whole = dump(mode="json", exclude_none=True) if callable(dump) else first_block
+        if isinstance(whole, dict) and whole.get("type") == "compaction":
+            block = whole
+    block = check_block(block, "the reply's compaction block")
+    if block.get("content") is None and block.get("encrypted_content") is None:
+        raise InvalidMessageError("the reply's compaction block has no content (a failure)")
+    rest = {**first, "content": blocks[1:]}
+    turn = ([rest] if rest["content"] else []) + messages[1:]
+    return {"role": "assistant", "content": [block]}, turn
+
+
+def compaction_text(message: dict[str, Any]) -> str:
+    """The readable summary of a provider's compaction message (a note when opaque)."""
+    block = compaction_block(message) or {}
+    text = block.get("content")
+    if isinstance(text, str) and text:
+        return text
+    return "[compaction by the provider: opaque block, no readable summary]"
 
 
 def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:

@@ -28,7 +28,7 @@ from compactstore.core.appending import (
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.cost import session_cost
-from compactstore.core.recording import record_server_edits
+from compactstore.core.recording import record_provider_compaction, record_server_edits
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
@@ -49,7 +49,7 @@ from compactstore.models import (
     CompactStrategy,
     CompactTrigger,
 )
-from compactstore.providers import refuses_provider_object
+from compactstore.providers import compaction_text, refuses_provider_object, split_compaction
 from compactstore.session_history import SessionHistory
 from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
@@ -153,6 +153,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
         messages, count = response_turn(self.format, response)
+        provided = None
+        if self.format == "anthropic" and messages:
+            # A threshold compaction: the reply starts with the provider's block. It becomes
+            # a boundary (strategy provider, trigger server); the rest is the turn.
+            provided, messages = split_compaction(messages, response)
         ledger = response_usage(self.format, response)
         cost = None if ledger is None else usage_cost(self.store.prices, ledger)
         model = response_model(response)
@@ -172,6 +177,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             calibration = None
             if model is not None and model != row.model:
                 repo.update_session(connection, self.id, model=model)
+                row = self._locked(connection)
+            if provided is not None:
+                record_provider_compaction(
+                    connection,
+                    self.id,
+                    self._context(connection, row),
+                    provided,
+                    compaction_text(provided),
+                    called,
+                )
                 row = self._locked(connection)
             if edits:
                 policy, _ = resolve_policy(

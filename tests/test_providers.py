@@ -419,3 +419,53 @@ def test_replay_of_a_provider_boundary(tmp_path: Path, fake: Any) -> None:
     )
     assert api.errors == []
     store.close()
+
+
+def test_a_threshold_compaction_in_a_reply_is_a_boundary(tmp_path: Path, fake: Any) -> None:
+    from compactstore.errors import InvalidMessageError
+    from tests.fake_messages_api import THRESHOLD_COMPACTION_BETA
+
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "p.db"))
+    sess = _session(store, api, None, window=200_000)
+    for _ in range(6):
+        _step(sess, client, api)
+    edit = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 2_000}}
+
+    def call(edits: list[dict[str, Any]]) -> Any:
+        params = sess.request_params(now=api.now)
+        headers = dict(params.pop("extra_headers", {}))
+        betas = headers.get("anthropic-beta", "").split(",")
+        headers["anthropic-beta"] = ",".join([*filter(None, betas), THRESHOLD_COMPACTION_BETA])
+        body = params.pop("extra_body", {})
+        ours = body.get("context_management", {}).get("edits", [])
+        return client.beta.messages.create(
+            model=NEW,
+            max_tokens=1_024,
+            tools=TOOLS,
+            extra_headers=headers,
+            extra_body={"context_management": {"edits": [*ours, *edits]}},
+            **params,
+        )
+
+    reply = call([edit])
+    assert reply.content[0].type == "compaction"
+    # A malformed block, or a second one, is refused and nothing is stored.
+    count = len(sess.messages())
+    for bad in ([reply.content[0], *reply.content], [reply.content[1], reply.content[0]]):
+        with pytest.raises(InvalidMessageError):
+            sess.append_response(reply.model_copy(update={"content": bad}), now=api.now)
+    assert len(sess.messages()) == count
+    sess.append_response(reply, timestamp=api.now, now=api.now)
+    [boundary] = [b for b in sess.boundaries() if b.strategy == "provider"]
+    assert boundary.trigger == "server"
+    assert boundary.summary_text == reply.content[0].content
+    for block in reply.content:
+        if block.type == "tool_use":
+            sess.append_tool_result(block.id, "ok", tool_name=block.name, timestamp=api.now)
+    params = sess.request_params(now=api.now)
+    assert params["messages"][0]["content"][0] == reply.content[0].model_dump(exclude_none=True)
+    big = {**edit, "trigger": {"type": "input_tokens", "value": 150_000}}
+    call([big])
+    assert api.errors == []
+    store.close()

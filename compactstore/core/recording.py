@@ -22,7 +22,7 @@ from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
 from compactstore.engines.base import Cut
-from compactstore.engines.imported import cut_as_imported
+from compactstore.engines.imported import cut_as_imported, cut_by_provider
 from compactstore.engines.pipeline import Outcome
 from compactstore.errors import InvalidInputError
 from compactstore.formats.sdk_objects import cleared_tokens
@@ -543,6 +543,20 @@ def record_imported(
         call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
     )
     record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)
+
+
+def record_provider_compaction(
+    connection: Connection,
+    session_id: str,
+    context: ActiveContext,
+    message: dict[str, Any],
+    text: str,
+    at: float,
+) -> None:
+    """Record a compaction the provider did on its own (strategy provider, trigger server):
+    a boundary at this point whose summary message is the reply's compaction block."""
+    recorded = ServerRun(call="server", now=at, last_seq=context.last_seq, applied_edits=[])
+    record_outcome(connection, session_id, cut_by_provider(context, message, text), recorded, at=at)
 
 
 def _record_provider_call(
