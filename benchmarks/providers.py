@@ -4,6 +4,7 @@ server-side edits, prompt caching on a simulated clock, the window).
 
     python -m benchmarks.providers                        # claude-opus-5-5 and claude-sonnet-4-5
     python -m benchmarks.providers --model claude-opus-5-5 --calls 300 --window 60000
+    python -m benchmarks.providers --model claude-opus-5-5 --compactor --pattern
 
 The loop is the README's: ``process_request()``, ``client.messages.create(...,
 **sess.request_params(cache_control=True, thinking=..., extra_headers=...))``,
@@ -14,6 +15,12 @@ API refuses is retried once (after ``reactive_recover()`` when the prompt is too
 step whose retry fails too is lost. Figures: API errors by rule, calls, steps lost, thinking
 blocks the API dropped (its ``input_transformations``), server-side edits applied, the
 compactions compactstore recorded by strategy and trigger, and the cache's share of input.
+
+``--compactor`` gives the session an ``AnthropicCompactor`` (provider compaction as the
+summary of auto-compact); the session's cost is the ledger's (``Session.cost()``, the
+compactions' own calls included). ``--pattern`` also runs the provider's recommended loop
+without compactstore: append-only, on-demand compaction once the last call's input reached
+85% of the window (keeping the turn in progress after the block), priced the same way.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from typing import Any
 from sqlalchemy import text
 
 from compactstore import CompactionConfig, CompactStore
+from compactstore.ledger import response_usage, usage_cost
+from compactstore.pricing import price_table
+from compactstore.providers import AnthropicCompactor
 
 TOOLS = [
     {
@@ -65,6 +75,7 @@ def run(
     thinking: dict[str, Any] | None = None,
     step_seconds: float = 300.0,
     pause_seconds: float = 0.0,
+    compactor: bool = False,
 ) -> dict[str, Any]:
     """One session of ``calls`` model calls, ``step_seconds`` apart on the simulated clock
     (``pause_seconds`` more before each new task); returns the figures."""
@@ -84,6 +95,7 @@ def run(
             config=config,
             now=now,
             model=model,
+            compactor=AnthropicCompactor(client, tools=TOOLS) if compactor else None,
         )
         sess.append({"role": "system", "content": SYSTEM}, timestamp=now)
         sess.append({"role": "user", "content": TASKS[0]}, timestamp=now)
@@ -134,6 +146,8 @@ def run(
                 text("SELECT thinking_binding FROM sessions WHERE id = 'bench'")
             ).scalar_one()
         compactions = Counter(f"{row.strategy}/{row.trigger}" for row in history if row.success)
+        fallbacks = sum(1 for row in history if row.summary is not None and row.summary.fallback)
+        cost = sess.cost().cost_usd
         store.close()
     return {
         "model": model,
@@ -148,6 +162,97 @@ def run(
         "server_edits": len(api.applied_edits),
         "compactions": dict(compactions),
         "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
+        "summary_fallbacks": fallbacks,
+        "cost_usd": None if cost is None else round(cost, 4),
+    }
+
+
+def pattern(
+    *,
+    model: str = "claude-opus-5-5",
+    calls: int = 300,
+    window: int = 60_000,
+    seed: int = 7,
+    step_seconds: float = 300.0,
+    share: float = 0.85,
+) -> dict[str, Any]:
+    """The provider's recommended loop, without compactstore: messages appended as
+    returned, never edited; once the last call's input reached ``share`` of the window,
+    an on-demand compaction of the history before the turn in progress (all but the last
+    exchange in the first task), the block sent first in its place. Sizes are the last
+    call's reported input and output plus what was appended since."""
+    import anthropic
+
+    from tests.fake_messages_api import COMPACTION_BETA, fake_client
+
+    client, api = fake_client(anthropic, default_window=window)
+    rng = random.Random(seed)
+    prices = price_table(None)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TASKS[0]}]
+    cost, tasks, compactions, errors, last_input = 0.0, 0, 0, 0, 0
+    options: dict[str, Any] = {"model": model, "max_tokens": 4_096, "system": SYSTEM}
+    while api.calls < calls:
+        if last_input >= share * window:
+            starts = [
+                i
+                for i, m in enumerate(messages)
+                if m["role"] == "user" and isinstance(m["content"], str)
+            ]
+            cut = starts[-1] if starts and starts[-1] > 0 else len(messages) - 2
+            reply = client.beta.messages.create(
+                **options,
+                tools=TOOLS,
+                messages=messages[:cut],
+                compaction={"type": "summarize"},
+                betas=[COMPACTION_BETA],
+            )
+            usage = response_usage("anthropic", reply)
+            cost += (usage_cost(prices, usage) or 0.0) if usage else 0.0
+            block = reply.content[0].model_dump(exclude_none=True)
+            messages = [{"role": "assistant", "content": [block]}, *messages[cut:]]
+            compactions += 1
+            last_input = 0
+            continue
+        try:
+            reply = client.beta.messages.create(
+                **options, tools=TOOLS, messages=messages, betas=[COMPACTION_BETA]
+            )
+        except anthropic.BadRequestError:
+            errors += 1
+            break
+        api.advance(step_seconds)
+        usage = response_usage("anthropic", reply)
+        cost += (usage_cost(prices, usage) or 0.0) if usage else 0.0
+        # The next request's size: this one's input and output, and what is appended (as
+        # a count_tokens call would give it; the fake counts 3.5 characters a token).
+        last_input = (usage.prompt_tokens + usage.output_tokens) if usage else 0
+        content = [block.model_dump(exclude_none=True) for block in reply.content]
+        messages.append({"role": "assistant", "content": content})
+        used = [b for b in content if b["type"] == "tool_use"]
+        if used:
+            results = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": b["id"],
+                    "content": _tool_output(b["name"], str(b["input"].get("path", "x.py")), rng),
+                }
+                for b in used
+            ]
+            messages.append({"role": "user", "content": results})
+            last_input += sum(len(r["content"]) for r in results) * 2 // 7
+        else:
+            tasks += 1
+            messages.append({"role": "user", "content": TASKS[tasks % len(TASKS)]})
+    return {
+        "model": model,
+        "pattern": f"append-only, on-demand compaction at {share:.0%}",
+        "calls": api.calls,
+        "tasks_done": tasks,
+        "api_errors": errors + len(api.errors),
+        "thinking_dropped": api.dropped,
+        "compactions": compactions,
+        "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
+        "cost_usd": round(cost, 4),
     }
 
 
@@ -158,6 +263,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=60_000)
     parser.add_argument("--policy", choices=("auto", "rewrite", "append_only"), default="auto")
     parser.add_argument("--step-seconds", type=float, default=300.0)
+    parser.add_argument("--compactor", action="store_true", help="an AnthropicCompactor")
+    parser.add_argument("--pattern", action="store_true", help="the provider's own loop too")
     args = parser.parse_args()
     models = args.model or ["claude-opus-5-5", "claude-sonnet-4-5"]
     for model in models:
@@ -172,8 +279,14 @@ def main() -> None:
             config=config,
             thinking=thinking,
             step_seconds=args.step_seconds,
+            compactor=args.compactor,
         )
         print(json.dumps(figures))
+        if args.pattern:
+            figures = pattern(
+                model=model, calls=args.calls, window=args.window, step_seconds=args.step_seconds
+            )
+            print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -254,6 +254,7 @@ class AsyncCompactStore:
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
         model_capabilities: Mapping[str, ModelCapabilities] | None = None,
+        compactor: Any = None,
     ) -> AsyncCompactStore:
         """Open (and create or upgrade) a store; the arguments are
         :meth:`CompactStore.open`'s, except that ``summarizer`` (and ``on_compaction``)
@@ -305,6 +306,7 @@ class AsyncCompactStore:
                 allow_block_types=allow_block_types,
                 prices=table,
                 model_capabilities=model_capabilities,
+                compactor=compactor,
             )
             await asyncio.to_thread(core.start_threads)
         except BaseException:
@@ -356,6 +358,7 @@ class AsyncCompactStore:
         cwd: str | None = None,
         summarizer: Summarizer | AsyncSummarizer | None = None,
         model: str | None = None,
+        compactor: Any = None,
     ) -> AsyncSession:
         """Open a session, creating it when it does not exist (see
         :meth:`CompactStore.session`); ``summarizer`` may be ``async def``."""
@@ -370,6 +373,7 @@ class AsyncCompactStore:
             # The threaded store takes async summarizers too (its _async_summarizers).
             summarizer=cast(Summarizer | None, summarizer),
             model=model,
+            compactor=compactor,
         )
         return AsyncSession(self, sess)
 

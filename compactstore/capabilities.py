@@ -19,6 +19,7 @@ from typing import Literal
 __all__ = [
     "AS_OF",
     "BINDING_BETA",
+    "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "MODEL_CAPABILITIES",
     "ModelCapabilities",
@@ -32,6 +33,7 @@ AS_OF = "2026-12-01"
 # Beta headers of the request fields compactstore sets for a session.
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+COMPACTION_BETA = "compact-2026-09-04"  # on-demand compaction, and requests sending its block
 
 ProviderCompaction = Literal["anthropic_on_demand", "anthropic_threshold", "openai_compact"]
 

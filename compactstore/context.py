@@ -506,26 +506,39 @@ class ActiveContext:
         ]
         return replace(self, kept=tuple(kept), changes=self._changed(min(changed, default=None)))
 
-    def cut(self, index: int, summary_text: str) -> ActiveContext:
+    def cut(
+        self, index: int, summary_text: str, message: Mapping[str, Any] | None = None
+    ) -> ActiveContext:
         """The context after summarising kept[:index] into a new summary message.
 
         Pinned messages before the cut move to the head, in log order, before the summary.
         The summary is the text as stored (:func:`storable_text`, as :class:`Cut` keeps it),
-        so a context rebuilt from the boundary row is this one.
+        so a context rebuilt from the boundary row is this one. ``message`` is the summary
+        message when the provider wrote it (its compaction block, kept as returned).
         """
         removed_part = self.kept[:index]
         pinned = [item for item in self.head if item.state != "summary"]
         pinned.extend(item for item in removed_part if item.pinned)
-        message = self.fmt.summary_message(storable_text(summary_text))
+        provided = message is not None
+        message = (
+            self.fmt.summary_message(storable_text(summary_text))
+            if message is None
+            else dict(message)
+        )
         summary = ContextMessage.build(
             self.fmt, message, tokens=self.message_tokens(message), seq=None, state="summary"
         )
-        # The summary stands before every kept message: each one's prefix changed.
+        # The summary stands before every kept message: each one's prefix changed. Not so
+        # for a provider's compaction block: it stands in place of what it summarised (the
+        # provider checks prefixes against what was sent before it) -- unless the wire view
+        # was leaving thinking out: later thinking was made without it, so none of the
+        # kept thinking may come back.
+        unchanged = provided and self.thinking_cutoff is None
         return replace(
             self,
             head=(*pinned, summary),
             kept=self.kept[index:],
-            changes=self._changed(self.first_kept_seq - 1),
+            changes=self.changes if unchanged else self._changed(self.first_kept_seq - 1),
         )
 
     @property

@@ -72,6 +72,7 @@ class CompactStrategy(StrEnum):
     PARTIAL = "partial"
     CLEAR = "clear"  # clear_session: a boundary that keeps nothing (SPEC §9.5)
     POP = "pop"  # pop_item: the newest item removed, a recorded edit (SPEC §9.5)
+    PROVIDER = "provider"  # the provider summarised the range (a provider compactor)
 
 
 # When several stages act in one call, the result's strategy is the heaviest of them.
@@ -82,6 +83,7 @@ STRATEGY_WEIGHT: dict[CompactStrategy, int] = {
     CompactStrategy.SESSION_MEMORY: 3,
     CompactStrategy.PARTIAL: 4,
     CompactStrategy.FULL: 5,
+    CompactStrategy.PROVIDER: 5,
     CompactStrategy.REACTIVE: 6,
     CompactStrategy.POP: 7,
     CompactStrategy.CLEAR: 8,
@@ -480,7 +482,7 @@ class SummaryInfo(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    source: Literal["summarizer", "rule", "recorded"]
+    source: Literal["summarizer", "rule", "recorded", "provider"]
     summarizer: str | None = None
     model: str | None = None
     latency_ms: float | None = None

@@ -12,6 +12,7 @@ import functools
 import uuid
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -27,7 +28,7 @@ from compactstore.core.appending import (
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.cost import session_cost
-from compactstore.core.recording import record_server_edits
+from compactstore.core.recording import record_provider_compaction, record_server_edits
 from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
@@ -45,8 +46,10 @@ from compactstore.formats.sdk_types import to_request
 from compactstore.ledger import SessionCost, call_usage, response_usage, usage_cost
 from compactstore.models import (
     CompactionResult,
+    CompactStrategy,
     CompactTrigger,
 )
+from compactstore.providers import compaction_text, refuses_provider_object, split_compaction
 from compactstore.session_history import SessionHistory
 from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
@@ -150,6 +153,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
         messages, count = response_turn(self.format, response)
+        provided = None
+        if self.format == "anthropic" and messages:
+            # A threshold compaction: the reply starts with the provider's block. It becomes
+            # a boundary (strategy provider, trigger server); the rest is the turn.
+            provided, messages = split_compaction(messages, response)
         ledger = response_usage(self.format, response)
         cost = None if ledger is None else usage_cost(self.store.prices, ledger)
         model = response_model(response)
@@ -169,6 +177,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             calibration = None
             if model is not None and model != row.model:
                 repo.update_session(connection, self.id, model=model)
+                row = self._locked(connection)
+            if provided is not None:
+                record_provider_compaction(
+                    connection,
+                    self.id,
+                    self._context(connection, row),
+                    provided,
+                    compaction_text(provided),
+                    called,
+                )
                 row = self._locked(connection)
             if edits:
                 policy, _ = resolve_policy(
@@ -465,7 +483,12 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     def _target(self) -> compaction.Target:
         store = self.store
         return compaction.Target(
-            self.id, self.adapter, store._cache, store.location, store.model_capabilities
+            self.id,
+            self.adapter,
+            store._cache,
+            store.location,
+            store.model_capabilities,
+            prices=store.prices,
         )
 
     def _background(self, request: compaction.Request) -> CompactionResult:
@@ -553,12 +576,27 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         Attempt 1 forces a full compact; if usage is still not below 87.3% of the window,
         and on attempts 2 and 3, the kept messages are truncated to the newest 40/30/20%.
         The attempt counter resets on success and when record_usage() reports a call.
+
+        An error that refuses the provider's compaction block the session sends
+        (``compaction_signature_invalid``, ``invalid_encrypted_content``) rolls that
+        provider boundary back and compacts the range on the client instead, recording the
+        error with the compaction: nothing is lost, the next request is valid.
         """
         if not isinstance(error_message, str):
             raise InvalidInputError("error_message must be the API's error text (a string)")
         # Recorded in a text column: a NUL in it must not stop the recovery.
         error = storable_text(error_message)
-        return self._compaction(compaction.reactive_request(now_or_clock(now), error))
+        at = now_or_clock(now)
+        if refuses_provider_object(error):
+            # The provider refused the compaction block the wire view sends (its signature,
+            # or a model that cannot read it): that boundary is rolled back (the readable
+            # turns return) and the range compacted on the client, the error recorded.
+            live = self.boundaries()
+            if live and live[-1].strategy == CompactStrategy.PROVIDER:
+                self.rollback(live[-1].id, now=at)
+                plugins = replace(self._plugins(), compactor=None)
+                return self._compaction(compaction.reactive_request(at, error), plugins)
+        return self._compaction(compaction.reactive_request(at, error))
 
     def compact(
         self,

@@ -38,11 +38,17 @@ class SessionBase:
     """A session handle: the store it belongs to and its stored settings."""
 
     def __init__(
-        self, store: CompactStore, row: repo.SessionRow, summarizer: Summarizer | None = None
+        self,
+        store: CompactStore,
+        row: repo.SessionRow,
+        summarizer: Summarizer | None = None,
+        compactor: Any = None,
     ) -> None:
         self.store = store
         # This handle's summarizer (store.session(..., summarizer=)); the store's otherwise.
         self._summarizer = summarizer
+        # This handle's provider compactor (store.session(..., compactor=)); likewise.
+        self._compactor = compactor
         self.id = row.id
         store._cache.pin(self, row.id)  # its context stays cached while this handle lives
         self.format = row.format
@@ -88,6 +94,8 @@ class SessionBase:
     def _plugins(self) -> compaction.Plugins:
         """The store's plug-ins, with this handle's own summarizer when it was given one."""
         plugins = self.store.plugins
+        if self._compactor is not None:
+            plugins = replace(plugins, compactor=self._compactor)
         if self._summarizer is None:
             return plugins
         return replace(

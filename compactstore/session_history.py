@@ -7,7 +7,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compactstore.core import checks, edits, replay
+from compactstore.core import checks, compaction, edits, replay
+from compactstore.core.cache import read_context
 from compactstore.core.checks import now_or_clock
 from compactstore.core.recording import boundary_model, compaction_model, unrecorded_result
 from compactstore.core.sessions import require
@@ -129,12 +130,13 @@ class SessionHistory(SessionBase):
         give a byte-identical boundary and summary: the recorded summary text (rule-based
         or a summarizer's) is reused whenever the replayed cut removes exactly the recorded
         seqs; otherwise the summary is rule-based, and with ``resummarize=True`` the
-        summarizer is asked again. ``result.summary.source`` says which (``"recorded"``,
-        ``"rule"`` or ``"summarizer"``). ``apply=True`` records the result as a new
-        compaction: allowed on the latest live boundary (which it replaces) or on a
-        rolled-back one whose parent is the live boundary again. The engines and the
-        summary keep the recorded time; the new rows and the rollback they imply are dated
-        ``now`` (epoch seconds; default: the clock).
+        summarizer is asked again (the session's provider compactor first, when it has
+        one: a provider boundary is requested again). ``result.summary.source`` says which
+        (``"recorded"``, ``"rule"``, ``"summarizer"`` or ``"provider"``). ``apply=True``
+        records the result as a new compaction: allowed on the latest live boundary
+        (which it replaces) or on a rolled-back one whose parent is the live boundary
+        again. The engines and the summary keep the recorded time; the new rows and the
+        rollback they imply are dated ``now`` (epoch seconds; default: the clock).
 
         Raises:
             NotFoundError: no such boundary in this session.
@@ -150,10 +152,10 @@ class SessionHistory(SessionBase):
         service = None
         if resummarize:
             plugins = self._plugins()
-            if plugins.summarizer is None:
+            if plugins.summarizer is None and plugins.compactor is None:
                 raise InvalidInputError(
-                    "resummarize=True needs a summarizer: give one to CompactStore.open or "
-                    "store.session"
+                    "resummarize=True needs a summarizer or a compactor: give one to "
+                    "CompactStore.open or store.session"
                 )
             service = SummaryCall(
                 summarizer=plugins.summarizer,
@@ -164,6 +166,10 @@ class SessionHistory(SessionBase):
                 calls_left=1,
                 redactor=plugins.redactor,
                 loop=plugins.loop,
+                # A provider compactor asks the provider again (system: the session's).
+                compactor=plugins.compactor,
+                model=self.model,
+                system=store._read(self._request_system) if plugins.compactor else None,
             )
 
         def plan(connection: Connection) -> replay.ReplayPlan:
@@ -193,6 +199,21 @@ class SessionHistory(SessionBase):
         result = store._write(commit)
         store._notify(result)
         return result
+
+    def _request_system(self, connection: Connection) -> Any:
+        """The ``system`` this session's requests send (a provider compaction's too)."""
+        store = self.store
+        row = require(connection, self.id, store.location)
+        context = read_context(
+            connection,
+            store._cache,
+            self.id,
+            self.adapter,
+            store.token_counter,
+            location=store.location,
+            row=row,
+        )
+        return compaction.request_system(context)
 
     def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
         """The recorded boundaries, oldest first."""

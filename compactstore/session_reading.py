@@ -18,6 +18,7 @@ from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats.request import build_request_params, session_fields
 from compactstore.frozen import freeze, thaw
+from compactstore.providers import compaction_block
 from compactstore.session_base import SessionBase
 
 __all__ = ["SessionReading"]
@@ -87,6 +88,8 @@ class SessionReading(SessionBase):
                 drop_block=self._thinking_binding == "drop_block",
                 thinking=thinking,
                 extra_headers=extra_headers,
+                provider_compaction=bool(params["messages"])
+                and compaction_block(params["messages"][0]) is not None,
             )
         )
         return params

@@ -37,7 +37,12 @@ from compactstore.core.sessions import (
     session_infos,
 )
 from compactstore.core.steps import Op, drive
-from compactstore.core.summarizing import Redactor, check_summarizer, summarizer_name
+from compactstore.core.summarizing import (
+    Redactor,
+    check_compactor,
+    check_summarizer,
+    summarizer_name,
+)
 from compactstore.db import jobs
 from compactstore.db import repository as repo
 from compactstore.db.engine import (
@@ -120,6 +125,7 @@ class CompactStore:
         on_compaction: CompactionCallback | None = None,
         redactor: Redactor | None = None,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+        compactor: Any = None,
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
         model_capabilities: Mapping[str, ModelCapabilities] | None = None,
@@ -133,6 +139,7 @@ class CompactStore:
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
         self.summarizer = check_summarizer(summarizer, allow_async=self._async_summarizers)
+        self.compactor = check_compactor(compactor)
         self.memory_provider = checked_memory_provider(memory_provider)
         for name, value in (("on_compaction", on_compaction), ("redactor", redactor)):
             if value is not None and not callable(value):
@@ -169,6 +176,7 @@ class CompactStore:
         allow_block_types: AllowBlockTypes = None,
         prices: Prices | None = None,
         model_capabilities: Mapping[str, ModelCapabilities] | None = None,
+        compactor: Any = None,
     ) -> CompactStore:
         """Open (and create or upgrade) a store.
 
@@ -238,6 +246,7 @@ class CompactStore:
         location = describe(url)
         # Checked before the database is touched.
         check_summarizer(summarizer)
+        check_compactor(compactor)
         checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         table = price_table(prices)
@@ -261,6 +270,7 @@ class CompactStore:
             on_compaction=on_compaction,
             redactor=redactor,
             cache_sessions=cache_sessions,
+            compactor=compactor,
             allow_block_types=allow_block_types,
             prices=table,
             model_capabilities=model_capabilities,
@@ -303,6 +313,7 @@ class CompactStore:
             self.memory_provider,
             summarizer_name=None if summarizer is None else summarizer_name(summarizer),
             redactor=self.redactor,
+            compactor=self.compactor,
         )
 
     def _summarizer_executor(self) -> ThreadPoolExecutor:
@@ -414,6 +425,7 @@ class CompactStore:
         cwd: str | None = None,
         summarizer: Summarizer | None = None,
         model: str | None = None,
+        compactor: Any = None,
     ) -> Session:
         """Open a session, creating it when it does not exist.
 
@@ -429,6 +441,9 @@ class CompactStore:
         ``model`` is the model the session talks to (recorded; ``append_response`` records
         each response's model too): with ``edit_policy="auto"`` it decides whether
         compactions edit sent messages in place or append only (compactstore.capabilities).
+        ``compactor`` (compactstore.providers, e.g. ``AnthropicCompactor``) has the provider
+        summarise what this session's auto-compact and ``compact()`` cut, instead of the
+        store's; the summarizer (or the rule-based summary) is its fallback.
 
         Raises:
             ConflictError: the session exists with another format, context window or cwd.
@@ -447,6 +462,7 @@ class CompactStore:
         created = checks.now_or_clock(now)
         own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
+        own_compactor = check_compactor(compactor)
 
         def tx(connection: Connection) -> repo.SessionRow:
             row = open_session(
@@ -465,7 +481,7 @@ class CompactStore:
                 row = replace(row, summarizer=name)
             return row
 
-        return Session(self, self._write(tx), summarizer=own)
+        return Session(self, self._write(tx), summarizer=own, compactor=own_compactor)
 
     def get_session(self, session_id: str) -> Session:
         """Open an existing session; NotFoundError when there is none."""

@@ -40,9 +40,11 @@ from tests.mock_http import http_module
 
 __all__ = [
     "BINDING_BETA",
+    "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "PREFIX_CHECK_MODELS",
     "RULES",
+    "THRESHOLD_COMPACTION_BETA",
     "ApiError",
     "CodingAgent",
     "FakeMessagesAPI",
@@ -52,6 +54,8 @@ __all__ = [
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+COMPACTION_BETA = "compact-2026-09-04"  # on-demand compaction (top-level `compaction`)
+THRESHOLD_COMPACTION_BETA = "compact-2026-01-12"  # the `compact_20260112` edit
 # The models the "Prefix checks" page lists (dated ids start with these).
 PREFIX_CHECK_MODELS = (
     "claude-fable-5-2",
@@ -89,6 +93,11 @@ class ApiError(Exception):
 
 def _invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_request_error", message)
+
+
+def _typed(kind: str, message: str) -> ApiError:
+    """A typed 400 of compaction (``error.type`` names the failure)."""
+    return ApiError(400, kind, message)
 
 
 # -- the request as the checks see it ----------------------------------------------------
@@ -149,6 +158,15 @@ class Request:
     applied_edits: list[dict[str, Any]] = field(default_factory=list)
     cleared: dict[tuple[int, int], int] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
+    # Compaction: the message the API starts from (what came before a threshold block is
+    # dropped), the threshold edit that fires on this request, if any.
+    start: int = 0
+    threshold: dict[str, Any] | None = None
+
+    @property
+    def compaction(self) -> dict[str, Any] | None:
+        value = self.body.get("compaction")
+        return value if isinstance(value, dict) else None
 
     @classmethod
     def parse(cls, body: dict[str, Any], betas: frozenset[str], path: str) -> Request:
@@ -190,28 +208,43 @@ class Request:
         return [
             (i, j, block)
             for i, message in enumerate(self.messages)
+            if i >= self.start
             for j, block in enumerate(_blocks(message.get("content")))
             if block.get("type") in _THINKING
         ]
 
     def prefix(self, i: int, j: int) -> tuple[str, list[str]]:
-        """The prefix of block (i, j): the hash of its content without thinking blocks and
-        cache_control, and the ids of the thinking blocks in it, in order."""
-        content: list[Any] = [_plain(self.system), _plain(self.tools)]
+        """The prefix of block (i, j): a hash chain over its content without thinking blocks
+        and cache_control (system and tools, then one link per message), and the ids of the
+        thinking blocks in it, in order. A valid compaction block stands for the messages it
+        summarised: the chain goes on from the link it was signed over, and the thinking
+        blocks before it are gone (as from the start)."""
+        state = _digest([_plain(self.system), _plain(self.tools)])
         ids: list[str] = []
         for m, message in enumerate(self.messages[: i + 1]):
             blocks = _blocks(message.get("content"))
             if m == i:
                 blocks = blocks[:j]
-            kept = []
+            kept: list[Any] = []
             for block in blocks:
-                if block.get("type") in _THINKING:
+                kind = block.get("type")
+                if kind == "compaction":
+                    state, ids, kept = str(_compaction_payload(block).get("s", "?")), [], []
+                elif kind in _THINKING:
                     ids.append(_signed(block).get("id", "?"))
                 else:
                     kept.append(_plain(block))
             if kept:
-                content.append([message.get("role"), kept])
-        return _digest(content), ids
+                state = _digest([state, [message.get("role"), kept]])
+        return state, ids
+
+    def compaction_blocks(self) -> list[tuple[int, int, dict[str, Any]]]:
+        return [
+            (i, j, block)
+            for i, message in enumerate(self.messages)
+            for j, block in enumerate(_blocks(message.get("content")))
+            if block.get("type") == "compaction"
+        ]
 
 
 # -- signatures ---------------------------------------------------------------------------
@@ -240,6 +273,28 @@ def _signed(block: Mapping[str, Any]) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
+def _compaction_fields(block: Mapping[str, Any]) -> dict[str, Any]:
+    """What a compaction block's signature covers: every field but the signature itself
+    and ``cache_control`` (the block is sent back byte-identical, a breakpoint aside)."""
+    return {
+        k: v for k, v in block.items() if k not in ("signature", "cache_control") and v is not None
+    }
+
+
+def _compaction_payload(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The payload of a compaction block's signature; {} when the fake did not issue it or
+    any signed field changed."""
+    token = block.get("signature")
+    if not isinstance(token, str) or "." not in token:
+        return {}
+    payload = _signed({"type": "thinking", "signature": token})
+    if payload.get("k") not in ("summarize", "threshold"):
+        return {}
+    if payload.get("f") != _digest(_compaction_fields(block))[:24]:
+        return {}
+    return payload
+
+
 # -- the rules ----------------------------------------------------------------------------
 
 
@@ -259,7 +314,9 @@ def _check_roles(api: FakeMessagesAPI, req: Request) -> None:
     for i, message in enumerate(req.messages):
         if message.get("role") not in ("user", "assistant"):
             raise _invalid(f"messages.{i}.role: Input should be 'user' or 'assistant'")
-    if req.messages[0].get("role") != "user":
+    first = _blocks(req.messages[0].get("content"))[:1]
+    led = bool(first) and first[0].get("type") == "compaction"
+    if req.messages[0].get("role") != "user" and not led:
         raise _invalid('messages: first message must use the "user" role')
 
 
@@ -269,9 +326,12 @@ def _check_beta_fields(api: FakeMessagesAPI, req: Request) -> None:
             f"thinking.block_binding: this field requires the beta header "
             f"'anthropic-beta: {BINDING_BETA}'"
         )
-    if req.body.get("context_management") is not None and CONTEXT_MANAGEMENT_BETA not in (
-        req.betas
-    ):
+    clears = [
+        edit
+        for edit in (req.body.get("context_management") or {}).get("edits") or ()
+        if isinstance(edit, dict) and edit.get("type") != "compact_20260112"
+    ]
+    if clears and CONTEXT_MANAGEMENT_BETA not in req.betas:
         raise _invalid(
             f"context_management: this field requires the beta header "
             f"'anthropic-beta: {CONTEXT_MANAGEMENT_BETA}'"
@@ -282,6 +342,122 @@ def _check_beta_fields(api: FakeMessagesAPI, req: Request) -> None:
             "thinking.block_binding.prefix_mismatch_behavior: Input should be 'error' or "
             f"'drop_block', got {behavior!r}"
         )
+
+
+def _entry(message: Mapping[str, Any]) -> str:
+    """A short digest of a message as the prefix chain links it (thinking left out)."""
+    blocks = [_plain(b) for b in _blocks(message.get("content")) if b.get("type") not in _THINKING]
+    return _digest([message.get("role"), blocks])[:16]
+
+
+def _check_compaction_beta(api: FakeMessagesAPI, req: Request) -> None:
+    config = req.compaction
+    if "compaction" in req.body and config is None:
+        raise _invalid("compaction: Input should be an object")
+    blocks = req.compaction_blocks()
+    if (config is not None or blocks) and not req.betas & {
+        COMPACTION_BETA,
+        THRESHOLD_COMPACTION_BETA,
+    }:
+        what = "compaction" if config is not None else "messages: a `compaction` block"
+        raise _invalid(f"{what}: this requires the beta header 'anthropic-beta: {COMPACTION_BETA}'")
+    if config is None:
+        return
+    if config.get("type") != "summarize":
+        raise _invalid(f"compaction.type: Input should be 'summarize', got {config.get('type')!r}")
+    if COMPACTION_BETA not in req.betas:
+        raise _invalid(
+            f"compaction: this field requires the beta header 'anthropic-beta: {COMPACTION_BETA}'"
+        )
+    if req.body.get("context_management") is not None:
+        raise _invalid("compaction: cannot be combined with `context_management`")
+
+
+def _check_compaction_placement(api: FakeMessagesAPI, req: Request) -> None:
+    blocks = req.compaction_blocks()
+    if len(blocks) > 1:
+        raise _typed(
+            "compaction_block_misplaced",
+            f"messages: found {len(blocks)} `compaction` blocks; a request holds at most one, "
+            "the newest (leave out the earlier ones with what they summarised)",
+        )
+    for i, j, block in blocks:
+        kind = _compaction_payload(block).get("k")
+        if j != 0:
+            raise _typed(
+                "compaction_block_misplaced",
+                f"messages.{i}.content.{j}: a `compaction` block must be the first block of "
+                "its message",
+            )
+        if kind == "threshold" and req.messages[i].get("role") != "assistant":
+            raise _typed(
+                "compaction_block_misplaced",
+                f"messages.{i}: a `compaction` block from a response belongs at the start of "
+                "that assistant message",
+            )
+        if kind != "threshold" and i != 0:
+            raise _typed(
+                "compaction_block_misplaced",
+                f"messages.{i}.content.0: a `compaction` block goes first, in the first "
+                "message, in place of the messages it summarises",
+            )
+        req.start = i
+
+
+def _check_compaction_signature(api: FakeMessagesAPI, req: Request) -> None:
+    for i, j, block in req.compaction_blocks():
+        payload = _compaction_payload(block)
+        if not payload:
+            raise _typed(
+                "compaction_signature_invalid",
+                f"messages.{i}.content.{j}: Invalid `signature` in `compaction` block: send "
+                "the block back exactly as it was returned",
+            )
+        if payload.get("m") != req.model:
+            raise _typed(
+                "compaction_signature_invalid",
+                f"messages.{i}.content.{j}: this `compaction` block was produced by "
+                f"{payload.get('m')} and cannot be read by {req.model}",
+            )
+
+
+def _check_compaction_content(api: FakeMessagesAPI, req: Request) -> None:
+    for i, _, block in req.compaction_blocks():
+        summarised = list(_compaction_payload(block).get("e", []))
+        after = [_entry(m) for m in req.messages[i + 1 : i + 1 + len(summarised)]]
+        if summarised and after == summarised:
+            raise _typed(
+                "compaction_content_mismatch",
+                f"messages.{i + 1}: the messages a `compaction` block summarised are sent "
+                "again after it; send the block in their place",
+            )
+
+
+def _check_compaction_request(api: FakeMessagesAPI, req: Request) -> None:
+    if req.compaction is None:
+        return
+    rest = [
+        b
+        for m in req.messages[req.start :]
+        for b in _blocks(m.get("content"))
+        if b.get("type") != "compaction"
+    ]
+    if not rest:
+        raise _typed(
+            "compaction_nothing_to_summarize",
+            "messages: nothing to summarise after the `compaction` block",
+        )
+    last = req.messages[-1]
+    if last.get("role") == "assistant" and any(
+        b.get("type") == "tool_use" for b in _blocks(last.get("content"))
+    ):
+        raise _invalid(
+            f"messages.{len(req.messages) - 1}: a compaction request must not end with tool "
+            "calls that have no results; cut where every call and its result are on one side"
+        )
+    if api.unavailable > 0:
+        api.unavailable -= 1
+        raise ApiError(529, "compaction_unavailable", "Compaction is temporarily unavailable.")
 
 
 def _check_pairing(api: FakeMessagesAPI, req: Request) -> None:
@@ -356,14 +532,15 @@ def _check_prefix(api: FakeMessagesAPI, req: Request) -> None:
 
 
 def _check_continuation(api: FakeMessagesAPI, req: Request) -> None:
-    if not req.thinks or len(req.messages) < 2:
-        return
+    if not req.thinks or len(req.messages) < 2 or req.compaction is not None:
+        return  # a compaction request samples nothing: no turn is continued
     last = req.messages[-1]
     blocks = _blocks(last.get("content"))
     if last.get("role") != "user" or not any(b.get("type") == "tool_result" for b in blocks):
         return
     i = len(req.messages) - 2
-    first = _blocks(req.messages[i].get("content"))[:1]
+    first = [b for b in _blocks(req.messages[i].get("content")) if b.get("type") != "compaction"]
+    first = first[:1]
     found = first[0].get("type") if first else "nothing"
     if found not in _THINKING:
         raise _invalid(
@@ -384,7 +561,7 @@ def _check_context_management(api: FakeMessagesAPI, req: Request) -> None:
         raise _invalid("context_management.edits: Field required")
     kinds = [e.get("type") for e in edits if isinstance(e, dict)]
     for n, kind in enumerate(kinds):
-        if kind not in ("clear_tool_uses_20250919", "clear_thinking_20251015"):
+        if kind not in ("clear_tool_uses_20250919", "clear_thinking_20251015", "compact_20260112"):
             raise _invalid(f"context_management.edits.{n}.type: unknown edit type {kind!r}")
         if kind == "clear_thinking_20251015" and n != 0:
             raise _invalid(
@@ -393,6 +570,16 @@ def _check_context_management(api: FakeMessagesAPI, req: Request) -> None:
     for edit in edits:
         if edit.get("type") == "clear_tool_uses_20250919":
             _clear_tool_uses(req, edit)
+    for edit in edits:
+        if edit.get("type") == "compact_20260112":
+            if THRESHOLD_COMPACTION_BETA not in req.betas:
+                raise _invalid(
+                    "context_management.edits: `compact_20260112` requires the beta header "
+                    f"'anthropic-beta: {THRESHOLD_COMPACTION_BETA}'"
+                )
+            trigger = int((edit.get("trigger") or {}).get("value") or 150_000)
+            if _input_tokens(req) >= trigger:
+                req.threshold = edit
 
 
 def _clear_tool_uses(req: Request, edit: dict[str, Any]) -> None:
@@ -437,6 +624,8 @@ def _input_tokens(req: Request) -> int:
     dropped = {(i, j) for i, j, _ in req.dropped}
     total = _tokens(req.system) + _tokens(req.tools)
     for i, message in enumerate(req.messages):
+        if i < req.start:
+            continue  # before a threshold compaction block: dropped by the API
         for j, block in enumerate(_blocks(message.get("content"))):
             if (i, j) in dropped:
                 continue
@@ -466,6 +655,8 @@ def _check_cache(api: FakeMessagesAPI, req: Request) -> None:
     for block in req.system:
         units.append((_plain(block), _tokens(block), _ttl(block)))
     for i, message in enumerate(req.messages):
+        if i < req.start:
+            continue
         for j, block in enumerate(_blocks(message.get("content"))):
             if (i, j) in dropped or (block.get("type") in _THINKING and not req.prefix_checks):
                 continue
@@ -546,6 +737,40 @@ RULES: tuple[Rule, ...] = (
         _check_beta_fields,
     ),
     Rule(
+        "compaction_beta",
+        "A top-level `compaction` (type 'summarize') or a `compaction` block needs the "
+        "compact-2026-09-04 beta header (compact-2026-01-12 for a threshold block); "
+        "`compaction` is not combined with `context_management`.",
+        _check_compaction_beta,
+    ),
+    Rule(
+        "compaction_placement",
+        "At most one `compaction` block per request, the first block of its message: an "
+        "on-demand block in the first message, a threshold block at the start of the "
+        "assistant message that returned it (the API drops what came before it); else 400 "
+        "compaction_block_misplaced.",
+        _check_compaction_placement,
+    ),
+    Rule(
+        "compaction_signature",
+        "A `compaction` block is sent back byte-identical (cache_control aside), signed by the "
+        "API for this model: else 400 compaction_signature_invalid.",
+        _check_compaction_signature,
+    ),
+    Rule(
+        "compaction_content",
+        "The messages a `compaction` block summarised are not sent again after it: else 400 "
+        "compaction_content_mismatch.",
+        _check_compaction_content,
+    ),
+    Rule(
+        "compaction_request",
+        "A compaction request has something to summarise besides a block (else 400 "
+        "compaction_nothing_to_summarize) and no open tool call at its end; 529 "
+        "compaction_unavailable while the service is down.",
+        _check_compaction_request,
+    ),
+    Rule(
         "tool_pairing",
         "Every tool_use is answered by a tool_result in the next (user) message, every "
         "tool_result answers a tool_use of the message before, results first.",
@@ -567,7 +792,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "thinking_continuation",
         "With thinking on, a tool-use continuation's final assistant message starts with "
-        "its thinking block.",
+        "its thinking block (not on a compaction request, which continues no turn).",
         _check_continuation,
     ),
     Rule(
@@ -668,6 +893,10 @@ class FakeMessagesAPI:
         self.bodies: list[dict[str, Any]] = []
         self.cache_read = 0  # input tokens read from the cache, over every call
         self.input_total = 0  # input tokens (read, written and not cached), over every call
+        self.unavailable = 0  # compaction requests still to answer 529 compaction_unavailable
+        # Stop reasons of the next compaction requests to fail as documented: 200, no content.
+        self.compaction_failures: list[str] = []
+        self.compactions: list[dict[str, Any]] = []  # the compaction blocks issued
         self._next_id = 0
 
     def context_window(self, model: str) -> int:
@@ -703,10 +932,21 @@ class FakeMessagesAPI:
         return self.http.Response(200, json=self._message(req, request_id))
 
     def _message(self, req: Request, request_id: str) -> dict[str, Any]:
+        if req.compaction is not None:
+            return self._compacted(req)
+        compaction: dict[str, Any] | None = None
+        if req.threshold is not None:
+            compaction = self._compaction_block(req, "threshold", req.threshold.get("instructions"))
+            if req.threshold.get("pause_after_compaction"):
+                return self._envelope(
+                    req, [compaction], "compaction", self._iterations(req, [compaction])
+                )
         content, stop = self.agent.reply(req, self._next_id)
         if req.thinks:
             text = self.agent.thought(req)
-            content = [self._thinking(req, text), *content]
+            content = [self._thinking(req, text, compaction), *content]
+        if compaction is not None:
+            content = [compaction, *content]
         self.dropped += len(req.dropped)
         self.applied_edits.extend(req.applied_edits)
         self.cache_read += int(req.usage["cache_read_input_tokens"])
@@ -714,17 +954,15 @@ class FakeMessagesAPI:
             int(req.usage[k])
             for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         )
-        output = sum(_tokens(block) for block in content)
-        message: dict[str, Any] = {
-            "id": f"msg_fake{self._next_id:06d}",
-            "type": "message",
-            "role": "assistant",
-            "model": req.model,
-            "content": content,
-            "stop_reason": stop,
-            "stop_sequence": None,
-            "usage": {**req.usage, "output_tokens": output},
-        }
+        iterations = None
+        usage = dict(req.usage)
+        if compaction is not None:
+            iterations = self._iterations(req, [compaction])
+            # The sampling ran on the compacted context: the block and what follows.
+            after = _tokens(req.system) + _tokens(req.tools) + _tokens(compaction)
+            usage = {**_no_usage(), "input_tokens": after}
+            iterations.append({"type": "message", **usage, "output_tokens": 0})
+        message = self._envelope(req, content, stop, iterations, usage)
         if req.dropped:
             message["input_transformations"] = [
                 {"type": "thinking_dropped", "path": f"messages.{i}.content.{j}", "reason": why}
@@ -734,13 +972,112 @@ class FakeMessagesAPI:
             message["context_management"] = {"applied_edits": req.applied_edits}
         return message
 
-    def _thinking(self, req: Request, text: str) -> dict[str, Any]:
-        """A thinking block signed over its prefix: the whole request as sent."""
-        end = len(req.messages)
-        content, ids = req.prefix(end, 0)
+    def _envelope(
+        self,
+        req: Request,
+        content: list[dict[str, Any]],
+        stop: str,
+        iterations: list[dict[str, Any]] | None,
+        usage: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        output = sum(_tokens(block) for block in content)
+        body_usage: dict[str, Any] = {**(usage if usage is not None else _no_usage())}
+        body_usage["output_tokens"] = output if usage is not None else 0
+        if iterations is not None:
+            if iterations and iterations[-1]["type"] == "message":
+                iterations[-1]["output_tokens"] = output - sum(
+                    _tokens(b) for b in content if b.get("type") == "compaction"
+                )
+            body_usage["iterations"] = iterations
+        return {
+            "id": f"msg_fake{self._next_id:06d}",
+            "type": "message",
+            "role": "assistant",
+            "model": req.model,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": body_usage,
+        }
+
+    def _compacted(self, req: Request) -> dict[str, Any]:
+        """The answer to an on-demand compaction request: the block alone, or a documented
+        failure (200, no content, another stop reason)."""
+        if self.compaction_failures:
+            return self._envelope(req, [], self.compaction_failures.pop(0), None)
+        config = req.compaction or {}
+        block = self._compaction_block(req, "summarize", config.get("instructions"))
+        self.cache_read += int(req.usage["cache_read_input_tokens"])
+        return self._envelope(req, [block], "compaction", self._iterations(req, [block]))
+
+    def _iterations(self, req: Request, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The compaction's own billed usage: it read the whole request, wrote the summary."""
+        return [
+            {
+                "type": "compaction",
+                **{k: req.usage[k] for k in _no_usage()},
+                "output_tokens": sum(_tokens(b) for b in blocks),
+            }
+        ]
+
+    def _compaction_block(self, req: Request, kind: str, instructions: Any) -> dict[str, Any]:
+        """A signed compaction block over the messages the API sees on this request."""
+        seen = req.messages[req.start :]
+        tasks = sum(
+            1
+            for m in seen
+            if m.get("role") == "user"
+            and not any(b.get("type") == "tool_result" for b in _blocks(m.get("content")))
+        )
+        calls = [
+            f"{b.get('name')}({json.dumps(b.get('input'), sort_keys=True)})"
+            for m in seen
+            for b in _blocks(m.get("content"))
+            if b.get("type") == "tool_use"
+        ]
+        text = (
+            f"<summary>Summary of {len(seen)} messages: {tasks} task(s) from the user, "
+            f"{len(calls)} tool call(s)"
+            + (f", the last ones {', '.join(calls[-3:])}" if calls else "")
+            + "."
+            + (f" Following: {str(instructions).strip()[:120]}" if instructions else "")
+            + "</summary>"
+        )
+        state, _ = req.prefix(len(req.messages), 0)
+        fields = {"type": "compaction", "content": text}
+        self.compactions.append(fields)
+        payload = {
+            "k": kind,
+            "id": f"cmp_{self._next_id:06d}",
+            "m": req.model,
+            "s": state,
+            "e": [_entry(m) for m in seen[:2] if m.get("content")] if kind == "summarize" else [],
+            "f": _digest(fields)[:24],
+        }
+        return {**fields, "signature": _sign(payload)}
+
+    def _thinking(
+        self, req: Request, text: str, compaction: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A thinking block signed over its prefix: the whole request as sent, or the
+        compaction block this very response starts with."""
+        ids: list[str]
+        if compaction is not None:
+            content, ids = str(_compaction_payload(compaction).get("s")), []
+        else:
+            content, ids = req.prefix(len(req.messages), 0)
         block_id = f"th_{self._next_id:06d}"
         payload = {"id": block_id, "m": req.model, "p": content, "t": ids, "d": _digest(text)[:16]}
         return {"type": "thinking", "thinking": text, "signature": _sign(payload)}
+
+
+def _no_usage() -> dict[str, Any]:
+    return {
+        "input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+    }
 
 
 def fake_client(sdk: ModuleType, **options: Any) -> tuple[Any, FakeMessagesAPI]:

@@ -11,8 +11,10 @@ import pytest
 
 from tests.fake_messages_api import (
     BINDING_BETA,
+    COMPACTION_BETA,
     CONTEXT_MANAGEMENT_BETA,
     RULES,
+    THRESHOLD_COMPACTION_BETA,
     FakeMessagesAPI,
     fake_client,
 )
@@ -267,3 +269,294 @@ def test_prompt_cache_ttls_on_the_simulated_clock(client: Any) -> None:
         {"type": "text", "text": str(n), "cache_control": {"type": "ephemeral"}} for n in range(5)
     ]
     assert "maximum of 4" in _refused(client, messages, "prompt_cache", system=many)
+
+
+# -- compaction ----------------------------------------------------------------------------
+
+
+def _compact(client: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "model": NEW,
+        "max_tokens": 1_024,
+        "system": SYSTEM,
+        "tools": TOOLS,
+        "compaction": {"type": "summarize"},
+        "betas": [COMPACTION_BETA],
+    }
+    options.update(kwargs)
+    return client.beta.messages.create(messages=messages, **options)
+
+
+def _beta(client: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "model": NEW,
+        "max_tokens": 1_024,
+        "system": SYSTEM,
+        "tools": TOOLS,
+        "betas": [COMPACTION_BETA],
+    }
+    options.update(kwargs)
+    return client.beta.messages.create(messages=messages, **options)
+
+
+def _typed_refusal(client: Any, call: Any, kind: str, rule: str, status: int = 400) -> str:
+    api: FakeMessagesAPI = client._fake
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        call()
+    assert caught.value.status_code == status
+    assert api.errors[-1]["rule"] == rule
+    assert api.errors[-1]["type"] == kind
+    message: str = api.errors[-1]["message"]
+    return message
+
+
+def _turn_start(messages: list[dict[str, Any]], n: int) -> int:
+    """The index of the n-th user message that is a new instruction (not tool results)."""
+    starts = [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "user"
+        and not (isinstance(m["content"], list) and m["content"][0]["type"] == "tool_result")
+    ]
+    return starts[n]
+
+
+def _history(client: Any, tasks: int) -> list[dict[str, Any]]:
+    """A conversation of ``tasks`` finished tasks (each a tool loop), then a new instruction."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing tests."}]
+    while (
+        sum(1 for m in messages if m["role"] == "user" and isinstance(m["content"], str)) <= tasks
+    ):
+        reply = _create(client, messages)
+        content = [block.model_dump(exclude_none=True) for block in reply.content]
+        messages.append({"role": "assistant", "content": content})
+        calls = [b for b in content if b["type"] == "tool_use"]
+        if calls:
+            results = [
+                {"type": "tool_result", "tool_use_id": c["id"], "content": "y = 2\n" * 300}
+                for c in calls
+            ]
+            messages.append({"role": "user", "content": results})
+        else:
+            messages.append({"role": "user", "content": f"Task {len(messages)}: next."})
+    return messages
+
+
+@pytest.mark.slow
+def test_compaction_on_demand_then_the_block_first_in_place_of_what_it_summarised(
+    client: Any,
+) -> None:
+    messages = _history(client, 2)
+    cut = _turn_start(messages, 1)  # keep the second task's tool loop, thinking and all
+    assert any(
+        b["type"] == "thinking"
+        for m in messages[cut:]
+        for b in m["content"]
+        if m["role"] == "assistant"
+    )
+    reply = _compact(client, messages[:cut])
+    assert reply.stop_reason == "compaction"
+    assert [b.type for b in reply.content] == ["compaction"]
+    block = reply.content[0].model_dump(exclude_none=True)
+    assert block["content"].startswith("<summary>") and block["signature"]
+    assert reply.usage.iterations[0].type == "compaction"
+    assert reply.usage.iterations[0].input_tokens > 0
+    assert reply.usage.input_tokens == 0  # the compaction is billed in its iteration only
+    # A block of another conversation in their place: the kept thinking is bound elsewhere.
+    other, _ = _summarised(client)
+    foreign = [{"role": "assistant", "content": [other]}, *messages[cut:]]
+    with pytest.raises(anthropic.BadRequestError, match="different conversation"):
+        _beta(client, foreign)
+    swapped = [{"role": "assistant", "content": [block]}, *messages[cut:]]
+    kept = len(swapped)
+    for _ in range(4):  # the loop goes on after the block: it and every thinking block valid
+        answer = _beta(client, swapped)
+        content = [b.model_dump(exclude_none=True) for b in answer.content]
+        swapped.append({"role": "assistant", "content": content})
+        calls = [b for b in content if b["type"] == "tool_use"]
+        follow: Any = [
+            {"type": "tool_result", "tool_use_id": c["id"], "content": "ok"} for c in calls
+        ]
+        swapped.append({"role": "user", "content": follow or "Go on."})
+    assert len(client._fake.errors) == 1
+    assert kept < len(swapped)
+    # A breakpoint on the block is no change to it.
+    marked = copy.deepcopy(swapped)
+    marked[0]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    _beta(client, marked)
+    assert len(client._fake.errors) == 1
+    # A second compaction summarises the block with what followed it.
+    again = _compact(client, swapped[:-1] if swapped[-1]["content"] == "Go on." else swapped)
+    assert again.content[0].type == "compaction"
+
+
+def test_compaction_beta(client: Any) -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    text = _typed_refusal(
+        client,
+        lambda: _compact(client, messages, betas=[]),
+        "invalid_request_error",
+        "compaction_beta",
+    )
+    assert COMPACTION_BETA in text
+    both = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    text = _typed_refusal(
+        client,
+        lambda: _compact(
+            client,
+            messages,
+            context_management=both,
+            betas=[COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA],
+        ),
+        "invalid_request_error",
+        "compaction_beta",
+    )
+    assert "context_management" in text
+
+
+def _summarised(client: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(an on-demand block, what it summarised)."""
+    messages = [
+        {"role": "user", "content": "Name the entities of a recipe app."},
+        {"role": "assistant", "content": "Recipe, Ingredient and Step."},
+    ]
+    reply = _compact(client, messages)
+    return reply.content[0].model_dump(exclude_none=True), messages
+
+
+def test_compaction_placement(client: Any) -> None:
+    block, _ = _summarised(client)
+    new = {"role": "user", "content": "Add a Tag entity."}
+    second: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "Hi."}, block]}
+    ]
+    text = _typed_refusal(
+        client, lambda: _beta(client, second), "compaction_block_misplaced", "compaction_placement"
+    )
+    assert "first block" in text
+    later: list[dict[str, Any]] = [new, {"role": "assistant", "content": [block]}, new]
+    _typed_refusal(
+        client, lambda: _beta(client, later), "compaction_block_misplaced", "compaction_placement"
+    )
+    twice: list[dict[str, Any]] = [
+        {"role": "assistant", "content": [block]},
+        {"role": "user", "content": [block]},
+    ]
+    text = _typed_refusal(
+        client, lambda: _beta(client, twice), "compaction_block_misplaced", "compaction_placement"
+    )
+    assert "at most one" in text
+    _beta(client, [{"role": "assistant", "content": [block]}, new])
+    _beta(client, [{"role": "user", "content": [block, {"type": "text", "text": "Add a Tag."}]}])
+    assert client._fake.errors[-1]["rule"] == "compaction_placement"  # the three refusals only
+    assert len(client._fake.errors) == 3
+
+
+def test_compaction_signature(client: Any) -> None:
+    block, _ = _summarised(client)
+    new = {"role": "user", "content": "Add a Tag entity."}
+    edited = {**block, "content": block["content"].replace("Summary", "Résumé")}
+    text = _typed_refusal(
+        client,
+        lambda: _beta(client, [{"role": "assistant", "content": [edited]}, new]),
+        "compaction_signature_invalid",
+        "compaction_signature",
+    )
+    assert "exactly as it was returned" in text
+    forged = {**block, "signature": block["signature"][:-4] + "abcd"}
+    _typed_refusal(
+        client,
+        lambda: _beta(client, [{"role": "assistant", "content": [forged]}, new]),
+        "compaction_signature_invalid",
+        "compaction_signature",
+    )
+    text = _typed_refusal(
+        client,
+        lambda: _beta(client, [{"role": "assistant", "content": [block]}, new], model=OLD),
+        "compaction_signature_invalid",
+        "compaction_signature",
+    )
+    assert "cannot be read" in text
+
+
+def test_compaction_content(client: Any) -> None:
+    block, summarised = _summarised(client)
+    again = [{"role": "assistant", "content": [block]}, *summarised]
+    text = _typed_refusal(
+        client,
+        lambda: _beta(client, again),
+        "compaction_content_mismatch",
+        "compaction_content",
+    )
+    assert "in their place" in text
+
+
+def test_compaction_request(client: Any) -> None:
+    block, _ = _summarised(client)
+    text = _typed_refusal(
+        client,
+        lambda: _compact(client, [{"role": "assistant", "content": [block]}]),
+        "compaction_nothing_to_summarize",
+        "compaction_request",
+    )
+    assert "nothing to summarise" in text
+    messages = _loop(client, 2)[:-1]  # ends with an assistant turn whose calls are open
+    assert any(b["type"] == "tool_use" for b in messages[-1]["content"])
+    text = _typed_refusal(
+        client, lambda: _compact(client, messages), "invalid_request_error", "compaction_request"
+    )
+    assert "no results" in text
+    client._fake.unavailable = 1
+    done = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    _typed_refusal(
+        client,
+        lambda: _compact(client, done),
+        "compaction_unavailable",
+        "compaction_request",
+        status=529,
+    )
+    assert _compact(client, done).stop_reason == "compaction"  # up again
+    # A documented failure: 200, no content, a stop reason other than "compaction".
+    client._fake.compaction_failures.append("refusal")
+    failed = _compact(client, done)
+    assert failed.content == [] and failed.stop_reason == "refusal"
+
+
+@pytest.mark.slow
+def test_compaction_at_a_threshold_in_the_response(client: Any) -> None:
+    messages = _loop(client, 5)
+    edit = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 2_000}}
+    with pytest.raises(anthropic.BadRequestError):
+        _beta(client, messages, context_management={"edits": [edit]})
+    assert "compact-2026-01-12" in client._fake.errors[-1]["message"]
+    reply = _beta(
+        client,
+        messages,
+        context_management={"edits": [edit]},
+        betas=[THRESHOLD_COMPACTION_BETA],
+    )
+    content = [b.model_dump(exclude_none=True) for b in reply.content]
+    assert [b["type"] for b in content[:2]] == ["compaction", "thinking"]
+    assert [i.type for i in reply.usage.iterations] == ["compaction", "message"]
+    before = reply.usage.iterations[0].input_tokens
+    assert reply.usage.input_tokens < before  # sampled on the compacted context
+    # Appended as usual: the API drops what came before the block, thinking stays valid.
+    history = [*messages, {"role": "assistant", "content": content}]
+    calls = [b for b in content if b["type"] == "tool_use"]
+    history.append(
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": c["id"], "content": "z"} for c in calls
+            ]
+            or "Go on.",
+        }
+    )
+    n = len(client._fake.errors)
+    big = {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 100_000}}
+    after = _beta(
+        client, history, context_management={"edits": [big]}, betas=[THRESHOLD_COMPACTION_BETA]
+    )
+    assert len(client._fake.errors) == n
+    assert after.content[0].type == "thinking"
+    assert after.usage.input_tokens < before

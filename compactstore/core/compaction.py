@@ -51,7 +51,9 @@ from compactstore.engines.session_memory import MemoryProvider, select_memory
 from compactstore.engines.summary import budget_for
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
+from compactstore.formats.request import build_request_params
 from compactstore.models import CompactionResult, SummaryState
+from compactstore.pricing import PriceTable
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -96,6 +98,7 @@ class Plugins:
     executor: Executor | None = None  # bounded: where sync summarizers run
     redactor: Redactor | None = None
     loop: asyncio.AbstractEventLoop | None = None  # where async summarizers are awaited
+    compactor: Any = None  # a provider compactor (compactstore.providers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class Target:
     capabilities: Mapping[str, ModelCapabilities] = field(
         default_factory=lambda: MODEL_CAPABILITIES
     )
+    # The store's prices (compactstore.pricing): a provider compaction's billed usage is
+    # recorded as a model call with its cost.
+    prices: PriceTable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +293,7 @@ def summary_call(
     if not summarizes(snapshot, plugins):
         return None
     config = snapshot.context.config
+    system = None if plugins.compactor is None else request_system(snapshot.context)
     return SummaryCall(
         summarizer=plugins.summarizer,
         name=plugins.summarizer_name,
@@ -297,14 +304,38 @@ def summary_call(
         redactor=plugins.redactor,
         memo=memo,
         loop=plugins.loop,
+        compactor=plugins.compactor,
+        model=snapshot.session.model,
+        system=system,
+        drop_block=snapshot.session.thinking_binding == "drop_block",
     )
+
+
+def request_system(context: ActiveContext) -> Any:
+    """The ``system`` the session's requests send (None: none): a provider compaction
+    request sends it too, since the block is bound to it."""
+    prompt = [item for item in context.items if item.message.get("role") == "system"]
+    if not prompt:
+        return None
+    wire = build_request_params(
+        context.fmt,
+        context.config,
+        prompt,
+        [item.copy_message() for item in prompt],
+        cache_control=False,
+    )
+    return wire.get("system")
 
 
 def summarizes(snapshot: Snapshot, plugins: Plugins) -> bool:
     """Whether a summarizer is set for the store or the session: a cut then calls it, and
     so takes the lease first. A rule-based cut takes milliseconds and needs no lease: two
     callers racing are settled by the commit's version check."""
-    return plugins.summarizer is not None or snapshot.session.summarizer is not None
+    return (
+        plugins.summarizer is not None
+        or snapshot.session.summarizer is not None
+        or plugins.compactor is not None
+    )
 
 
 def decide(snapshot: Snapshot, request: Request, service: SummaryCall | None) -> Outcome | None:
@@ -367,6 +398,7 @@ def commit(
         instructions=snapshot.inputs.instructions,
         error=request.error,
         started_by=request.started_by,
+        prices=target.prices,
     )
     if owner is not None:
         repo.release_lease(connection, sid, owner)

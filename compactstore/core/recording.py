@@ -18,11 +18,15 @@ from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.core.cache import CachedContext
 from compactstore.core.checks import PendingMessage
 from compactstore.core.replay_inputs import DedupRun, ImportedRun, Recorded, ServerRun
+from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.context import BoundaryRow, CompactionRow
-from compactstore.engines.imported import cut_as_imported
+from compactstore.engines.base import Cut
+from compactstore.engines.imported import cut_as_imported, cut_by_provider
 from compactstore.engines.pipeline import Outcome
+from compactstore.errors import InvalidInputError
 from compactstore.formats.sdk_objects import cleared_tokens
+from compactstore.ledger import call_usage, usage_cost
 from compactstore.models import (
     CompactBoundary,
     CompactionConfig,
@@ -33,6 +37,7 @@ from compactstore.models import (
     ImportedBoundary,
     SummaryInfo,
 )
+from compactstore.pricing import PriceTable
 
 __all__ = [
     "boundary_model",
@@ -61,8 +66,11 @@ def record_outcome(
     error: str | None = None,
     replay_of: int | None = None,
     started_by: int | None = None,
+    prices: PriceTable | None = None,
 ) -> CompactionResult:
     """Write what the engines decided: boundary, compaction row, edits, blobs, counters.
+    A provider compaction's billed usage (its ``usage.iterations``) is a ``model_calls``
+    row, costed at ``prices``.
 
     Args:
         connection: the caller's write transaction, with the session locked.
@@ -118,6 +126,8 @@ def record_outcome(
         boundary = boundary_model(
             row._replace(id=repo.insert_boundary(connection, session_id, **values))
         )
+        if cut.iterations:
+            _record_provider_call(connection, session_id, outcome, cut, at, prices)
     steps = outcome.steps()
     edits, blobs = outcome.edits, outcome.blobs
     cleared = start.cleared_calls((edit.seq, edit.tool_use_ids) for edit in edits)
@@ -125,8 +135,15 @@ def record_outcome(
     strategy, trigger = outcome.strategy, outcome.trigger
     # Where the prefixes of later messages changed (SPEC §9.0 "Thinking"): an edited seq,
     # or, for a cut, every kept message (as ActiveContext.cut() has it).
+    # A provider's compaction block changes no later prefix (ActiveContext.cut()).
+    provided = False
+    if cut_stage is not None and cut_stage.strategy == CompactStrategy.PROVIDER:
+        at = next(i for i, stage in enumerate(outcome.stages) if stage is cut_stage)
+        before = outcome.stages[at - 1].context if at else start
+        provided = cut_stage.context.changes == before.changes  # as ActiveContext.cut() had it
     changed_after = min(
-        [edit.seq for edit in edits] + ([start.first_kept_seq - 1] if cut is not None else []),
+        [edit.seq for edit in edits]
+        + ([start.first_kept_seq - 1] if cut is not None and not provided else []),
         default=None,
     )
     compaction_id = repo.insert_compaction(
@@ -526,6 +543,52 @@ def record_imported(
         call="import", now=at, last_seq=context.last_seq, pre_tokens=boundary.tokens_before
     )
     record_outcome(connection, session_id, cut_as_imported(context, boundary), recorded, at=at)
+
+
+def record_provider_compaction(
+    connection: Connection,
+    session_id: str,
+    context: ActiveContext,
+    message: dict[str, Any],
+    text: str,
+    at: float,
+) -> None:
+    """Record a compaction the provider did on its own (strategy provider, trigger server):
+    a boundary at this point whose summary message is the reply's compaction block."""
+    recorded = ServerRun(call="server", now=at, last_seq=context.last_seq, applied_edits=[])
+    record_outcome(connection, session_id, cut_by_provider(context, message, text), recorded, at=at)
+
+
+def _record_provider_call(
+    connection: Connection,
+    session_id: str,
+    outcome: Outcome,
+    cut: Cut,
+    at: float,
+    prices: PriceTable | None,
+) -> None:
+    """The provider compaction's own call in the ledger: its billed tokens are the
+    ``compaction`` iterations (none in the top-level counts), at its model's prices."""
+    model = cut.summary.model if cut.summary is not None else None
+    try:
+        ledger = call_usage(model=model, iterations=[dict(i) for i in cut.iterations])
+    except InvalidInputError:
+        return  # a usage the ledger cannot read: the compaction still stands
+    cost = usage_cost(prices, ledger) if prices is not None else None
+    model_calls.insert_calls(
+        connection,
+        session_id,
+        [
+            model_calls.ModelCall(
+                outcome.start.last_seq,
+                outcome.tokens_before,
+                None,
+                at,
+                ledger=ledger,
+                cost_usd=cost,
+            )
+        ],
+    )
 
 
 def record_server_edits(

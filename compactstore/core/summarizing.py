@@ -34,6 +34,7 @@ __all__ = [
     "Redactor",
     "SummaryCall",
     "SummaryMemo",
+    "check_compactor",
     "check_summarizer",
     "is_async",
     "redact_credentials",
@@ -151,6 +152,21 @@ def check_summarizer(summarizer: Any, *, allow_async: bool = False) -> Summarize
     return summarizer  # type: ignore[no-any-return]
 
 
+def check_compactor(compactor: Any) -> Any:
+    """A provider compactor the store can run (compactstore.providers), or None.
+
+    Raises:
+        InvalidInputError: not callable.
+    """
+    if compactor is None:
+        return None
+    if not callable(compactor):
+        raise InvalidInputError(
+            f"compactor must be a provider compactor (compactstore.providers), got {compactor!r}"
+        )
+    return compactor
+
+
 def redact_message(value: Any, redactor: Redactor, key: str | None = None) -> Any:
     """A copy of a JSON value with ``redactor`` applied to every text (not to roles, types,
     ids or names)."""
@@ -195,6 +211,13 @@ class SummaryCall:
     # The async store's event loop: an async summarizer is awaited there (this call runs
     # in a worker thread then, never on the loop itself).
     loop: asyncio.AbstractEventLoop | None = None
+    # A provider compactor (compactstore.providers): it summarises the range first; the
+    # summarizer (or the rule-based summary) is its fallback. ``model`` and ``system`` are
+    # the session's, as its requests send them.
+    compactor: Any = None
+    model: str | None = None
+    system: Any = None
+    drop_block: bool = False  # the session's thinking binding (its requests carry it)
 
     def __call__(self, request: SummaryRequest) -> SummaryAnswer:
         key = SummaryMemo.key(request)
@@ -206,6 +229,69 @@ class SummaryCall:
         return answer
 
     def _ask(self, request: SummaryRequest) -> SummaryAnswer:
+        if self.compactor is None:
+            return self._summarize(request)
+        answer, reason = self._provider(request)
+        if answer is not None:
+            return answer
+        client = self._summarize(request)
+        name = getattr(self.compactor, "name", None) or summarizer_name(self.compactor)
+        if client.text is None:
+            return self._fallback(name, f"{reason}; {client.info.reason or 'rule-based summary'}")
+        info = client.info.model_copy(
+            update={"fallback": True, "reason": stored_reason(reason, self.redactor)}
+        )
+        return SummaryAnswer(client.text, info)
+
+    def _provider(self, request: SummaryRequest) -> tuple[SummaryAnswer | None, str]:
+        """The provider's compaction of the range, or (None, why it gave none). It is sent
+        the messages as they went on the wire (no redactor: they went to it already)."""
+        from compactstore.providers import ProviderCompactionError
+
+        compactor = self.compactor
+        name = getattr(compactor, "name", None) or summarizer_name(compactor)
+        if not request.wire:
+            return None, f"provider compaction ({name}): nothing to send"
+        started = time.perf_counter()
+        future = self.executor.submit(
+            _compact,
+            compactor,
+            [dict(message) for message in request.wire],
+            self.model,
+            self.system,
+            request.instructions,
+            self.drop_block,
+        )
+        try:
+            result = future.result(timeout=self.timeout)
+        except FutureTimeout:
+            future.cancel()
+            return None, f"provider compaction ({name}) timed out after {self.timeout:g} s"
+        except ProviderCompactionError as exc:
+            return None, f"provider compaction ({name}) failed: {exc}"
+        except Exception as exc:  # every failure falls back to the client summary
+            return None, f"provider compaction ({name}) failed ({type(exc).__name__}: {exc})"
+        latency = (time.perf_counter() - started) * 1000
+        usage = result.usage
+        text = result.text
+        return (
+            SummaryAnswer(
+                storable_text(text) if text else None,
+                SummaryInfo(
+                    source="provider",
+                    summarizer=name,
+                    model=storable_text(str(result.model))[:255],
+                    latency_ms=latency,
+                    input_tokens=_count(usage["input_tokens"]),
+                    output_tokens=_count(usage["output_tokens"]),
+                ),
+                message=result.message,
+                iterations=tuple(result.iterations),
+            ),
+            "",
+        )
+
+    def _summarize(self, request: SummaryRequest) -> SummaryAnswer:
         if self.recorded is not None and (self.summarizer is None or self.name != self.recorded):
             return self._fallback(
                 self.recorded,
@@ -301,6 +387,21 @@ def _count(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT:
         return value
     return None
+
+
+def _compact(
+    compactor: Any,
+    messages: list[dict[str, Any]],
+    model: str | None,
+    system: Any,
+    instructions: str | None,
+    drop_block: bool,
+) -> Any:
+    if drop_block:
+        return compactor(
+            messages, model=model, system=system, instructions=instructions, drop_block=True
+        )
+    return compactor(messages, model=model, system=system, instructions=instructions)
 
 
 async def _awaited(summarizer: Any, *args: Any) -> Any:

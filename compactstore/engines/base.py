@@ -85,6 +85,10 @@ class SummaryRequest:
     previous_summary: str | None
     instructions: str | None
     removed_seqs: tuple[int, ...]
+    # The range as the provider was sent it (a provider compactor summarises these): the
+    # earlier provider summary first when there is one, then the removed messages with
+    # their thinking, in the wire view's form.
+    wire: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,10 @@ class SummaryAnswer:
 
     text: str | None
     info: SummaryInfo
+    # A provider compaction: the message that stands for the range on the wire (its block
+    # exactly as returned), and the compaction's billed usage (``usage.iterations``).
+    message: dict[str, Any] | None = None
+    iterations: tuple[dict[str, Any], ...] = ()
 
 
 class SummaryService(Protocol):
@@ -192,6 +200,8 @@ class Cut:
     summary_state: SummaryState
     removed_seqs: tuple[int, ...]
     summary: SummaryInfo | None = None  # how the text was written (None: rule-based)
+    # A provider compaction's billed usage (its usage.iterations), recorded as a model call.
+    iterations: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def of(
@@ -201,6 +211,7 @@ class Cut:
         summary_text: str,
         summary_state: SummaryState,
         summary: SummaryInfo | None = None,
+        iterations: Sequence[dict[str, Any]] = (),
     ) -> Cut:
         """The cut that produced ``after`` by summarising ``removed``. The summary text is
         kept as it is stored (and as ``after`` holds it): a NUL quoted from a message, or
@@ -212,6 +223,7 @@ class Cut:
             summary_state=summary_state,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
             summary=summary,
+            iterations=tuple(iterations),
         )
 
 

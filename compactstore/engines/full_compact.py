@@ -20,12 +20,15 @@ from compactstore.engines.base import (
     Cut,
     EngineInputs,
     StageResult,
+    SummaryAnswer,
     SummaryRequest,
     nearest_legal_cut,
 )
+from compactstore.frozen import thaw
 from compactstore.media import without_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 from compactstore.pairs import legal_cuts
+from compactstore.providers import compaction_block
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
 
@@ -79,6 +82,21 @@ def summarise(
 ) -> tuple[str, str, SummaryState, SummaryInfo | None]:
     """Summary text for a cut, a note on how it was made (empty when rule-based), the
     summary state to record, and how the text was written (None: rule-based, no service)."""
+    text, note, state, answer = summarise_answer(context, inputs, removed, state, label)
+    return text, note, state, answer.info if answer is not None else None
+
+
+def summarise_answer(
+    context: ActiveContext,
+    inputs: EngineInputs,
+    removed: Sequence[ContextMessage],
+    state: SummaryState,
+    label: str,
+    span: Sequence[ContextMessage] | None = None,
+) -> tuple[str, str, SummaryState, SummaryAnswer | None]:
+    """:func:`summarise` with the whole answer (a provider's message and usage with it).
+    ``span`` is the kept part the cut summarises, pinned messages included (what the
+    provider is sent); ``removed`` by default."""
     replaces = sum(item.tokens for item in removed) + (
         context.summary.tokens if context.summary is not None else 0
     )
@@ -86,6 +104,22 @@ def summarise(
     if inputs.summarizer is None:
         return rule_text, "", state, None
     previous = context.boundary.summary_text if context.boundary is not None else None
+    # The range as it went on the wire: a provider compactor summarises it, thinking and
+    # all, after the earlier provider summary when there is one.
+    # What the wire view sent before the kept part, each message as it was sent (thinking
+    # whose prefix changed left out): the block stands in its place, so the thinking of the
+    # kept turns stays valid. After an earlier block that is the block and the range; else
+    # the pinned messages and an earlier client summary too (the block summarises them on
+    # the wire; the log keeps them).
+    sent = dict(zip(map(id, context.items), context.wire, strict=True))
+    earlier = context.summary
+    chained = earlier is not None and compaction_block(earlier.message) is not None
+    before = [] if chained else list(context.head)
+    span = [*before, *(removed if span is None else span)]
+    wire = [thaw(sent[id(item)]) for item in span if item.message.get("role") != "system"]
+    if chained:
+        assert earlier is not None
+        wire.insert(0, earlier.copy_message())
     answer = inputs.summarizer(
         SummaryRequest(
             # Copies: a summarizer that changes what it is given must not change the context.
@@ -97,16 +131,22 @@ def summarise(
             previous_summary=previous,
             instructions=inputs.instructions,
             removed_seqs=tuple(item.seq for item in removed if item.seq is not None),
+            wire=tuple(context.fmt.wire_view(wire, context.config)),
         )
     )
     info = answer.info
+    if answer.message is not None:
+        if answer.text is None:  # an opaque block: a note naming it, the rule summary beside
+            note = "summary written by the provider (opaque compaction block)"
+            return f"[{note}]\n\n{rule_text}", note, state, answer
+        return answer.text, "summary written by the provider (compaction block)", state, answer
     if answer.text is None:
         reason = info.reason or "no summary text"
         note = f"{reason}; used the rule-based summary" if info.reason else ""
-        return rule_text, note, state, info
+        return rule_text, note, state, answer
     if info.source == "recorded":
-        return answer.text, "reused the recorded summary text", state, info
-    return answer.text, "summary written by the summarizer", state, info
+        return answer.text, "reused the recorded summary text", state, answer
+    return answer.text, "summary written by the summarizer", state, answer
 
 
 def run(
@@ -162,8 +202,14 @@ def run(
         )
     state = summary.fold(inputs.summary_state, removed, context)
     label = "Full Compact" if up_to_seq is None else f"Partial Compact up to seq {up_to_seq}"
-    text, note, state, info = summarise(context, inputs, removed, state, label)
-    after = context.cut(cut, text)
+    text, note, state, answer = summarise_answer(
+        context, inputs, removed, state, label, span=kept[:cut]
+    )
+    info = answer.info if answer is not None else None
+    message = answer.message if answer is not None else None
+    if message is not None:
+        strategy = CompactStrategy.PROVIDER
+    after = context.cut(cut, text, message)
     success = after.usage < before
     return StageResult(
         strategy=strategy,
@@ -172,6 +218,8 @@ def run(
         context=after if success else context,
         tokens_before=before,
         tokens_after=after.usage if success else before,
-        cut=Cut.of(after, removed, text, state, info) if success else None,
+        cut=Cut.of(after, removed, text, state, info, answer.iterations if answer else ())
+        if success
+        else None,
         detail=note if success else "the summary is not smaller than what it replaces",
     )

@@ -8,13 +8,21 @@ state is folded as usual so later compactions still carry the request and the fi
 
 from __future__ import annotations
 
+from typing import Any
+
 from compactstore.context import ActiveContext
 from compactstore.engines import summary
 from compactstore.engines.base import Cut, StageResult
 from compactstore.engines.pipeline import Outcome
-from compactstore.models import CompactStrategy, ImportedBoundary, SummaryState
+from compactstore.models import (
+    CompactStrategy,
+    CompactTrigger,
+    ImportedBoundary,
+    SummaryInfo,
+    SummaryState,
+)
 
-__all__ = ["DETAIL", "cut_as_imported"]
+__all__ = ["DETAIL", "cut_as_imported", "cut_by_provider"]
 
 DETAIL = "imported from the transcript"
 
@@ -35,5 +43,26 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
         tokens_after=after.usage,
         cut=Cut.of(after, removed, boundary.summary_text, state),
         detail=DETAIL,
+    )
+    return Outcome(start=context, context=after, stages=[stage])
+
+
+def cut_by_provider(context: ActiveContext, message: dict[str, Any], text: str) -> Outcome:
+    """The outcome of a compaction the provider did on its own (a threshold compaction a
+    reply starts with): everything kept so far is summarised by ``message`` (the block as
+    returned); ``text`` is its readable summary."""
+    removed = [item for item in context.kept if not item.pinned]
+    previous = context.boundary.summary_state if context.boundary is not None else SummaryState()
+    state = summary.fold(previous, removed, context)
+    after = context.cut(len(context.kept), text, message)
+    stage = StageResult(
+        strategy=CompactStrategy.PROVIDER,
+        trigger=CompactTrigger.SERVER,
+        applied=True,
+        context=after,
+        tokens_before=context.usage,
+        tokens_after=after.usage,
+        cut=Cut.of(after, removed, text, state, SummaryInfo(source="provider")),
+        detail="compacted by the provider at its threshold (a compaction block in the reply)",
     )
     return Outcome(start=context, context=after, stages=[stage])

@@ -9,8 +9,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from compactstore.capabilities import BINDING_BETA, CONTEXT_MANAGEMENT_BETA, ModelCapabilities
+from compactstore.capabilities import (
+    BINDING_BETA,
+    COMPACTION_BETA,
+    CONTEXT_MANAGEMENT_BETA,
+    ModelCapabilities,
+)
 from compactstore.formats.base import MessageFormat
+from compactstore.providers import compaction_block
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
@@ -43,6 +49,12 @@ def build_request_params(
     params: dict[str, Any] = {}
     if system:
         params["system"] = _system(system, cache_control=cache_control)
+    # A provider's compaction block goes first, in the first message (the provider's
+    # placement rule), in place of everything it summarised: the pinned messages before it
+    # were sent in the compaction request (the log keeps them).
+    led = next((i for i, m in enumerate(rest) if compaction_block(m) is not None), None)
+    if led:
+        rest = rest[led:]
     params["messages"] = fmt.wire_view(rest, config)
     return params
 
@@ -104,6 +116,7 @@ def session_fields(
     drop_block: bool,
     thinking: Mapping[str, Any] | None,
     extra_headers: Mapping[str, str] | None,
+    provider_compaction: bool = False,
 ) -> dict[str, Any]:
     """The Messages API fields a session needs besides its messages, merged with the
     caller's ``thinking`` and ``extra_headers``: keyword arguments ``messages.create`` and
@@ -117,9 +130,11 @@ def session_fields(
       ``background_threshold`` of the window), after ``clear_thinking_20251015`` (keep the
       newest thinking turn) when ``preserved_thinking`` is off; in ``extra_body`` with its
       beta header.
+    - ``provider_compaction`` (the messages start with a provider's compaction block): the
+      on-demand compaction beta header.
     """
     fields: dict[str, Any] = {}
-    betas: list[str] = []
+    betas: list[str] = [COMPACTION_BETA] if provider_compaction else []
     merged_thinking = None if thinking is None else dict(thinking)
     if drop_block:
         merged_thinking = merged_thinking or {"type": "adaptive"}
