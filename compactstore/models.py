@@ -138,7 +138,15 @@ class CompactionConfig(BaseModel):
     # Stage 4: microcompact.
     microcompact_interval_seconds: float = Field(3_600.0, gt=0)
     microcompact_keep_recent: int = Field(5, ge=0)
+    # The provider's prompt cache lifetime (300 for the 5-minute cache, 3600 for 1-hour
+    # caching). Set, microcompact also clears once this long has passed since the last
+    # assistant message (the cache is cold: clearing costs no cache write); None leaves that
+    # trigger off and the cost rule below assumes the 5-minute cache.
     cache_ttl_seconds: float | None = Field(None, gt=0)
+    # Cache-aware in-place edits (rewrite policy): a clear of content already sent waits
+    # while the cache writes it causes cost more than it saves within cache_ttl_seconds,
+    # unless usage is at auto_compact_threshold (compactstore.caching.edit_cost).
+    cache_aware: bool = True
 
     # Stage 5: auto-compact check and circuit breaker.
     auto_compact_threshold: float = Field(0.85, gt=0, le=1)

@@ -465,7 +465,12 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     def _target(self) -> compaction.Target:
         store = self.store
         return compaction.Target(
-            self.id, self.adapter, store._cache, store.location, store.model_capabilities
+            self.id,
+            self.adapter,
+            store._cache,
+            store.location,
+            store.model_capabilities,
+            store.prices,
         )
 
     def _background(self, request: compaction.Request) -> CompactionResult:

@@ -11,9 +11,12 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import Connection
 
+from compactstore.caching import Ttl, call_gap, choose_ttl, min_cacheable_tokens
 from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
+from compactstore.core.cache_inputs import RHYTHM_CALLS
 from compactstore.core.checks import now_or_clock
+from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats.request import build_request_params, session_fields
@@ -39,9 +42,14 @@ class SessionReading(SessionBase):
         anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
         has system messages: their text, joined by blank lines, or their blocks); openai:
         ``{"messages": [...]}``; responses: ``{"input": [...]}``. With ``cache_control=True``
-        (anthropic; the other APIs cache prefixes by themselves and ignore it) an ephemeral
-        cache breakpoint is set on the system prompt, on the last pinned message and on the
-        summary message, so the stable prefix is read from the cache on every call.
+        (anthropic; the other APIs cache prefixes by themselves and ignore it) up to four
+        cache breakpoints, best first: the end of the system prompt, the newest message
+        (so the next call reads this whole request from the cache), the last message of
+        the previous request (so this one reads what that one wrote), the last pinned
+        message and the summary; none on a prefix shorter than the model's minimum
+        cacheable length. Their writes last an hour when the session's recent calls came
+        5 minutes to an hour apart (a 5-minute entry would be cold at each call), else 5
+        minutes (compactstore.caching).
 
         anthropic: the caller's ``thinking`` settings and ``extra_headers`` come back merged
         with what the session needs, as keyword arguments ``messages.create`` (and
@@ -70,8 +78,17 @@ class SessionReading(SessionBase):
         context = self.context()
         items = context.items
         messages = context.messages()
+        ttl: Ttl = "5m"
+        if cache_control and self.format == "anthropic":
+            ttl = choose_ttl(self._call_gap())
         params = build_request_params(
-            self.adapter, self.config, items, messages, cache_control=cache_control
+            self.adapter,
+            self.config,
+            items,
+            messages,
+            cache_control=cache_control,
+            ttl=ttl,
+            min_tokens=min_cacheable_tokens(self.model),
         )
         if self.format != "anthropic":
             return params
@@ -90,6 +107,13 @@ class SessionReading(SessionBase):
             )
         )
         return params
+
+    def _call_gap(self) -> float | None:
+        """The median gap between the session's recent model calls (None: under two)."""
+        calls = self.store._read(
+            lambda connection: model_calls.recent_calls(connection, self.id, RHYTHM_CALLS)
+        )
+        return call_gap([at for _, at in calls])
 
     def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
         """(the edit policy this session's compactions run under, whether its model checks

@@ -32,6 +32,7 @@ from sqlalchemy import Connection
 from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext, ContextCache, read_context
+from compactstore.core.cache_inputs import cache_inputs
 from compactstore.core.rebase import rebase
 from compactstore.core.recording import (
     cache_entry_after,
@@ -52,6 +53,7 @@ from compactstore.engines.summary import budget_for
 from compactstore.errors import InvalidInputError, NotFoundError
 from compactstore.formats import MessageFormat
 from compactstore.models import CompactionResult, SummaryState
+from compactstore.pricing import PriceTable
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -111,6 +113,8 @@ class Target:
     capabilities: Mapping[str, ModelCapabilities] = field(
         default_factory=lambda: MODEL_CAPABILITIES
     )
+    # The store's prices (compactstore.pricing): the cost rule of in-place edits.
+    prices: PriceTable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,7 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         instructions=request.instructions,
         edit_policy=policy,
         prefix_checks=prefix_checks,
+        **cache_inputs(connection, sid, session.model, target.prices),
     )
     if not request.cuts(context, inputs):
         # What only a cut uses is not read: a step of an agent below the threshold costs
