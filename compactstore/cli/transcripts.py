@@ -171,6 +171,12 @@ def import_(
     help="Ignore the provider's token counts in the transcript: the window then applies to "
     "the messages as the store estimates them.",
 )
+@click.option(
+    "--model",
+    metavar="MODEL",
+    help="Price the replay at this model's prices (compactstore.pricing); default: the "
+    "model the transcript's usage names.",
+)
 @own_db_option("Keep the simulated session in this database (default: a temporary file).")
 @json_option
 @library_errors
@@ -181,6 +187,7 @@ def simulate(
     format_: str | None,
     config_file: Path | None,
     no_usage: bool,
+    model: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -190,7 +197,9 @@ def simulate(
     Prints every compaction as it happens, tokens freed per stage, peak usage, and the
     quality of every model call's context: validity (pairs by id, SDK request types when
     installed), fit, the original request kept, file recall, agreement with the agent's own
-    compactions, and the store's token count against the provider's.
+    compactions, and the store's token count against the provider's; and the cost of the
+    calls (prompt caching on the transcript's clock) under the store's policy, with
+    compaction off, and as the transcript's own usage recorded it.
 
     Example: compactstore simulate ~/.claude/projects/app/1234.jsonl --window 64000
     """
@@ -222,6 +231,7 @@ def simulate(
                 store=store,
                 use_usage=not no_usage,
                 session_id=session_id,
+                model=model,
             )
         location = None if store is None else store.location
     finally:
