@@ -109,6 +109,7 @@ def plan_breakpoints(
     previous_tail: int | None,
     min_tokens: int,
     limit: int = MAX_BREAKPOINTS,
+    edit_marks: Sequence[int] = (),
 ) -> list[int]:
     """Indexes (into ``tokens``, the estimate of each message in request order) to mark,
     at most ``limit`` with the system prompt's own breakpoint counted, best first:
@@ -119,6 +120,10 @@ def plan_breakpoints(
        the previous one wrote;
     4. ``stable`` marks (the pinned run, the summary), newest first: what is read after an
        edit made the tail cold.
+
+    ``edit_marks`` (a server-side edit clears content from a point that moves on with each
+    call: the end of the prefix it leaves as the previous call sent it, then the end of the
+    one the next call will find) come before ``previous_tail``, which the edit makes cold.
 
     A mark whose prefix (everything up to and including it) is shorter than
     ``min_tokens`` is left out: the provider would not cache it. Returned sorted; the
@@ -133,6 +138,7 @@ def plan_breakpoints(
         wanted.append(max(system))
     if tokens:
         wanted.append(len(tokens) - 1)
+    wanted.extend(edit_marks)
     if previous_tail is not None:
         wanted.append(previous_tail)
     wanted.extend(sorted(stable, reverse=True))

@@ -19,7 +19,7 @@ from compactstore.core.checks import now_or_clock
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
-from compactstore.formats.request import build_request_params, session_fields
+from compactstore.formats.request import build_request_params, clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.session_base import SessionBase
 
@@ -79,8 +79,14 @@ class SessionReading(SessionBase):
         items = context.items
         messages = context.messages()
         ttl: Ttl = "5m"
+        server_clear: int | None = None
         if cache_control and self.format == "anthropic":
             ttl = choose_ttl(self._call_gap())
+            policy, _ = self.edit_policy()
+            editing = capabilities_for(self.model, self.store.model_capabilities).context_editing
+            trigger = clear_trigger(self.context_window, self.config)
+            if policy == "append_only" and editing and context.usage >= trigger:
+                server_clear = self.config.microcompact_keep_recent
         params = build_request_params(
             self.adapter,
             self.config,
@@ -89,6 +95,7 @@ class SessionReading(SessionBase):
             cache_control=cache_control,
             ttl=ttl,
             min_tokens=min_cacheable_tokens(self.model),
+            server_clear=server_clear,
         )
         if self.format != "anthropic":
             return params

@@ -228,3 +228,50 @@ def test_the_window_needing_room_overrides_the_deferral(tmp_path: Path) -> None:
     steps = _micro_steps(sess)
     assert any(step.success for step in steps)
     assert not any("deferred" in step.detail for step in steps)
+
+
+def test_edit_marks_come_before_the_previous_tail() -> None:
+    tokens = [2_000] * 10
+    marks = plan_breakpoints(
+        tokens, system=[], stable=[0], previous_tail=8, min_tokens=1_024, edit_marks=[3, 4]
+    )
+    assert marks == [3, 4, 8, 9]
+    assert plan_breakpoints(
+        tokens, system=[0], stable=[], previous_tail=8, min_tokens=1_024, edit_marks=[3, 4]
+    ) == [0, 3, 4, 9]
+
+
+@pytest.mark.slow
+def test_server_side_clears_still_read_the_prefix_before_them(tmp_path: Path) -> None:
+    """append_only on a model with prefix checks: microcompact is the provider's
+    clear_tool_uses edit, which clears one more result on each call once over its trigger;
+    the breakpoints before its moving edit point keep the prefix before it cached."""
+    client, api = fake_client(anthropic, default_window=30_000)
+    store = CompactStore.open(str(tmp_path / "server.db"))
+    model = "claude-opus-5-5"
+    sess = store.session("s", context_window=30_000, now=api.now, model=model)
+    sess.append({"role": "user", "content": "Fix the failing tests."}, timestamp=api.now)
+    replies = []
+    for _ in range(40):
+        sess.process_request(now=api.now)
+        reply = client.messages.create(
+            model=model, max_tokens=1_024, tools=TOOLS, **sess.request_params(cache_control=True)
+        )
+        replies.append(reply)
+        api.advance(20)
+        sess.append_response(reply, timestamp=api.now, now=api.now)
+        calls = [block for block in reply.content if block.type == "tool_use"]
+        for block in calls:
+            sess.append_tool_result(
+                block.id, "line of code\n" * 150, tool_name=block.name, timestamp=api.now
+            )
+        if not calls:
+            sess.append({"role": "user", "content": "Next task."}, timestamp=api.now)
+    assert not api.errors
+    cleared = [r for r in replies if (r.context_management or {}).get("applied_edits")]
+    assert len(cleared) >= 5
+    # Each clear after the first reads the prefix before its edit point from the cache.
+    assert all(r.usage.cache_read_input_tokens > 0 for r in cleared[1:])
+    assert sum(r.usage.cache_read_input_tokens for r in cleared[1:]) > sum(
+        r.usage.cache_creation_input_tokens for r in cleared[1:]
+    )

@@ -15,8 +15,15 @@ from compactstore.formats.base import MessageFormat
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
+    from compactstore.models import CompactionConfig
 
-__all__ = ["CACHE_CONTROL", "build_request_params", "cache_control_of", "session_fields"]
+__all__ = [
+    "CACHE_CONTROL",
+    "build_request_params",
+    "cache_control_of",
+    "clear_trigger",
+    "session_fields",
+]
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Anthropic blocks that take no cache_control of their own.
@@ -32,18 +39,21 @@ def build_request_params(
     cache_control: bool,
     ttl: Ttl = "5m",
     min_tokens: int = 0,
+    server_clear: int | None = None,
 ) -> dict[str, Any]:
     """``messages`` are fresh copies of ``items``' messages, in order; they are changed.
 
     With ``cache_control`` (anthropic), the breakpoints :func:`compactstore.caching.
-    plan_breakpoints` chooses, with ``ttl`` writes, none on a prefix under ``min_tokens``."""
+    plan_breakpoints` chooses, with ``ttl`` writes, none on a prefix under ``min_tokens``;
+    ``server_clear``: the tool uses kept by the server-side ``clear_tool_uses`` edit that
+    will clear in this request, whose moving edit point gets two."""
     if fmt.name == "openai":
         return {"messages": fmt.wire_view(messages, config)}
     if fmt.name == "responses":
         return {"input": fmt.wire_view(messages, config)}
     marks: list[int] = []
     if cache_control:
-        marks = _breakpoints(items, min_tokens)
+        marks = _breakpoints(items, min_tokens, server_clear)
         # Text content as a block, on every message and every call: a breakpoint needs a
         # block, and a message whose bytes changed when its breakpoint moved on would make
         # the next call miss the cache from that message on.
@@ -73,7 +83,9 @@ def cache_control_of(ttl: Ttl) -> dict[str, str]:
     return dict(CACHE_CONTROL) if ttl == "5m" else {**CACHE_CONTROL, "ttl": ttl}
 
 
-def _breakpoints(items: Sequence[ContextMessage], min_tokens: int) -> list[int]:
+def _breakpoints(
+    items: Sequence[ContextMessage], min_tokens: int, server_clear: int | None
+) -> list[int]:
     """Indexes of ``items`` to mark (compactstore.caching.plan_breakpoints): the system
     prompt, the newest message, the last message of the previous request (the one before
     the newest assistant message), the last pinned message of the leading pinned run and
@@ -96,8 +108,18 @@ def _breakpoints(items: Sequence[ContextMessage], min_tokens: int) -> list[int]:
             break
     if previous_tail is not None and items[previous_tail].message.get("role") == "system":
         previous_tail = None
+    edit_marks: list[int] = []
+    if server_clear:
+        results = [i for i, item in enumerate(items) for _ in item.results]
+        # The edit clears all but the newest ``keep`` results: this call finds the prefix
+        # before the (keep+1)-th newest as the previous call left it; the next one will
+        # find the prefix before the keep-th newest as this one leaves it.
+        for k in (server_clear + 1, server_clear):
+            if len(results) >= k and results[-k] > 0:
+                edit_marks.append(results[-k] - 1)
     return plan_breakpoints(
         [item.tokens for item in items],
+        edit_marks=edit_marks,
         system=system,
         stable=stable,
         previous_tail=previous_tail,
@@ -135,6 +157,11 @@ def _system(system: list[dict[str, Any]], control: dict[str, str] | None) -> Any
     if control is not None and blocks:
         blocks[-1] = {**blocks[-1], "cache_control": dict(control)}
     return blocks
+
+
+def clear_trigger(context_window: int, config: CompactionConfig) -> int:
+    """The input tokens from which the server-side ``clear_tool_uses`` edit clears."""
+    return math.ceil(round(context_window * config.background_threshold, 6))
 
 
 def session_fields(
@@ -177,7 +204,7 @@ def session_fields(
             edits.append(
                 {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
             )
-        trigger = math.ceil(round(context_window * config.background_threshold, 6))
+        trigger = clear_trigger(context_window, config)
         edits.append(
             {
                 "type": "clear_tool_uses_20250919",
