@@ -43,24 +43,27 @@ MAX_BREAKPOINTS = 4
 Ttl = Literal["5m", "1h"]
 TTL_SECONDS: dict[Ttl, float] = {"5m": 300.0, "1h": 3_600.0}
 
-# The minimum cacheable prompt length by model family (tokens): 512 on the Opus 5, Fable 5
-# and Mythos 5 generation, 4,096 on Opus 4.5 / 4.6 and Haiku 4.5, 1,024 on the other Sonnet
-# and Opus models. A model the table does not name gets the largest documented minimum, so
-# a breakpoint is never placed where the provider might not cache.
-_MIN_CACHEABLE: tuple[tuple[str, int], ...] = (
-    ("claude-opus-4-5", 4_096),
-    ("claude-opus-4-6", 4_096),
-    ("claude-haiku-4-5", 4_096),
-    ("claude-opus-5", 512),
-    ("claude-fable-5", 512),
-    ("claude-mythos-5", 512),
-    ("claude-sonnet-5", 1_024),
-    ("claude-opus-4-8", 1_024),
-    ("claude-opus-4-7", 4_096),
-    ("claude-opus-4-1", 1_024),
-    ("claude-opus-4", 1_024),
-    ("claude-sonnet-4", 1_024),
-)
+# The minimum cacheable prompt length (tokens) by model: 512 on Opus 5, Fable 5 and Mythos 5,
+# 4,096 on Opus 4.5 / 4.6 / 4.7 and Haiku 4.5, 1,024 on Sonnet 5, Opus 4.8 and the older
+# Sonnet 4.x and Opus 4 / 4.1 models. A model the table does not name (the 5.x point releases
+# among them) gets the largest documented minimum, so a breakpoint is never placed where the
+# provider might not cache.
+_MIN_CACHEABLE: dict[str, int] = {
+    "claude-opus-5": 512,
+    "claude-fable-5": 512,
+    "claude-mythos-5": 512,
+    "claude-sonnet-5": 1_024,
+    "claude-opus-4-8": 1_024,
+    "claude-opus-4-7": 4_096,
+    "claude-opus-4-6": 4_096,
+    "claude-opus-4-5": 4_096,
+    "claude-haiku-4-5": 4_096,
+    "claude-opus-4-1": 1_024,
+    "claude-opus-4": 1_024,
+    "claude-sonnet-4-6": 1_024,
+    "claude-sonnet-4-5": 1_024,
+    "claude-sonnet-4": 1_024,
+}
 _UNKNOWN_MIN = 4_096
 # A dated model id: the name, then -YYYYMMDD or -YYYY-MM-DD.
 _DATED = re.compile(r"^(?P<name>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -69,17 +72,13 @@ _RHYTHM_CALLS = 6
 
 
 def min_cacheable_tokens(model: str | None) -> int:
-    """The shortest prefix (tokens) the provider caches for ``model``: the entry whose name
-    is the model's (dated ids without their date) or a family prefix of it; unknown models
-    get the largest documented minimum."""
+    """The shortest prefix (tokens) the provider caches for ``model``, by its name (a dated
+    id without its date); unknown models get the largest documented minimum."""
     if model is None:
         return _UNKNOWN_MIN
     dated = _DATED.match(model)
     name = dated["name"] if dated is not None else model
-    for family, tokens in _MIN_CACHEABLE:
-        if name == family or name.startswith(family + "-"):
-            return tokens
-    return _UNKNOWN_MIN
+    return _MIN_CACHEABLE.get(name, _UNKNOWN_MIN)
 
 
 def call_gap(call_times: Sequence[float]) -> float | None:

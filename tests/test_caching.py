@@ -67,6 +67,7 @@ def test_minimum_cacheable_length_by_model() -> None:
     assert min_cacheable_tokens("claude-sonnet-4-5") == 1_024
     assert min_cacheable_tokens("claude-sonnet-4-5-20250929") == 1_024
     assert min_cacheable_tokens("claude-opus-5") == 512
+    assert min_cacheable_tokens("claude-opus-5-5") == 4_096  # not documented: the largest
     assert min_cacheable_tokens("claude-haiku-4-5") == 4_096
     assert min_cacheable_tokens("my-model") == 4_096  # unknown: the largest minimum
     assert min_cacheable_tokens(None) == 4_096
