@@ -5,6 +5,7 @@ server-side edits, prompt caching on a simulated clock, the window).
     python -m benchmarks.providers                        # claude-opus-5-5 and claude-sonnet-4-5
     python -m benchmarks.providers --model claude-opus-5-5 --calls 300 --window 60000
     python -m benchmarks.providers --model claude-opus-5-5 --compactor --pattern
+    python -m benchmarks.providers --cost                 # and the cost comparison
 
 The loop is the README's: ``process_request()``, ``client.messages.create(...,
 **sess.request_params(cache_control=True, thinking=..., extra_headers=...))``,
@@ -14,13 +15,19 @@ time-based microcompact (hourly) falls inside tool loops as it does for a slow a
 API refuses is retried once (after ``reactive_recover()`` when the prompt is too long); a
 step whose retry fails too is lost. Figures: API errors by rule, calls, steps lost, thinking
 blocks the API dropped (its ``input_transformations``), server-side edits applied, the
-compactions compactstore recorded by strategy and trigger, and the cache's share of input.
+compactions compactstore recorded by strategy and trigger, the cache's share of input and
+the session's cost from the ledger (``Session.cost()``, compactstore.pricing's prices).
 
 ``--compactor`` gives the session an ``AnthropicCompactor`` (provider compaction as the
 summary of auto-compact); the session's cost is the ledger's (``Session.cost()``, the
 compactions' own calls included). ``--pattern`` also runs the provider's recommended loop
 without compactstore: append-only, on-demand compaction once the last call's input reached
 85% of the window (keeping the turn in progress after the block), priced the same way.
+
+``--cost`` runs the same session again with ``cache_aware=False`` (in-place clears
+regardless of the cache), then both append-only loops without compactstore (:func:`pattern`,
+and :func:`clear_pattern`: the window kept by the server-side clear instead), and prints the
+ratios of the costs.
 """
 
 from __future__ import annotations
@@ -147,7 +154,8 @@ def run(
             ).scalar_one()
         compactions = Counter(f"{row.strategy}/{row.trigger}" for row in history if row.success)
         fallbacks = sum(1 for row in history if row.summary is not None and row.summary.fallback)
-        cost = sess.cost().cost_usd
+        deferred = sum("deferred:" in step.detail for row in history for step in row.steps or ())
+        cost = sess.cost()
         store.close()
     return {
         "model": model,
@@ -161,9 +169,12 @@ def run(
         "drop_block_set": binding is not None,
         "server_edits": len(api.applied_edits),
         "compactions": dict(compactions),
+        "edits_deferred": deferred,
         "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
         "summary_fallbacks": fallbacks,
-        "cost_usd": None if cost is None else round(cost, 4),
+        "cost_usd": None if cost.cost_usd is None else round(cost.cost_usd, 4),
+        "uncached_input": cost.input_tokens,
+        "cache_write": cost.cache_write_tokens,
     }
 
 
@@ -256,6 +267,118 @@ def pattern(
     }
 
 
+def clear_pattern(
+    *,
+    model: str = "claude-opus-5-5",
+    calls: int = 300,
+    window: int = 60_000,
+    seed: int = 7,
+    thinking: dict[str, Any] | None = None,
+    step_seconds: float = 300.0,
+    pause_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """The providers' append-only pattern, without compactstore: the same agent and clock;
+    a message list that only grows, each message sent byte-identical ever after; cache
+    breakpoints on the system prompt, the newest block and the previous request's last
+    block (the fake has no 20-block lookback), 1-hour writes when calls are 5 minutes or
+    more apart; the window kept by the provider's server-side ``clear_tool_uses`` edit
+    (from 70% of the window, keeping 5), as compactstore's append_only policy sends it.
+    Cost from each response's usage at compactstore.pricing's prices."""
+    import anthropic
+
+    from compactstore.ledger import response_usage, usage_cost
+    from compactstore.pricing import price_table
+    from tests.fake_messages_api import CONTEXT_MANAGEMENT_BETA, fake_client
+
+    client, api = fake_client(anthropic, default_window=window)
+    prices = price_table(None)
+    rng = random.Random(seed)
+    control: dict[str, str] = {"type": "ephemeral"}
+    if 300.0 <= step_seconds < 3_600.0:
+        control["ttl"] = "1h"
+    edits = [
+        {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "input_tokens", "value": int(window * 0.7)},
+            "keep": {"type": "tool_uses", "value": 5},
+        }
+    ]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": TASKS[0]}]}
+    ]
+    previous_tail: tuple[int, int] | None = None
+    tasks = lost = 0
+    total = 0.0
+    errors: Counter[str] = Counter()
+    while api.calls < calls:
+        marks = {(len(messages) - 1, len(messages[-1]["content"]) - 1)}
+        if previous_tail is not None:
+            marks.add(previous_tail)
+        sent = [
+            {
+                "role": m["role"],
+                "content": [
+                    {**b, "cache_control": control} if (i, j) in marks else b
+                    for j, b in enumerate(m["content"])
+                ],
+            }
+            for i, m in enumerate(messages)
+        ]
+        extra: dict[str, Any] = {} if thinking is None else {"thinking": thinking}
+        try:
+            reply = client.messages.create(
+                model=model,
+                max_tokens=4_096,
+                tools=TOOLS,
+                system=[{"type": "text", "text": SYSTEM, "cache_control": control}],
+                messages=sent,
+                extra_body={"context_management": {"edits": edits}},
+                extra_headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
+                **extra,
+            )
+        except anthropic.BadRequestError:
+            errors[api.errors[-1]["rule"]] += 1
+            lost += 1
+            api.advance(step_seconds)
+            continue
+        api.advance(step_seconds)
+        usage = response_usage("anthropic", reply)
+        if usage is not None:
+            total += usage_cost(prices, usage) or 0.0
+        previous_tail = (len(messages) - 1, len(messages[-1]["content"]) - 1)
+        content = [block.model_dump(exclude_none=True) for block in reply.content]
+        messages.append({"role": "assistant", "content": content})
+        used = [block for block in reply.content if block.type == "tool_use"]
+        if used:
+            results = []
+            for call in used:
+                path = str(call.input.get("path", "x.py"))
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call.id,
+                        "content": _tool_output(call.name, path, rng),
+                    }
+                )
+            messages.append({"role": "user", "content": results})
+        else:
+            tasks += 1
+            api.advance(pause_seconds)
+            task = TASKS[tasks % len(TASKS)]
+            messages.append({"role": "user", "content": [{"type": "text", "text": task}]})
+    return {
+        "model": model,
+        "calls": api.calls,
+        "steps_lost": lost,
+        "tasks_done": tasks,
+        "api_errors": sum(errors.values()),
+        "errors_by_rule": dict(errors),
+        "server_edits": len(api.applied_edits),
+        "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
+        "cost_usd": round(total, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append")
@@ -265,28 +388,64 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=300.0)
     parser.add_argument("--compactor", action="store_true", help="an AnthropicCompactor")
     parser.add_argument("--pattern", action="store_true", help="the provider's own loop too")
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="compare the cost: compactstore's default, cache_aware=False and the "
+        "providers' append-only pattern without compactstore",
+    )
     args = parser.parse_args()
     models = args.model or ["claude-opus-5-5", "claude-sonnet-4-5"]
     for model in models:
         thinking = None
         if not model.startswith(("claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5")):
             thinking = {"type": "enabled", "budget_tokens": 2_000}
-        config = CompactionConfig(edit_policy=args.policy)
+        common: dict[str, Any] = {
+            "model": model,
+            "calls": args.calls,
+            "window": args.window,
+            "thinking": thinking,
+            "step_seconds": args.step_seconds,
+        }
         figures = run(
-            model=model,
-            calls=args.calls,
-            window=args.window,
-            config=config,
-            thinking=thinking,
-            step_seconds=args.step_seconds,
-            compactor=args.compactor,
+            config=CompactionConfig(edit_policy=args.policy), compactor=args.compactor, **common
         )
         print(json.dumps(figures))
-        if args.pattern:
-            figures = pattern(
-                model=model, calls=args.calls, window=args.window, step_seconds=args.step_seconds
+        if args.pattern and not args.cost:
+            print(
+                json.dumps(
+                    pattern(
+                        model=model,
+                        calls=args.calls,
+                        window=args.window,
+                        step_seconds=args.step_seconds,
+                    )
+                )
             )
-            print(json.dumps(figures))
+        if not args.cost:
+            continue
+        blind = run(config=CompactionConfig(edit_policy=args.policy, cache_aware=False), **common)
+        print(json.dumps({"variant": "cache_aware=False", **blind}))
+        own = pattern(
+            model=model, calls=args.calls, window=args.window, step_seconds=args.step_seconds
+        )
+        print(json.dumps({"variant": "on-demand compaction pattern", **own}))
+        cleared = clear_pattern(**common)
+        print(json.dumps({"variant": "server-side clear pattern", **cleared}))
+        print(
+            json.dumps(
+                {
+                    "model": model,
+                    "default_vs_pattern": _ratio(figures["cost_usd"], own["cost_usd"]),
+                    "default_vs_clear_pattern": _ratio(figures["cost_usd"], cleared["cost_usd"]),
+                    "default_vs_cache_aware_off": _ratio(figures["cost_usd"], blind["cost_usd"]),
+                }
+            )
+        )
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
 
 
 if __name__ == "__main__":

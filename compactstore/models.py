@@ -192,6 +192,13 @@ class CompactionConfig(BaseModel):
         description="When set, microcompact also runs once the provider's prompt cache "
         "expired: this many seconds after the last model call.",
     )
+    cache_aware: bool = Field(
+        True,
+        description="Cache-aware in-place edits (rewrite policy): a clear of content already "
+        "sent waits while the cache writes it causes cost more than it saves within "
+        "cache_ttl_seconds (the 5-minute cache when that is None), unless usage is at "
+        "auto_compact_threshold (compactstore.caching.edit_cost).",
+    )
 
     # Stage 5: auto-compact check and circuit breaker.
     auto_compact_threshold: float = Field(

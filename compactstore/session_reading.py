@@ -11,12 +11,15 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import Connection
 
+from compactstore.caching import Ttl, call_gap, choose_ttl, min_cacheable_tokens
 from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
+from compactstore.core.cache_inputs import RHYTHM_CALLS
 from compactstore.core.checks import now_or_clock
+from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
-from compactstore.formats.request import build_request_params, session_fields
+from compactstore.formats.request import build_request_params, clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.providers import compaction_block
 from compactstore.session_base import SessionBase
@@ -40,9 +43,14 @@ class SessionReading(SessionBase):
         anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
         has system messages: their text, joined by blank lines, or their blocks); openai:
         ``{"messages": [...]}``; responses: ``{"input": [...]}``. With ``cache_control=True``
-        (anthropic; the other APIs cache prefixes by themselves and ignore it) an ephemeral
-        cache breakpoint is set on the system prompt, on the last pinned message and on the
-        summary message, so the stable prefix is read from the cache on every call.
+        (anthropic; the other APIs cache prefixes by themselves and ignore it) up to four
+        cache breakpoints, best first: the end of the system prompt, the newest message
+        (so the next call reads this whole request from the cache), the last message of
+        the previous request (so this one reads what that one wrote), the last pinned
+        message and the summary; none on a prefix shorter than the model's minimum
+        cacheable length. Their writes last an hour when the session's recent calls came
+        5 minutes to an hour apart (a 5-minute entry would be cold at each call), else 5
+        minutes (compactstore.caching).
 
         anthropic: the caller's ``thinking`` settings and ``extra_headers`` come back merged
         with what the session needs, as keyword arguments ``messages.create`` (and
@@ -71,8 +79,24 @@ class SessionReading(SessionBase):
         context = self.context()
         items = context.items
         messages = context.messages()
+        ttl: Ttl = "5m"
+        server_clear: int | None = None
+        if cache_control and self.format == "anthropic":
+            ttl = choose_ttl(self._call_gap())
+            policy, _ = self.edit_policy()
+            editing = capabilities_for(self.model, self.store.model_capabilities).context_editing
+            trigger = clear_trigger(self.context_window, self.config)
+            if policy == "append_only" and editing and context.usage >= trigger:
+                server_clear = self.config.microcompact_keep_recent
         params = build_request_params(
-            self.adapter, self.config, items, messages, cache_control=cache_control
+            self.adapter,
+            self.config,
+            items,
+            messages,
+            cache_control=cache_control,
+            ttl=ttl,
+            min_tokens=min_cacheable_tokens(self.model),
+            server_clear=server_clear,
         )
         if self.format != "anthropic":
             return params
@@ -93,6 +117,13 @@ class SessionReading(SessionBase):
             )
         )
         return params
+
+    def _call_gap(self) -> float | None:
+        """The median gap between the session's recent model calls (None: under two)."""
+        calls = self.store._read(
+            lambda connection: model_calls.recent_calls(connection, self.id, RHYTHM_CALLS)
+        )
+        return call_gap([at for _, at in calls])
 
     def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
         """(the edit policy this session's compactions run under, whether its model checks

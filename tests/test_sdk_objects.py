@@ -192,11 +192,17 @@ def test_a_message_after_the_last_result_stays_its_own_on_the_wire(store: Compac
     assert request_params_problems("anthropic", sess.request_params()) == []
 
 
-def test_cache_breakpoints_follow_the_pins_and_the_summary(store: CompactStore) -> None:
+def test_cache_breakpoints_where_they_pay(store: CompactStore) -> None:
     sess = store.session(
-        "c", format="anthropic", context_window=100_000, config=CompactionConfig(), now=T0
+        "c",
+        format="anthropic",
+        context_window=100_000,
+        config=CompactionConfig(),
+        now=T0,
+        model="claude-opus-5",  # caches prefixes from 512 tokens
     )
-    sess.append({"role": "system", "content": "You are terse."})
+    system = words(2_400, "sys")  # 600 tokens
+    sess.append({"role": "system", "content": system})
     sess.append({"role": "user", "content": "Refactor payments/"})
     for n in range(12):
         sess.append({"role": "assistant", "content": words(400, f"a{n}")})
@@ -204,16 +210,27 @@ def test_cache_breakpoints_follow_the_pins_and_the_summary(store: CompactStore) 
     sess.compact(now=T0 + 10)
     params = sess.request_params(cache_control=True)
     assert params["system"] == [
-        {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+        {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}
     ]
-    first, summary = params["messages"][0], params["messages"][1]
-    assert first["content"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert first["content"][-1]["text"] == "Refactor payments/"
-    assert summary["content"][-1]["cache_control"] == {"type": "ephemeral"}
-    marked = [m for m in params["messages"] if "cache_control" in str(m)]
-    assert len(marked) == 2
+    # Four at most, best first: the system prompt, the newest message, the last message
+    # of the previous request (before the newest assistant message), the summary; the
+    # pinned first message (a shorter prefix) is left out.
+    messages = params["messages"]
+    marked = [n for n, m in enumerate(messages) if "cache_control" in str(m)]
+    assert marked == [1, len(messages) - 3, len(messages) - 1]
+    assert messages[1]["content"][-1]["text"].startswith("[Context compacted")
+    assert messages[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     assert request_params_problems("anthropic", params) == []
-    assert sess.request_params()["system"] == "You are terse."  # without: untouched
+    assert sess.request_params()["system"] == system  # without: untouched
+
+    # A model that caches from 4,096 tokens: the system prompt alone is too short.
+    short = store.session("d", format="anthropic", context_window=100_000, model="my-model")
+    short.append({"role": "system", "content": system})
+    short.append({"role": "user", "content": "hi"})
+    assert short.request_params(cache_control=True) == {
+        "system": system,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
 
     other = _session(store, "responses", "r")
     other.append({"role": "user", "content": "go"})

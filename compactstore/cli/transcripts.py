@@ -213,6 +213,12 @@ def usage_note(usage: int, real: int) -> str | None:
     help="Replay even when the window is smaller than what the transcript needs before any "
     "compaction (system prompt, tools, opening messages).",
 )
+@click.option(
+    "--model",
+    metavar="MODEL",
+    help="Price the replay at this model's prices (compactstore.pricing); default: the "
+    "model the transcript's usage names.",
+)
 @own_db_option("Keep the simulated session in this database (default: a temporary file).")
 @json_option
 @library_errors
@@ -224,6 +230,7 @@ def simulate(
     config_file: Path | None,
     no_usage: bool,
     force: bool,
+    model: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -233,7 +240,9 @@ def simulate(
     Prints every compaction as it happens, tokens freed per stage, peak usage, and the
     quality of every model call's context: validity (pairs by id, SDK request types when
     installed), fit, the original request kept, file recall, agreement with the agent's own
-    compactions, and the store's token count against the provider's.
+    compactions, and the store's token count against the provider's; and the cost of the
+    calls (prompt caching on the transcript's clock) under the store's policy, with
+    compaction off, and as the transcript's own usage recorded it.
 
     Example: compactstore simulate ~/.claude/projects/app/1234.jsonl --window 64000
     """
@@ -266,6 +275,7 @@ def simulate(
                 use_usage=not no_usage,
                 session_id=session_id,
                 force=force,
+                model=model,
             )
         location = None if store is None else store.location
     finally:

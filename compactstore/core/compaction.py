@@ -32,6 +32,7 @@ from sqlalchemy import Connection
 from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
 from compactstore.context import ActiveContext
 from compactstore.core.cache import CachedContext, ContextCache, read_context
+from compactstore.core.cache_inputs import cache_inputs
 from compactstore.core.rebase import rebase
 from compactstore.core.recording import (
     cache_entry_after,
@@ -115,7 +116,7 @@ class Target:
         default_factory=lambda: MODEL_CAPABILITIES
     )
     # The store's prices (compactstore.pricing): a provider compaction's billed usage is
-    # recorded as a model call with its cost.
+    # recorded as a model call with its cost, and the cost rule of in-place edits.
     prices: PriceTable | None = None
 
 
@@ -258,6 +259,7 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         instructions=request.instructions,
         edit_policy=policy,
         prefix_checks=prefix_checks,
+        **cache_inputs(connection, sid, session.model, target.prices),
     )
     if not request.cuts(context, inputs):
         # What only a cut uses is not read: a step of an agent below the threshold costs

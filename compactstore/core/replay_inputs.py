@@ -64,6 +64,11 @@ class EngineRun(_Recorded):
     # (rows from before the policy existed ran under rewrite).
     edit_policy: Literal["rewrite", "append_only"] = "rewrite"
     prefix_checks: bool = False
+    # The prompt cache the cost rule of in-place edits saw (rows from before it: none).
+    last_call_at: float | None = None
+    sent_seq: int | None = None
+    call_gap: float | None = None
+    cache_read: float = 0.1
 
     @classmethod
     def of(
@@ -85,6 +90,10 @@ class EngineRun(_Recorded):
             token_factor=context.token_factor,
             edit_policy=inputs.edit_policy,
             prefix_checks=inputs.prefix_checks,
+            last_call_at=inputs.last_call_at,
+            sent_seq=inputs.sent_seq,
+            call_gap=inputs.call_gap,
+            cache_read=inputs.cache_read,
             **options,
         )
 
@@ -107,6 +116,10 @@ class EngineRun(_Recorded):
             instructions=instructions,
             edit_policy=self.edit_policy,
             prefix_checks=self.prefix_checks,
+            last_call_at=self.last_call_at,
+            sent_seq=self.sent_seq,
+            call_gap=self.call_gap,
+            cache_read=self.cache_read,
         )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "calls_of",
     "cost_totals",
     "insert_calls",
+    "recent_calls",
     "rewrite_rows",
 ]
 
@@ -100,6 +101,18 @@ def calls_of(connection: Connection, session_id: str) -> list[ModelCall]:
         .order_by(model_calls.c.id)
     )
     return [ModelCall(*row) for row in rows]
+
+
+def recent_calls(connection: Connection, session_id: str, limit: int) -> list[tuple[int, float]]:
+    """(seq, created_at) of the session's newest ``limit`` model calls, oldest first: the
+    call rhythm and what the newest call sent, for the prompt cache decisions."""
+    rows = connection.execute(
+        select(model_calls.c.seq, model_calls.c.created_at)
+        .where(model_calls.c.session_id == session_id)
+        .order_by(model_calls.c.id.desc())
+        .limit(limit)
+    ).all()
+    return [(int(seq), float(at)) for seq, at in reversed(rows)]
 
 
 @dataclass(frozen=True, slots=True)

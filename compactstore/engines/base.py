@@ -134,6 +134,13 @@ class EngineInputs:
     # model's API checks the prefix of every thinking block sent back.
     edit_policy: Literal["rewrite", "append_only"] = "rewrite"
     prefix_checks: bool = False
+    # The prompt cache as the ledger knows it: when the newest model call was recorded and
+    # the seq its context ended at (None: no call yet), the median gap between recent
+    # calls, and the model's cache read price (a multiple of its input price).
+    last_call_at: float | None = None
+    sent_seq: int | None = None
+    call_gap: float | None = None
+    cache_read: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from compactstore.caching import Ttl, plan_breakpoints
 from compactstore.capabilities import (
     BINDING_BETA,
     COMPACTION_BETA,
@@ -20,8 +21,15 @@ from compactstore.providers import compaction_block
 
 if TYPE_CHECKING:
     from compactstore.context import ContextMessage
+    from compactstore.models import CompactionConfig
 
-__all__ = ["CACHE_CONTROL", "build_request_params", "session_fields"]
+__all__ = [
+    "CACHE_CONTROL",
+    "build_request_params",
+    "cache_control_of",
+    "clear_trigger",
+    "session_fields",
+]
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Anthropic blocks that take no cache_control of their own.
@@ -35,20 +43,42 @@ def build_request_params(
     messages: list[dict[str, Any]],
     *,
     cache_control: bool,
+    ttl: Ttl = "5m",
+    min_tokens: int = 0,
+    server_clear: int | None = None,
 ) -> dict[str, Any]:
-    """``messages`` are fresh copies of ``items``' messages, in order; they are changed."""
+    """``messages`` are fresh copies of ``items``' messages, in order; they are changed.
+
+    With ``cache_control`` (anthropic), the breakpoints :func:`compactstore.caching.
+    plan_breakpoints` chooses, with ``ttl`` writes, none on a prefix under ``min_tokens``;
+    ``server_clear``: the tool uses kept by the server-side ``clear_tool_uses`` edit that
+    will clear in this request, whose moving edit point gets two."""
     if fmt.name == "openai":
         return {"messages": fmt.wire_view(messages, config)}
     if fmt.name == "responses":
         return {"input": fmt.wire_view(messages, config)}
+    marks: list[int] = []
     if cache_control:
-        for index in _breakpoints(items):
-            messages[index] = _with_breakpoint(messages[index])
+        marks = _breakpoints(items, min_tokens, server_clear)
+        # Text content as a block, on every message and every call: a breakpoint needs a
+        # block, and a message whose bytes changed when its breakpoint moved on would make
+        # the next call miss the cache from that message on.
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            if isinstance(content, str) and message.get("role") != "system":
+                messages[index] = {**message, "content": [{"type": "text", "text": content}]}
+    system_marked = False
+    control = cache_control_of(ttl)
+    for index in marks:
+        if items[index].message.get("role") == "system":
+            system_marked = True
+        else:
+            messages[index] = _with_breakpoint(messages[index], control)
     system = [m for m in messages if m.get("role") == "system"]
     rest = [m for m in messages if m.get("role") != "system"]
     params: dict[str, Any] = {}
     if system:
-        params["system"] = _system(system, cache_control=cache_control)
+        params["system"] = _system(system, control if system_marked else None)
     # A provider's compaction block goes first, in the first message (the provider's
     # placement rule), in place of everything it summarised: the pinned messages before it
     # were sent in the compaction request (the log keeps them).
@@ -59,10 +89,21 @@ def build_request_params(
     return params
 
 
-def _breakpoints(items: Sequence[ContextMessage]) -> list[int]:
-    """Indexes of the last pinned message of the leading pinned run (system prompt left
-    out: it gets its own breakpoint) and of the summary."""
-    marks: list[int] = []
+def cache_control_of(ttl: Ttl) -> dict[str, str]:
+    """The ``cache_control`` value of a breakpoint with ``ttl`` writes (5 minutes is the
+    provider's default: no ``ttl`` key)."""
+    return dict(CACHE_CONTROL) if ttl == "5m" else {**CACHE_CONTROL, "ttl": ttl}
+
+
+def _breakpoints(
+    items: Sequence[ContextMessage], min_tokens: int, server_clear: int | None
+) -> list[int]:
+    """Indexes of ``items`` to mark (compactstore.caching.plan_breakpoints): the system
+    prompt, the newest message, the last message of the previous request (the one before
+    the newest assistant message), the last pinned message of the leading pinned run and
+    the summary."""
+    system = [i for i, item in enumerate(items) if item.message.get("role") == "system"]
+    stable: list[int] = []
     last_pinned: int | None = None
     for index, item in enumerate(items):
         if item.state != "pinned":
@@ -70,31 +111,54 @@ def _breakpoints(items: Sequence[ContextMessage]) -> list[int]:
         if item.message.get("role") != "system":
             last_pinned = index
     if last_pinned is not None:
-        marks.append(last_pinned)
-    marks.extend(index for index, item in enumerate(items) if item.state == "summary")
-    return marks
+        stable.append(last_pinned)
+    stable.extend(index for index, item in enumerate(items) if item.state == "summary")
+    previous_tail: int | None = None
+    for index in range(len(items) - 1, -1, -1):
+        if items[index].kind == "assistant":
+            previous_tail = index - 1 if index > 0 else None
+            break
+    if previous_tail is not None and items[previous_tail].message.get("role") == "system":
+        previous_tail = None
+    edit_marks: list[int] = []
+    if server_clear:
+        results = [i for i, item in enumerate(items) for _ in item.results]
+        # The edit clears all but the newest ``keep`` results: this call finds the prefix
+        # before the (keep+1)-th newest as the previous call left it; the next one will
+        # find the prefix before the keep-th newest as this one leaves it.
+        for k in (server_clear + 1, server_clear):
+            if len(results) >= k and results[-k] > 0:
+                edit_marks.append(results[-k] - 1)
+    return plan_breakpoints(
+        [item.tokens for item in items],
+        edit_marks=edit_marks,
+        system=system,
+        stable=stable,
+        previous_tail=previous_tail,
+        min_tokens=min_tokens,
+    )
 
 
-def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
+def _with_breakpoint(message: dict[str, Any], control: dict[str, str]) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, str):
-        blocks = [{"type": "text", "text": content, "cache_control": dict(CACHE_CONTROL)}]
+        blocks = [{"type": "text", "text": content, "cache_control": dict(control)}]
         return {**message, "content": blocks}
     if isinstance(content, list):
         for index in range(len(content) - 1, -1, -1):
             block = content[index]
             if isinstance(block, dict) and block.get("type") not in _NO_CACHE_CONTROL:
                 new_content = list(content)
-                new_content[index] = {**block, "cache_control": dict(CACHE_CONTROL)}
+                new_content[index] = {**block, "cache_control": dict(control)}
                 return {**message, "content": new_content}
     return message
 
 
-def _system(system: list[dict[str, Any]], *, cache_control: bool) -> Any:
+def _system(system: list[dict[str, Any]], control: dict[str, str] | None) -> Any:
     """The ``system`` parameter: the system messages' text joined by blank lines, or their
-    text blocks in order when any has blocks or a breakpoint is wanted."""
+    text blocks in order when any has blocks or a breakpoint (``control``) is wanted."""
     contents = [m.get("content") for m in system]
-    if all(isinstance(c, str) for c in contents) and not cache_control:
+    if all(isinstance(c, str) for c in contents) and control is None:
         return "\n\n".join(str(c) for c in contents)
     blocks: list[dict[str, Any]] = []
     for content in contents:
@@ -102,9 +166,14 @@ def _system(system: list[dict[str, Any]], *, cache_control: bool) -> Any:
             blocks.append({"type": "text", "text": content})
         elif isinstance(content, list):
             blocks.extend(b for b in content if isinstance(b, dict))
-    if cache_control and blocks:
-        blocks[-1] = {**blocks[-1], "cache_control": dict(CACHE_CONTROL)}
+    if control is not None and blocks:
+        blocks[-1] = {**blocks[-1], "cache_control": dict(control)}
     return blocks
+
+
+def clear_trigger(context_window: int, config: CompactionConfig) -> int:
+    """The input tokens from which the server-side ``clear_tool_uses`` edit clears."""
+    return math.ceil(round(context_window * config.background_threshold, 6))
 
 
 def session_fields(
@@ -150,7 +219,7 @@ def session_fields(
             edits.append(
                 {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
             )
-        trigger = math.ceil(round(context_window * config.background_threshold, 6))
+        trigger = clear_trigger(context_window, config)
         edits.append(
             {
                 "type": "clear_tool_uses_20250919",

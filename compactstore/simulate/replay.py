@@ -23,6 +23,7 @@ from compactstore.importers import Transcript, read_transcript
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.pairs import pairing_problems
 from compactstore.scratch import scratch_dir
+from compactstore.simulate.cost import CacheMeter, PrefixChain, transcript_cost
 from compactstore.simulate.real_tokens import RealTokens
 from compactstore.simulate.recall_check import RecallCheck
 from compactstore.simulate.reference import reference_agreement
@@ -79,6 +80,7 @@ def simulate(
     on_compaction: Callable[[CompactionEvent], None] | None = None,
     use_usage: bool = True,
     force: bool = False,
+    model: str | None = None,
 ) -> SimulationReport:
     """Replay a transcript file (any format ``import`` reads) and measure compaction.
 
@@ -96,6 +98,7 @@ def simulate(
         on_compaction=on_compaction,
         use_usage=use_usage,
         force=force,
+        model=model,
     )
 
 
@@ -112,9 +115,15 @@ def simulate_transcript(
     calibrate: bool = True,
     session_id: str | None = None,
     force: bool = False,
+    model: str | None = None,
 ) -> SimulationReport:
     """Replay an already-read transcript into a fresh session (a temporary SQLite file
     unless ``store`` is given) and measure every model call.
+
+    Its cost (compactstore.simulate.cost) is priced at ``model``'s prices, by default the
+    model the transcript's usage names most often, with the store's prices: under the
+    store's policy, with compaction off (when that fits the window) and, where the
+    transcript recorded usage, as it recorded it.
 
     The session kept in ``store`` is ``session_id``, by default the first free
     ``simulate-N``; the report's ``session`` names it.
@@ -153,6 +162,8 @@ def simulate_transcript(
             # Built apart and copied into the store when complete: a run that is stopped
             # (Ctrl-C, kill, a full disk) leaves no half session there.
             opened = stack.enter_context(staging(store))
+        own = transcript_cost(transcript.ledgers, opened.prices, model)
+        priced_model = model or _transcript_model(transcript)
         if not use_usage:
             transcript = replace(transcript, usage=[None] * len(transcript.usage))
         replay = _Replay(transcript, name, sid, window, config, opened, progress, on_compaction)
@@ -161,11 +172,23 @@ def simulate_transcript(
             raise InvalidInputError(
                 floor_line(replay.report) + "; give a larger window, or force the replay"
             )
+        replay.meters(priced_model)
         report = replay.run()
+        report.transcript_cost_calls, report.transcript_cost_usd = own
+        replay.close_meters()
         report.session = sid if store is not None else None
     reference_agreement(report, transcript, config)
     report.seconds = time.perf_counter() - began
     return report
+
+
+def _transcript_model(transcript: Transcript) -> str | None:
+    """The model the transcript's recorded usage names most often."""
+    counts: dict[str, int] = {}
+    for ledger in transcript.ledgers:
+        if ledger is not None and ledger.model:
+            counts[ledger.model] = counts.get(ledger.model, 0) + 1
+    return max(counts, key=lambda m: counts[m]) if counts else None
 
 
 class _Replay:
@@ -221,6 +244,10 @@ class _Replay:
         # Whether the agent reports the provider's counts (record_usage) after each call.
         self.calibrate = True
         self.recall = RecallCheck(self.sess, self.fmt, self.report)
+        # Cost (meters()): the policy's calls, and the transcript's with compaction off.
+        self.policy_meter: CacheMeter | None = None
+        self.off_meter: CacheMeter | None = None
+        self.off_chain = PrefixChain()
 
     def _needed(self) -> int:
         """The first model call's prompt: the provider's count when the transcript has it,
@@ -303,6 +330,60 @@ class _Replay:
             context = self.sess.context()
             real_size = self.real.of(context, self.index_of_seq, index) if self.real.known else None
         self._measure(context, real_size)
+        self._meter(context, index)
+
+    # -- cost ---------------------------------------------------------------------------
+
+    def meters(self, model: str | None) -> None:
+        """Price the replay at ``model``'s prices (None: no cost)."""
+        self.report.cost_model = model
+        prices = self.sess.store.prices
+        self.policy_meter = CacheMeter(model, prices) if model is not None else None
+        self.off_meter = CacheMeter(model, prices) if model is not None else None
+        self.off_chain = PrefixChain()
+        self.off_chain.add(("overhead",), self._overhead())
+
+    def _overhead(self) -> int:
+        return round(self.real.overhead) if self.real.overhead is not None else 0
+
+    def _real(self, index: int) -> int:
+        real = self.real.real[index]
+        return round(real) if real is not None else self.estimates[index]
+
+    def _meter(self, context: ActiveContext, index: int) -> None:
+        """The call producing message ``index``: through the policy's cache and, with
+        compaction off, the whole transcript so far through another."""
+        ledger = self.t.ledgers[index] if index < len(self.t.ledgers) else None
+        output = ledger.output_tokens if ledger is not None else self.estimates[index]
+        chain = self.off_chain
+        while len(chain.hashes) <= index:  # units: the overhead, then messages 0..index-1
+            k = len(chain.hashes) - 1
+            chain.add(k, self._real(k))
+        self.report.off_peak_tokens = max(self.report.off_peak_tokens, chain.cumulative[index])
+        if self.policy_meter is None or self.off_meter is None:
+            return
+        units: list[tuple[Any, int]] = [(("overhead",), self._overhead())]
+        for item in context.items:
+            source = self.index_of_seq.get(item.seq) if item.seq is not None else None
+            if source is not None and item.state in ("original", "pinned"):
+                units.append((source, self._real(source)))
+            else:
+                units.append(
+                    ((item.seq, item.state, item.tokens), round(item.tokens * self.real.ratio))
+                )
+        self.policy_meter.call(units, self.now, output)
+        self.off_meter.call_prefixes(
+            chain.hashes[: index + 1], chain.cumulative[: index + 1], self.now, output
+        )
+
+    def close_meters(self) -> None:
+        report, policy, off = self.report, self.policy_meter, self.off_meter
+        if policy is None or off is None:
+            return
+        report.cost_usd, report.cache_read_share = policy.cost_usd, policy.cache_read_share
+        if report.off_peak_tokens <= self.window:
+            report.cost_off_usd = off.cost_usd
+            report.cache_read_share_off = off.cache_read_share
 
     def _record(self, result: CompactionResult, index: int) -> None:
         if result.id is None:

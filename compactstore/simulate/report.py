@@ -11,6 +11,7 @@ __all__ = [
     "STAGE_KEYS",
     "CompactionEvent",
     "SimulationReport",
+    "cost_line",
     "floor_line",
     "stage_rows",
     "summary_lines",
@@ -110,6 +111,17 @@ class SimulationReport:
     # What the transcript needs before any compaction: the first model call's prompt (the
     # fixed overhead and the opening messages, which compaction keeps).
     needed_tokens: int = 0
+    # Cost (compactstore.simulate.cost), at cost_model's prices: the replay under the
+    # store's policy, the same calls with compaction off (None when that context outgrows
+    # the window: off_peak_tokens says by how much), and the transcript's own recorded usage.
+    cost_model: str | None = None
+    cost_usd: float | None = None
+    cache_read_share: float | None = None
+    cost_off_usd: float | None = None
+    cache_read_share_off: float | None = None
+    off_peak_tokens: int = 0
+    transcript_cost_usd: float | None = None
+    transcript_cost_calls: int = 0
     seconds: float = 0.0
 
     @property
@@ -279,11 +291,39 @@ def summary_lines(report: SimulationReport) -> list[str]:
             f"persisted and {report.recall_blobs_exact} of {report.recall_blobs_due} blobs given "
             f"back exactly"
         )
+    lines.append(cost_line(report))
     lines.extend(f"handoff finding: {example}" for example in report.handoff_examples)
     lines.extend(f"recall finding: {example}" for example in report.recall_examples)
     for example in report.invalid_examples:
         lines.append(f"invalid context: {example}")
     return lines
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.2f}"
+
+
+def cost_line(report: SimulationReport) -> str:
+    """The replay's cost under the policy, with compaction off, and the transcript's own."""
+    if report.cost_model is None:
+        return "cost: no model known (the transcript records none): give --model"
+    parts = [
+        f"cost at {report.cost_model}'s prices: {_usd(report.cost_usd)} under the store's "
+        f"policy (cache reads {_share(report.cache_read_share)} of input)"
+    ]
+    if report.off_peak_tokens <= report.window:
+        parts.append(
+            f"{_usd(report.cost_off_usd)} with compaction off "
+            f"(cache reads {_share(report.cache_read_share_off)})"
+        )
+    else:
+        parts.append(f"compaction off does not fit the window ({report.off_peak_tokens:,} tokens)")
+    if report.transcript_cost_calls:
+        parts.append(
+            f"{_usd(report.transcript_cost_usd)} as the transcript recorded it "
+            f"({_n(report.transcript_cost_calls, 'call')} with usage)"
+        )
+    return "; ".join(parts)
 
 
 def stage_rows(events: Iterable[CompactionEvent]) -> list[str]:
