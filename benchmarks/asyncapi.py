@@ -1,4 +1,4 @@
-"""The async API under load (SPEC §9.3, issue 14): N agent sessions on one event loop.
+"""The async API under load (issue 14): N agent sessions on one event loop.
 
 Each session runs ``--steps`` steps of an agent loop: append an assistant message with a tool
 call and its result, ``process_request()`` (which compacts, with a summarizer that takes

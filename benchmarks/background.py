@@ -1,4 +1,4 @@
-"""Background compaction (SPEC §9.1, issue 14): does the agent ever wait for a summary?
+"""Background compaction (issue 14): does the agent ever wait for a summary?
 
 A simulated 200-call agent session: each call appends ~1.5% of the window, then
 ``process_request(background=True)`` and ``active_context()``, then "calls the model", which

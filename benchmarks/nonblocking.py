@@ -1,4 +1,4 @@
-"""Compaction that never blocks (SPEC §9.1): what a slow summary costs everyone else.
+"""Compaction that never blocks: what a slow summary costs everyone else.
 
 SQLite (``sqlite``): one session's compaction calls a summarizer that takes
 ``--summary-seconds`` (10 s); meanwhile ``--workers`` (20) other processes on the same file

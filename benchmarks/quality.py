@@ -6,7 +6,7 @@ when the context does not fit), and as a live agent would see it, with the provi
 prompt sizes from the transcript (system prompt and tool definitions included) driving
 record_usage. Prints one markdown table per mode.
 
-After each table, the handoff each cut left (SPEC §9.7), measured by
+After each table, the handoff each cut left, measured by
 compactstore.summary_audit — its own noise markers and parsers, not the summary code's
 classifier: noise lines, files listed twice, escaped newlines, summaries over budget, the
 share of instructions / open plan items / the last assistant text before the cut still in the

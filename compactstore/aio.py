@@ -1,4 +1,4 @@
-"""The async driver (SPEC §9.3): :class:`AsyncCompactStore` and :class:`AsyncSession`.
+"""The async driver: :class:`AsyncCompactStore` and :class:`AsyncSession`.
 
 One core, two drivers. An async call runs the very code the sync :class:`Session` runs, on
 a :class:`CompactStore` over the ordinary (sync) engine, and keeps the event loop free by

@@ -1,4 +1,4 @@
-"""Assembling the active context from what is stored (SPEC §4): the pinned messages, the
+"""Assembling the active context from what is stored: the pinned messages, the
 live boundary's summary, and the kept part with each message's live edit."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def assemble(
     edits: dict[int, LiveEdit],
     summary: StoredSummary | None,
 ) -> tuple[tuple[ContextMessage, ...], tuple[ContextMessage, ...]]:
-    """The context's (head, kept) from the latest live boundary (SPEC §4).
+    """The context's (head, kept) from the latest live boundary.
 
     ``rows`` are the pinned messages and every message from the boundary's first kept seq
     on, in log order. The head is the pinned messages that precede the kept part, then the

@@ -78,7 +78,7 @@ class ContextMessage:
     glued: bool = False
     # An assistant item that continues the turn of the assistant item before it (responses).
     joins_turn: bool = False
-    # An assistant message: the context version it answered (SPEC §9.0 "Thinking"); None
+    # An assistant message: the context version it answered; None
     # for other messages and for messages stored before versions were recorded.
     context_version: int | None = None
     # The estimate of its thinking blocks (counted only while the wire view sends them);
@@ -182,14 +182,14 @@ class ActiveContext:
         with no other: while two contexts have the same lineage, the longer one is the
         shorter with messages appended (any other change makes a new context by
         ``replace``, which starts a lineage of its own) — though with thinking, an append
-        may also change which earlier messages' thinking the wire view sends (SPEC §9.0)."""
+        may also change which earlier messages' thinking the wire view sends."""
         return object()
 
     @cached_property
     def wire(self) -> tuple[Mapping[str, Any], ...]:
         """The messages to send to the model, in order: the context's own read-only
         messages, shared by every reader (what ``Session.context_view()`` returns), with
-        the thinking blocks the context leaves out removed (SPEC §9.0, see
+        the thinking blocks the context leaves out removed (see
         :attr:`thinking_cutoff`)."""
         items = self.items
         ranges = self.thinking_ranges
@@ -204,7 +204,7 @@ class ActiveContext:
         stripped: Mapping[str, Any] = freeze(self.fmt.without_thinking(item.message))
         return stripped
 
-    # -- thinking (SPEC §9.0) ---------------------------------------------------------------
+    # -- thinking ---------------------------------------------------------------
 
     @cached_property
     def thinking_cutoff(self) -> int | None:
@@ -240,7 +240,7 @@ class ActiveContext:
 
     @cached_property
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
-        """Index ranges of ``items`` whose thinking the wire view sends (SPEC §9.0).
+        """Index ranges of ``items`` whose thinking the wire view sends.
 
         With ``preserved_thinking`` (the default): every message before
         :attr:`thinking_cutoff`. Without it: the newest assistant turn's only (the last
@@ -398,7 +398,7 @@ class ActiveContext:
 
     @cached_property
     def usage(self) -> int:
-        """Estimated prompt tokens of the context (SPEC §6)."""
+        """Estimated prompt tokens of the context."""
         raw = round(self.factor * self.raw_tokens)
         return self.config.fixed_overhead_tokens + raw + self.usage_offset
 
@@ -499,7 +499,7 @@ class ActiveContext:
 
     def with_kept(self, kept: Sequence[ContextMessage]) -> ActiveContext:
         """The same context with the kept part replaced (edits applied by an engine): a
-        message edited or taken out is a pending change at its seq (SPEC §9.0)."""
+        message edited or taken out is a pending change at its seq."""
         now = {item.seq: item for item in kept if item.seq is not None}
         changed = [
             item.seq for item in self.kept if item.seq is not None and now.get(item.seq) is not item
@@ -549,7 +549,7 @@ class ActiveContext:
     def cleared_calls(self, results: Iterable[tuple[int, Iterable[str]]]) -> list[tuple[str, int]]:
         """(tool-use id, call seq) of the calls whose results are named by (seq of the
         result's message, its tool-use ids), in that order: what a compaction records as
-        lost (SPEC §9.0). A result whose call is not in the context is left out."""
+        lost. A result whose call is not in the context is left out."""
         results = [(seq, tuple(ids)) for seq, ids in results]
         if not any(ids for _, ids in results):
             return []  # nothing to pair: no walk over the context

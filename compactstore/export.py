@@ -28,7 +28,7 @@ def export_lines(session: Session, *, active: bool = False) -> Iterator[str]:
     messages = session.active_context() if active else session.iter_messages()
     redactor = session.store.redactor
     for message in messages:
-        if redactor is not None:  # every text that leaves the process (SPEC §9.2)
+        if redactor is not None:  # every text that leaves the process
             message = redact_message(message, redactor)
         # Non-ASCII stays readable; the store has already refused lone surrogates.
         yield json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"

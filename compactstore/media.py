@@ -1,4 +1,4 @@
-"""Images and documents in messages (SPEC §9.4 **Media**): what a media block is, what it
+"""Images and documents in messages (the documentation **Media**): what a media block is, what it
 costs, and the text that stands for it once it left the context (how it is checked on
 append: :mod:`compactstore.media_checks`).
 
@@ -66,7 +66,7 @@ MEDIA_BLOCK_TYPES = frozenset(
 IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
 # A Responses item of the hosted image generation tool: its ``result`` is the image, base64.
 GENERATED_IMAGE = "image_generation_call"
-# What append_tool_result takes in a list, per format (SPEC §9.4).
+# What append_tool_result takes in a list, per format.
 ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
 RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
 
@@ -92,7 +92,7 @@ class Media:
 
     @property
     def tokens(self) -> int:
-        """What the block costs in the context (SPEC §9.4)."""
+        """What the block costs in the context."""
         if self.kind == "image":
             return image_tokens(self.width, self.height)
         if self.text_tokens is not None:

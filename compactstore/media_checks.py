@@ -1,4 +1,4 @@
-"""Checking media blocks on append (SPEC §9.4 **Media**): base64 that decodes, data that is
+"""Checking media blocks on append (the documentation **Media**): base64 that decodes, data that is
 the image or document it says it is, the sources and parts each format's API accepts; and
 for importers, media the provider would refuse replaced by a note."""
 

@@ -70,8 +70,8 @@ class CompactStrategy(StrEnum):
     FULL = "full"
     REACTIVE = "reactive"
     PARTIAL = "partial"
-    CLEAR = "clear"  # clear_session: a boundary that keeps nothing (SPEC §9.5)
-    POP = "pop"  # pop_item: the newest item removed, a recorded edit (SPEC §9.5)
+    CLEAR = "clear"  # clear_session: a boundary that keeps nothing
+    POP = "pop"  # pop_item: the newest item removed, a recorded edit
     PROVIDER = "provider"  # the provider summarised the range (a provider compactor)
 
 
@@ -478,7 +478,7 @@ class CompactionStep(BaseModel):
 
 
 class SummaryInfo(BaseModel):
-    """How a cut's summary was written (SPEC §9.2), as recorded in its compactions row.
+    """How a cut's summary was written, as recorded in its compactions row.
 
     ``source`` is ``"summarizer"`` (the summarizer wrote it), ``"rule"`` (the rule-based
     summary: none configured, or a fallback) or ``"recorded"`` (a replay reused the
@@ -533,19 +533,19 @@ class CompactionResult(BaseModel):
     removed_seqs: list[int] = Field(default_factory=list)
     # (tool-use id, call seq) of each tool result cleared or persisted (how many of each:
     # ``results_cleared``, ``results_persisted``): an id may be used again once its earlier
-    # call is answered (SPEC §9.0), so the id alone is not enough.
+    # call is answered, so the id alone is not enough.
     cleared_tool_calls: list[tuple[str, int]] = Field(default_factory=list)
     blob_ids: list[int] = Field(default_factory=list)
     instructions: str | None = None
     error: str | None = None
     # How the summary of the cut was written; None when the call made no cut.
     summary: SummaryInfo | None = None
-    # Background compaction (SPEC §9.1): "started" when this call started one (the
+    # Background compaction: "started" when this call started one (the
     # compaction it records is committed later by a worker), "running" when one (or another
     # caller's summary) was in flight so this call ran the cheap stages only, "applied" when
     # one committed since this handle's last call; None otherwise.
     background: Literal["started", "running", "applied"] | None = None
-    # A background compaction's row: the id of the call's row that started it (SPEC §9.1).
+    # A background compaction's row: the id of the call's row that started it.
     started_by: int | None = None
     # The edit policy it ran under: "rewrite" or "append_only" (None: recorded before the
     # policy existed, or a call that recorded nothing).
@@ -596,7 +596,7 @@ class CompactionResult(BaseModel):
 
 
 class JobInfo(BaseModel):
-    """A background compaction job (SPEC §9.1), as ``compaction_jobs`` records it.
+    """A background compaction job, as ``compaction_jobs`` records it.
 
     ``state``: ``pending``, ``running``, ``applied`` (its compaction cut), ``failed``
     (recorded but freed nothing, or an error) or ``superseded`` (another compaction made it
@@ -625,7 +625,7 @@ class BreakerState(BaseModel):
     tripped: bool = False
     reactive_attempts: int = 0
     last_microcompact_at: float | None = None
-    # Summaries in a row that fell back to the rule-based one (SPEC §9.2).
+    # Summaries in a row that fell back to the rule-based one.
     consecutive_fallbacks: int = 0
 
 
@@ -759,7 +759,7 @@ class _SummaryStateV1(_StateModel):
 
 class SummaryState(_StateModel):
     """What a boundary's rule-based summary was written from, folded into the next one so
-    the handoff (SPEC §9.7) survives any number of compactions.
+    the handoff survives any number of compactions.
 
     Stored as JSON with each boundary (``compact_boundaries.summary_state``) and parsed when
     read: a row that does not parse is a damaged database. ``version`` says which shape it

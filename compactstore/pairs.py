@@ -1,4 +1,4 @@
-"""How the tool calls and results of a run of context messages pair (SPEC §3, §9.0):
+"""How the tool calls and results of a run of context messages pair:
 keyed by (id, call seq), in one pass; where a context may be cut without parting a pair;
 what an API that pairs them would refuse."""
 
@@ -42,8 +42,8 @@ class Pairs(NamedTuple):
 
 
 def match_pairs(items: Sequence[ContextMessage]) -> Pairs:
-    """Pair results with calls keyed by (id, call seq), as the store does on append
-    (SPEC §9.0): a result answers the newest unanswered call of its id before it (a
+    """Pair results with calls keyed by (id, call seq), as the store does on append: a
+    result answers the newest unanswered call of its id before it (a
     message's results are read before its calls). One pass, O(n)."""
     answers: dict[tuple[int, str], int] = {}
     stray: list[tuple[int, str]] = []

@@ -1,4 +1,4 @@
-"""Recall: the original of anything that is not in the active context in full (SPEC §9.7).
+"""Recall: the original of anything that is not in the active context in full.
 
 A message is out of the context when a cut removed it (it is before the live boundary's
 first kept seq and not pinned), or in part when a compaction cleared or persisted one of its
@@ -60,7 +60,7 @@ SNIPPET_CHARS = 200
 _MAX_INT = 2**31 - 1
 _MAX_QUERY = 1_000
 
-# The summary's recall section (SPEC §9.7), written when recall is enabled.
+# The summary's recall section, written when recall is enabled.
 RECALL_LINE = (
     f"Anything summarised here, cleared or persisted can be fetched verbatim with the "
     f"`{RECALL_TOOL_NAME}` tool: by seq range "

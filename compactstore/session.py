@@ -68,7 +68,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     ) -> PendingMessage:
         if has_sdk_object(message):
             # An SDK object (or a dict holding some, as a reply's content): stored as its
-            # model_dump keeping only what the request Param type declares (SPEC §9.4).
+            # model_dump keeping only what the request Param type declares.
             message = to_request(self.format, message)
         return checks.prepare_message(
             self.adapter,
@@ -234,7 +234,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         """Append the result of a tool call, built in the session's format.
 
         ``content`` is text, or a list of content blocks in the session format's own
-        dialect (SPEC §9.4): anthropic ``text``/``image``/``document`` blocks, responses
+        dialect: anthropic ``text``/``image``/``document`` blocks, responses
         ``input_text``/``input_image``/``input_file`` parts, openai text parts only. Images
         and documents count by their size, not their base64, and leave the context only by
         microcompact or ``CompactionConfig.max_media_in_context`` (persisted as a blob).
@@ -258,7 +258,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         )
         store = self.store
         # The read to point at is looked up first and the message counted with no write
-        # transaction open (SPEC §9.1); the write stores it only if that read is still the
+        # transaction open; the write stores it only if that read is still the
         # one to point at, else looks again (the last try stores the content whole).
         for attempt in range(3):
             last = attempt == 2
@@ -625,7 +625,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
     def _compaction(
         self, request: compaction.Request, plugins: compaction.Plugins | None = None
     ) -> CompactionResult | None:
-        """plan -> decide -> commit (SPEC §9.1): a read transaction, the engines and the
+        """plan -> decide -> commit: a read transaction, the engines and the
         summarizer with none open, then one short write transaction."""
         store = self.store
         steps = compaction.compaction_steps(

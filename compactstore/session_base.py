@@ -62,7 +62,7 @@ class SessionBase:
         # The format's adapter: how this session's messages spell calls and results.
         self.adapter: MessageFormat = get_format(row.format)
         # The context version this handle last handed out (context(), active_context()): a
-        # real count measured on an older one is not used for calibration (SPEC §9.1).
+        # real count measured on an older one is not used for calibration.
         self._handed_version: int | None = None
         # The newest finished background job this handle has reported (None: not looked).
         self._seen_job: int | None = None

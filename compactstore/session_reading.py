@@ -38,7 +38,7 @@ class SessionReading(SessionBase):
         extra_headers: Mapping[str, str] | None = None,
         now: float | None = None,
     ) -> dict[str, Any]:
-        """Keyword arguments for the provider call (SPEC §9.4), from the wire view.
+        """Keyword arguments for the provider call, from the wire view.
 
         anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
         has system messages: their text, joined by blank lines, or their blocks); openai:
@@ -170,7 +170,7 @@ class SessionReading(SessionBase):
         """What to send to the model, in the session's format: the wire view (fresh plain
         dicts and lists the caller may change: add ``cache_control``, hand them to an SDK).
 
-        The wire view (SPEC §9.4, see the README): for anthropic, the tool results answering
+        The wire view (see the README): for anthropic, the tool results answering
         one assistant message are merged into the single user message after it; for
         responses without stored responses, reasoning items without ``encrypted_content``
         are left out. ``context().items`` keeps one item per seq.
@@ -206,7 +206,7 @@ class SessionReading(SessionBase):
                 # Only appended since: the view of what stood before the restart point
                 # stands, and only the rest is built again. With thinking, an append may
                 # also leave out the thinking of earlier messages (the newest turn moved on,
-                # SPEC §9.0): then the view stands up to the first message that changed.
+                # ): then the view stands up to the first message that changed.
                 same = len(old)
                 if context.carries_thinking and not all(map(operator.is_, old, wire)):
                     same = next(

@@ -90,11 +90,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Threads that run sync summarizers (SPEC §9.2: a bounded executor). A summarizer past its
+# Threads that run sync summarizers (the documentation: a bounded executor). A summarizer past its
 # timeout is abandoned, not killed: it keeps its thread until it returns, so at most this
 # many stuck calls exist per store; later ones queue, time out and fall back.
 SUMMARIZER_THREADS = 32
-# Threads that run background compactions this process started (SPEC §9.1); more jobs
+# Threads that run background compactions this process started; more jobs
 # queue (their rows wait in compaction_jobs, so a `compactstore worker` may take them too).
 BACKGROUND_THREADS = 2
 
@@ -325,7 +325,7 @@ class CompactStore:
                 )
             return self._executor
 
-    # -- background compaction (SPEC §9.1) ----------------------------------------------
+    # -- background compaction ----------------------------------------------
 
     def _submit_job(
         self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
@@ -511,7 +511,7 @@ class CompactStore:
         long transcript need not be in memory. The session is built (and its tokens
         counted) in a staging database, a temporary SQLite file, and copied into this store
         in one short write transaction: the token counter never runs while this store is
-        locked (SPEC §9.1).
+        locked.
 
         Raises:
             ConflictError: the session already exists.

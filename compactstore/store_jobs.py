@@ -1,4 +1,4 @@
-"""Running one background compaction job (SPEC §9.1 "Background"), for
+"""Running one background compaction job, for
 :meth:`compactstore.CompactStore.run_job` and ``compactstore worker``."""
 
 from __future__ import annotations

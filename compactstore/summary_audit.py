@@ -1,7 +1,7 @@
 """Checks of summaries and contexts that do not trust the code they check.
 
 ``compactstore simulate`` and ``benchmarks/quality.py`` measure the handoff a compaction
-leaves (SPEC §9.7) with these. They keep their own idea of client noise — plain markers a
+leaves with these. They keep their own idea of client noise — plain markers a
 line or message starts with, not :mod:`compactstore.boilerplate`'s patterns — so a gap in
 the classifier shows up as a finding instead of being measured away.
 """
@@ -193,7 +193,7 @@ def pending_plan_items(name: str, arguments: Any) -> list[str] | None:
 
 
 # A recall answer cut at its token cap ends with this line; the next page of an answer cut
-# inside a message starts with a "continued" header line (SPEC §9.7, README "Recall").
+# inside a message starts with a "continued" header line (README "Recall").
 _RECALL_MORE = re.compile(
     r"\n\[cut at the recall limit of \d+ tokens; call recall with (\{.*\}) for the rest\]\Z"
 )

@@ -1,4 +1,4 @@
-"""What a context knows of its thinking blocks (SPEC §9.0), kept step by step: which
+"""What a context knows of its thinking blocks, kept step by step: which
 messages carry thinking and how many tokens, and where the newest assistant turn starts."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def merged_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], .
 
 def sent_tokens(fmt: MessageFormat, config: Any, items: Iterable[ContextMessage]) -> int:
     """The stored estimates of the messages the wire view sends: a responses reasoning item
-    it leaves out (SPEC §9.4) costs nothing, as thinking left out costs nothing."""
+    it leaves out costs nothing, as thinking left out costs nothing."""
     if not fmt.leaves_messages_out:
         return sum(item.tokens for item in items)
     return sum(item.tokens for item in items if fmt.sent(item.message, config))

@@ -1,6 +1,6 @@
-"""Token estimation (SPEC §6): CJK characters / 1.5 + other characters / 4; media by size.
+"""Token estimation: CJK characters / 1.5 + other characters / 4; media by size.
 
-Text is estimated from its characters. Images and documents (SPEC §9.4) are never counted
+Text is estimated from its characters. Images and documents are never counted
 as the characters of their base64: an image counts ``min(1600, width*height/750)`` when its
 size is readable from the data, else 1,600; a document counts DOCUMENT_PAGE_TOKENS per
 page. :func:`message_tokens` is the one place a message's estimate is made.
@@ -53,7 +53,7 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(cjk / 1.5 + (len(text) - cjk) / 4)
 
 
-# Images (SPEC §9.4): Anthropic's published cost, width x height / 750, up to the 1,600 an
+# Images: Anthropic's published cost, width x height / 750, up to the 1,600 an
 # image scaled to the API's limit costs; an image whose size cannot be read counts the most.
 IMAGE_MAX_TOKENS = 1_600
 IMAGE_PIXELS_PER_TOKEN = 750
@@ -86,7 +86,7 @@ def message_tokens(fmt: MessageFormat, message: dict[str, Any], count: TokenCoun
     return count(fmt.token_text(message)) + media_tokens(message)
 
 
-# Calibration (SPEC §6). Growth smaller than this says little about the ratio.
+# Calibration. Growth smaller than this says little about the ratio.
 MIN_CALIBRATION_GROWTH = 200
 # Ratios outside these bounds are not the density of the new messages but content the
 # messages do not show (reminders or reasoning the client added or dropped): not learnt.

@@ -1,7 +1,7 @@
 """Conversation builders and independent checks shared by the engine, pipeline and property
 tests.
 
-The builders spell messages exactly as SPEC §3 describes each format (anthropic, openai,
+The builders spell messages exactly as the documentation describes each format (anthropic, openai,
 minicode). The checks read messages themselves — they never ask compactstore how to parse
 a message — so a bug in a format adapter cannot hide a bug in the engines.
 """
@@ -27,7 +27,7 @@ CLEARED = "[Old tool result content cleared by time-based microcompact]"
 Message = dict[str, Any]
 
 
-# The tables of SPEC §4, which every database must have.
+# The tables of the documentation, which every database must have.
 TABLES = {
     "sessions",
     "messages",
@@ -96,7 +96,7 @@ def call_message(fmt: str, *ids: str, name: str = "read_file") -> Message:
 def result_message(
     fmt: str, tool_use_id: str, content: str, *, name: str = "read_file", is_error: bool = False
 ) -> Message:
-    """A message carrying one tool result (what append_tool_result stores, SPEC §3)."""
+    """A message carrying one tool result (what append_tool_result stores)."""
     if fmt == "anthropic":
         return {
             "role": "user",
@@ -182,7 +182,7 @@ def result_map(fmt: str, messages: Iterable[Message]) -> dict[str, str]:
 
 
 def pair_problems(fmt: str, messages: Sequence[Message]) -> list[str]:
-    """What would make an API refuse these messages for pairing reasons (SPEC §3, §5, §9.0).
+    """What would make an API refuse these messages for pairing reasons.
 
     Calls are keyed by (id, message index): a result answers the newest unanswered call of
     its id before it, and must find one; in openai an id may be used again once its earlier
@@ -222,7 +222,7 @@ def validate_with_sdk(fmt: str, messages: list[Message]) -> None:
 
 
 def estimate(text: str) -> int:
-    """SPEC §6 for ASCII text: ceil(characters / 4)."""
+    """for ASCII text: ceil(characters / 4)."""
     assert text.isascii()
     return math.ceil(len(text) / 4)
 
@@ -436,7 +436,7 @@ def context_seqs(sess: Session) -> list[int]:
 
 
 def check_recorded(sess: Session, result: CompactionResult) -> None:
-    """A recorded compaction's numbers agree with the context it left (SPEC §4, §5)."""
+    """A recorded compaction's numbers agree with the context it left."""
     assert result.id is not None
     stored = sess.compactions()[-1]
     assert stored.id == result.id

@@ -1,4 +1,4 @@
-"""The async API (SPEC §9.3): AsyncCompactStore / AsyncSession run the sync core, each
+"""The async API: AsyncCompactStore / AsyncSession run the sync core, each
 transaction and each compute step in a worker thread, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Background compaction (SPEC §9.1 "Background"): process_request(background=True) never
+"""Background compaction: process_request(background=True) never
 waits for a summary below reactive_blocking_ratio; a worker writes it and commits it."""
 
 from __future__ import annotations

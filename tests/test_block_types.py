@@ -1,4 +1,4 @@
-"""Per-format, per-role content block lists (SPEC §9.0 "Content blocks").
+"""Per-format, per-role content block lists.
 
 Each format lists the block (part) types each role may carry; the lists agree with the pinned
 SDKs' unions; the live API refuses any other type naming the allowed ones, importers turn it

@@ -1,4 +1,4 @@
-"""Tool calls keyed by (id, call seq) (SPEC §9.0 "Tool call ids").
+"""Tool calls keyed by (id, call seq).
 
 In ``openai`` and ``responses`` an id may be used again once its earlier call is answered (a
 real SWE-agent trajectory does); ``anthropic`` refuses a repeated ``tool_use`` id. A result

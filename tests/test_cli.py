@@ -1,4 +1,4 @@
-"""The command line (SPEC §8) on SQLite and PostgreSQL: every command's table and --json
+"""The command line on SQLite and PostgreSQL: every command's table and --json
 output, the errors (one `Error: ...` line, exit 1; usage errors exit 2; nothing written),
 confirmation before a rollback, rollback + replay --apply round trips, byte-exact blobs,
 COMPACTSTORE_DB and -h everywhere.

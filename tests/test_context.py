@@ -1,4 +1,4 @@
-"""Active-context reconstruction (SPEC §4, §5 rules) and read dedup (SPEC §5.3).
+"""Active-context reconstruction and read dedup.
 
 There is no compaction pipeline to call here: boundaries, compactions and message edits are
 written as rows with SQLAlchemy Core in one transaction, exactly as the pipeline records
@@ -492,7 +492,7 @@ def test_a_result_that_arrives_after_the_conversation_moved_on_is_refused(
         assert_the_api_accepts(fmt, sess.active_context())
 
 
-# -- read dedup (SPEC §5.3) -----------------------------------------------------------------
+# -- read dedup -----------------------------------------------------------------
 
 
 class Reader:

@@ -138,6 +138,20 @@ def test_no_page_cites_the_contract_file() -> None:
     assert not found, f"these lines cite SPEC, a file the repository does not ship: {found}"
 
 
+def test_no_code_cites_the_contract_file() -> None:
+    """Code, tests, migrations, benchmarks and examples say what they rely on in words or
+    point at docs/, never at the contract file the repository does not ship."""
+    word = "SP" + "EC"  # spelled apart, so that this line is no citation itself
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for folder in ("compactstore", "tests", "migrations", "benchmarks", "examples")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if word in line and path.name != "test_docs.py"
+    ]
+    assert not found, f"these lines cite {word}, a file the repository does not ship: {found}"
+
+
 def _anchors(page: Path) -> set[str]:
     """The ids python-markdown's toc gives the page's headings."""
     ids = set()

@@ -1,5 +1,5 @@
 """A Responses ``image_generation_call`` item holds the generated image as base64 in its
-``result`` (SPEC §9.4): it counts as an image by its size, passes through to the model
+``result``: it counts as an image by its size, passes through to the model
 verbatim, and its base64 never reaches a summarizer or recall. SQLite and PostgreSQL.
 """
 

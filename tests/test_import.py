@@ -106,7 +106,7 @@ def check_sdk(format_name: str, messages: list[Message]) -> None:
 def check_pairing(format_name: str, messages: list[Message]) -> None:
     """Every tool result answers the newest unanswered call of its id, made earlier; an id
     is used again only once its call was answered, and only where the format allows it
-    (openai, responses: SPEC §9.0)."""
+    (openai, responses: the documentation)."""
     fmt = get_format(format_name)
     called: set[str] = set()
     open_calls: set[str] = set()
@@ -228,7 +228,7 @@ def test_corpus_sources_produce_their_formats() -> None:
 def test_spotter_active_context_is_what_claude_code_continued_with(store: CompactStore) -> None:
     """After its auto compaction Claude Code continued with its summary, then the records
     after the boundary: the imported session's active context is exactly that (preceded only
-    by the original request, which the store pins, SPEC §4)."""
+    by the original request, which the store pins)."""
     records = raw_records(SPOTTER)
     at = next(i for i, r in enumerate(records) if r.get("subtype") == "compact_boundary")
     boundary_record = records[at]
@@ -1160,7 +1160,7 @@ def test_a_message_the_store_refuses_is_named_by_its_file_line(
 
 @pytest.mark.slow
 def test_tokens_are_counted_while_the_target_is_not_locked(tmp_path: Path) -> None:
-    """SPEC 9.1: the import is staged (and counted) in a temporary database; the target's
+    """The import is staged (and counted) in a temporary database; the target's
     write lock is taken only to copy the finished session in."""
     target = tmp_path / "target.db"
     probes: list[bool] = []

@@ -1,4 +1,4 @@
-"""LangChain v1 agents with CompactStoreMiddleware (SPEC §9.5), offline.
+"""LangChain v1 agents with CompactStoreMiddleware, offline.
 
 Real ``create_agent`` graphs: a scripted fake chat model (langchain_core's
 GenericFakeChatModel, which records what it was sent) over many turns with a small window,
@@ -298,7 +298,7 @@ def test_chat_anthropic_thinking_survives_the_round_trip(tmp_path: Path) -> None
         assert back == result["messages"]
 
     # Once its thinking is left out (here: not the newest turn, without preserved
-    # thinking), the model gets it without, as the wire view sends it (SPEC §9.0); the
+    # thinking), the model gets it without, as the wire view sends it; the
     # stored original keeps the block.
     with CompactStore.open(db) as store:
         sess = store.session("claude", config=CompactionConfig(preserved_thinking=False))

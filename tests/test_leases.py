@@ -1,4 +1,4 @@
-"""The compaction lease (SPEC §9.1) across processes: ``kill -9`` while a summary is in flight.
+"""The compaction lease across processes: ``kill -9`` while a summary is in flight.
 
 A child process (tests/lease_child.py) starts a summary and is killed with SIGKILL: nothing
 is recorded; the lease it held makes other callers go on with the cheap stages below the

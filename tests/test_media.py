@@ -1,4 +1,4 @@
-"""Images and documents in tool results (SPEC §9.4 Media), on SQLite and PostgreSQL.
+"""Images and documents in tool results (the documentation Media), on SQLite and PostgreSQL.
 
 An 80 kB PNG appended as an anthropic image block counts its pixel figure, not its base64;
 it reaches the model as an image block the SDK types accept; it is never previewed as

@@ -1,4 +1,4 @@
-"""The ``model_calls`` table (SPEC §9.0): one row per model call, written by record_usage,
+"""The ``model_calls`` table: one row per model call, written by record_usage,
 by import when the transcript carries usage, and by simulate."""
 
 from __future__ import annotations

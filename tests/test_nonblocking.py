@@ -1,4 +1,4 @@
-"""Compaction outside any database transaction (SPEC §9.1): plan -> decide -> commit.
+"""Compaction outside any database transaction: plan -> decide -> commit.
 
 Each rule of the commit's check has a test here that fails without it. The interference is
 deterministic: the summarizer itself writes through another handle (a second store on the

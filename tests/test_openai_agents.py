@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK with CompactSession (SPEC §9.5), offline.
+"""The OpenAI Agents SDK with CompactSession, offline.
 
 ``Runner.run`` of the real SDK with a fake model implementing the SDK's own ``Model`` interface:
 it answers from a script (tool calls, then a final text), keeps every input it was given and
@@ -327,7 +327,7 @@ def test_config_is_passed_on(store: CompactStore) -> None:
 
 @pytest.mark.slow
 def test_over_an_async_store(tmp_path: Path) -> None:
-    """The same runs over an AsyncCompactStore (SPEC §9.5 "over either store"): its session
+    """The same runs over an AsyncCompactStore: its session
     is opened on first use and every call is awaited on the loop."""
     pytest.importorskip("aiosqlite", reason="the 'async' extra is not installed")
     from compactstore import AsyncCompactStore

@@ -1,4 +1,4 @@
-"""The wheel is a working installation (SPEC §1): migrations ship inside it, so an installed
+"""The wheel is a working installation: migrations ship inside it, so an installed
 package creates a database at the head revision from any directory, and both the console
 script and ``python -m compactstore`` run.
 

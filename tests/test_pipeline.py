@@ -1,4 +1,4 @@
-"""The pipeline as a whole (SPEC §5): one transaction and at most one recorded row per call,
+"""The pipeline as a whole: one transaction and at most one recorded row per call,
 the heaviest stage named, pins kept verbatim, crash-orphaned calls answered and never
 separated, look-alike messages that cut nothing, atomic failure and determinism.
 """
@@ -247,7 +247,7 @@ def test_messages_that_imitate_boundaries_summaries_or_stubs_cut_nothing(
 def test_a_summarizer_error_falls_back_to_the_rule_summary_and_counts_a_fallback(
     db_url: str,
 ) -> None:
-    """SPEC §9.2: a SummarizerError no longer aborts the call (it would make every
+    """a SummarizerError no longer aborts the call (it would make every
     process_request() raise for ever): the rule-based summary is used, the row says why,
     and the breaker counts consecutive fallbacks until reset_breaker()."""
 

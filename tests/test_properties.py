@@ -1,4 +1,4 @@
-"""Property-based tests (SPEC §3, §5): random conversations in every format, interleaved with
+"""Property-based tests: random conversations in every format, interleaved with
 random process_request / reactive_recover / compact calls. After every step the active
 context keeps every tool pair whole and in order, holds the pins and the original request
 verbatim, is accepted by the official SDK types, and every recorded compaction's numbers
@@ -59,7 +59,7 @@ class World:
     request: dict[str, Any]
     recorded: int = 0
     notes: list[str] = field(default_factory=list)
-    # openai: call ids whose call was answered, used again by later calls (SPEC §9.0:
+    # openai: call ids whose call was answered, used again by later calls (the documentation:
     # calls are keyed by (id, call seq)); None: every call gets a new id.
     free_ids: list[str] | None = None
 
@@ -69,7 +69,7 @@ class World:
 
 
 def independent_tokens(fmt: str, message: dict[str, Any]) -> int | None:
-    """SPEC §6 estimate of a message that is only prose or only tool results, else None."""
+    """estimate of a message that is only prose or only tool results, else None."""
     found = results(fmt, message)
     if found and not text_of(message) and not call_ids(fmt, message):
         return estimate_tokens("\n".join(found.values()))

@@ -1,4 +1,4 @@
-"""Recall (SPEC §9.7): the tool's definition in each format, and ``recall(arguments)``
+"""Recall: the tool's definition in each format, and ``recall(arguments)``
 giving back exactly what left the context — removed by a cut, cleared by microcompact,
 persisted as a blob — by seq range, search or blob id, capped with a cursor, a pure read
 of its own session only."""

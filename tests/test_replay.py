@@ -1,4 +1,4 @@
-"""Replay (SPEC §7, §9.0 "Replay"): what it refuses, how an applied replay is dated, and the
+"""Replay: what it refuses, how an applied replay is dated, and the
 recorded inputs and summary state it reads back, which a damaged row cannot turn into a
 Python traceback."""
 

@@ -1,4 +1,4 @@
-"""`compactstore report` (SPEC §9.6): the page shows the database's numbers, is
+"""`compactstore report`: the page shows the database's numbers, is
 self-contained, and no transcript can make it run script or load anything."""
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def test_the_failure_that_tripped_the_breaker_is_named(store: CompactStore, tmp_
         chat.say(words(400, f"a{turn}"))
         chat.sess.process_request(now=T0 + turn)
     # Every call is a breaker failure: none gets usage below the threshold (a summary may
-    # still free a few tokens, SPEC §5 "No loops").
+    # still free a few tokens).
     failures = chat.sess.compactions()
     assert len(failures) == 3 and chat.sess.breaker().tripped
     page = Page(write_report(store, "s", tmp_path / "s.html").read_text("utf-8"))

@@ -1,4 +1,4 @@
-"""The user's real request (SPEC §9.0 "The request"): client boilerplate is classified by one
+"""The user's real request: client boilerplate is classified by one
 configurable pattern list; the first user message and the first that is not boilerplate are
 pinned at insert, by the live API and by importers alike; "Original request" quotes the latter.
 """

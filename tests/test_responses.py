@@ -1,4 +1,4 @@
-"""format="responses" (SPEC §9.4): OpenAI Responses input items, one item per seq."""
+"""format="responses": OpenAI Responses input items, one item per seq."""
 
 from __future__ import annotations
 

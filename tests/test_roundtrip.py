@@ -1,4 +1,4 @@
-"""Messages are stored verbatim (SPEC §3): a long conversation with tool calls, appended
+"""Messages are stored verbatim: a long conversation with tool calls, appended
 message by message, comes back from active_context() exactly as it went in — order, key
 order and values — on both backends and after reopening the store, and for anthropic and
 openai the result is a request the official SDKs accept.

@@ -1,4 +1,4 @@
-"""The schema is owned by Alembic (SPEC §1, §4): models and migrations agree, the repository's
+"""The schema is owned by Alembic: models and migrations agree, the repository's
 `alembic` command works, out-of-date and foreign databases are refused with a clear error,
 and SQLite files are private and opened with the documented pragmas.
 """
@@ -157,7 +157,7 @@ def test_a_schema_newer_than_the_code_is_refused_naming_both_revisions(db_url: s
 def test_an_empty_database_is_created_at_head_even_with_auto_migrate_false(
     tmp_path: Path,
 ) -> None:
-    # SPEC §9.0: auto_migrate governs upgrades only; no older version can use an empty file.
+    # auto_migrate governs upgrades only; no older version can use an empty file.
     path = tmp_path / "empty.db"
     path.touch()
     with CompactStore.open(path, auto_migrate=False) as store:
@@ -188,7 +188,7 @@ def test_auto_migrate_false_refuses_a_downgraded_database_and_true_upgrades_it(
 
 @pytest.mark.slow
 def test_by_default_sqlite_files_migrate_on_open_and_postgresql_does_not(db_url: str) -> None:
-    """SPEC §9.0 "Fleets upgrade in order": `compactstore db upgrade` first, then the new
+    """`compactstore db upgrade` first, then the new
     version rolls out; a SQLite file is one process's and keeps migrating on open."""
     CompactStore.open(db_url).close()  # an empty database: created at head on both
     _alembic_ok("downgrade", "-1", db_url=db_url)

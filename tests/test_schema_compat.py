@@ -1,4 +1,4 @@
-"""Fleets upgrade in order (SPEC §9.0): revisions are marked additive or breaking, and a
+"""Fleets upgrade in order: revisions are marked additive or breaking, and a
 version reads and writes a schema one additive revision newer than its own.
 
 The newer schemas here are real: a database built at this version's head, then upgraded by
@@ -131,7 +131,7 @@ def _converse(store: CompactStore, session_id: str) -> None:
 def test_every_shipped_revision_declares_whether_it_is_additive_or_breaking() -> None:
     kinds = {script.revision: script.module.kind for script in _scripts().walk_revisions()}
     assert set(kinds.values()) <= set(KINDS), kinds
-    # Re-keying tool calls by seq is breaking (SPEC §9.0).
+    # Re-keying tool calls by seq is breaking.
     assert kinds["e5a1c7d93b26"] == "breaking"
 
 

@@ -1,5 +1,5 @@
-"""SDK objects in append/extend, append_response, request_params and the anthropic wire view
-(SPEC §9.4), with real SDK objects built from recorded-shape JSON and the official client over
+"""SDK objects in append/extend, append_response, request_params and the anthropic wire
+view, with real SDK objects built from recorded-shape JSON and the official client over
 a mocked HTTP transport."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared SDK validation helper (SPEC §9.4): the official types, strictly."""
+"""The shared SDK validation helper: the official types, strictly."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def test_a_real_claude_code_transcript_with_its_own_compaction() -> None:
     assert report.loops == 0
     assert report.file_recall is not None and report.file_recall >= 0.8
     assert report.reference_agreement is not None and report.reference_agreement >= 0.9
-    # The handoff after every cut (SPEC §9.7), by checks independent of the summary code.
+    # The handoff after every cut, by checks independent of the summary code.
     assert report.cuts > 0
     assert report.noise_lines == report.duplicate_files == 0
     assert report.escaped_summaries == report.over_budget_summaries == 0

@@ -1,4 +1,4 @@
-"""The public store API (SPEC §2, §4, §6) on SQLite and PostgreSQL: sessions, the append-only
+"""The public store API on SQLite and PostgreSQL: sessions, the append-only
 log, pins, reading back from a new process, calibration against real token counts, memory,
 breaker defaults and token estimation.
 """
@@ -365,7 +365,7 @@ def test_two_stores_on_one_database_see_each_others_writes(
     assert here.token_usage() == there.token_usage()
 
 
-# -- calibration (SPEC §6) ------------------------------------------------------------------
+# -- calibration ------------------------------------------------------------------
 
 
 def test_token_usage_is_the_sum_of_stored_estimates_plus_the_fixed_overhead(

@@ -1,4 +1,4 @@
-"""Summarizers as the store calls them (SPEC §9.2): what a summarizer receives and
+"""Summarizers as the store calls them: what a summarizer receives and
 returns, its timeout and failures (fallback to the rule-based summary, counted), the hourly
 limit, per-session summarizers recorded by name, ``on_compaction``, ``redactor``, and replay
 reusing the recorded text."""

@@ -1,6 +1,6 @@
-"""Built-in LLM summarizers (SPEC §9.2): the official clients over a mocked HTTP transport.
+"""Built-in LLM summarizers: the official clients over a mocked HTTP transport.
 
-What the request body holds is the subject: the §9.7 sections asked for, the output cap,
+What the request body holds is the subject: the handoff sections asked for, the output cap,
 the input cap (oldest messages dropped first, the previous summary always kept), and no
 media, base64 or thinking. And a compaction through a store uses the model's text.
 """

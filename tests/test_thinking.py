@@ -1,4 +1,4 @@
-"""Thinking blocks (SPEC §9.0 "Thinking"): stored verbatim, sent while nothing before them
+"""Thinking blocks: stored verbatim, sent while nothing before them
 changed since the context version their message answered, counted exactly as sent, and
 never given to a summarizer.
 
@@ -529,7 +529,7 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
 def test_a_reasoning_item_the_wire_view_leaves_out_is_not_counted(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
-    """responses without stored responses (SPEC §9.4): a reasoning item with no
+    """responses without stored responses: a reasoning item with no
     encrypted_content is not sent, so usage does not count it either."""
     sess = store.session("plain-reasoning", format="responses", config=plain(), now=T0)
     sess.append({"type": "message", "role": "user", "content": "Port the parser"})

@@ -1,4 +1,4 @@
-"""Token estimation and calibration against the provider's real counts (SPEC §6)."""
+"""Token estimation and calibration against the provider's real counts."""
 
 from __future__ import annotations
 

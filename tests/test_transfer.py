@@ -1,4 +1,4 @@
-"""Whole sessions between databases: copy, backup/restore, delete and prune (SPEC §9.0, §9.1).
+"""Whole sessions between databases: copy, backup/restore, delete and prune.
 
 A copied session must be the same session: the same active context, log, boundaries,
 compactions, breaker, memory and blobs, and replays that give the same results, with the

@@ -1,4 +1,4 @@
-"""record_usage (SPEC §9.4) and a window the agent's own overhead fills (SPEC §9.0)."""
+"""record_usage and a window the agent's own overhead fills."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Images in user messages follow the rules of media in tool results (SPEC §9.4 Media), on
+"""Images in user messages follow the rules of media in tool results (the documentation Media), on
 SQLite and PostgreSQL: checked as the provider would, counted by their size, and counted
 toward ``max_media_in_context``; over the cap the oldest leave the context (a user message's
 media behind a note naming the blob, its text kept), get_blob and ``compactstore blob -o``

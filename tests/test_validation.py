@@ -1,4 +1,4 @@
-"""Bad input (SPEC §2, §3): every refusal is a CompactStoreError with a message that says what
+"""Bad input: every refusal is a CompactStoreError with a message that says what
 is wrong, and the database is exactly as it was before the call.
 
 The table runs against one prepared store per backend: each case must leave it unchanged,

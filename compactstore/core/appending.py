@@ -2,7 +2,7 @@
 
 Runs inside the caller's write transaction with the session locked; raises before writing
 anything, so a refused batch leaves the log as it was. Messages are counted before that
-transaction (SPEC §9.1: the token counter is the caller's code).
+transaction (the documentation: the token counter is the caller's code).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def insert_messages(
                 created_at=item.created_at,
                 pinned=admitted.pin,
                 dedup_of_seq=item.dedup_of_seq,
-                # The context it answered (SPEC §9.0 "Thinking"): the session is locked, so
+                # The context it answered: the session is locked, so
                 # this is the version every message of the batch was written against.
                 context_version=(session.context_version if admitted.kind == "assistant" else None),
             )

@@ -1,4 +1,4 @@
-"""Background compaction (SPEC §9.1 "Background"): the reads and writes around a job.
+"""Background compaction: the reads and writes around a job.
 
 ``process_request(background=True)`` below ``reactive_blocking_ratio`` never waits for a
 summary: it runs the cheap stages (its own row), and once usage passes

@@ -265,7 +265,7 @@ def check_tool_result(
     return NewToolResult(tool_use_id, content, tool_name, file_path, is_error)
 
 
-# Blocks a tool result's content list may hold, per format (SPEC §9.4 Media).
+# Blocks a tool result's content list may hold, per format (the documentation Media).
 _RESULT_BLOCKS: dict[str, tuple[str, ...]] = {
     "anthropic": ANTHROPIC_RESULT_BLOCKS,
     "responses": RESPONSES_RESULT_PARTS,
@@ -354,7 +354,7 @@ def check_cwd(cwd: Any) -> str:
 
 def check_window(session_id: str, context_window: int, config: CompactionConfig) -> None:
     """A window the fixed overhead (system prompt, tool definitions) fills leaves no room
-    for any message, so no compaction could ever help (SPEC §9.0)."""
+    for any message, so no compaction could ever help."""
     if context_window <= config.fixed_overhead_tokens:
         raise InvalidInputError(
             f"session {session_id!r}: context_window {context_window:,} is not larger than "

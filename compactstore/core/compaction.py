@@ -1,4 +1,4 @@
-"""Every compaction path as plan -> decide -> commit (SPEC §9.1, "Shape").
+"""Every compaction path as plan -> decide -> commit.
 
 - :func:`plan` (a read transaction) reads the snapshot a compaction is decided on: the
   active context, the stored state the engines need (breaker counters, memory, the next
@@ -77,9 +77,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Re-plans a call makes before it commits the cheap stages only (SPEC §9.1).
+# Re-plans a call makes before it commits the cheap stages only.
 MAX_REPLANS = 2
-# Seconds added to summarizer_timeout_seconds for a lease's lifetime (SPEC §9.1).
+# Seconds added to summarizer_timeout_seconds for a lease's lifetime.
 LEASE_GRACE_SECONDS = 30.0
 
 # A pure decision: the pipeline to run on the snapshot; None when there is nothing to do
@@ -90,7 +90,7 @@ Decide = Callable[[ActiveContext, EngineInputs], Outcome | None]
 @dataclass(frozen=True, slots=True)
 class Plugins:
     """The caller's code a compaction may run; none of it ever runs in a write
-    transaction (SPEC §9.1)."""
+    transaction."""
 
     count_tokens: TokenCounter
     summarizer: Summarizer | None = None
@@ -164,7 +164,7 @@ def process_request(now: float, **flags: bool) -> Request:
 
 
 def background_request(now: float, started_by: int | None) -> Request:
-    """A background compaction a process_request(background=True) started (SPEC §9.1)."""
+    """A background compaction a process_request(background=True) started."""
     return Request("background", now, pipeline.background, started_by=started_by)
 
 

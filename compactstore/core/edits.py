@@ -1,4 +1,4 @@
-"""Recorded edits of the active context: ``clear`` and ``pop`` (SPEC §9.0, §9.5).
+"""Recorded edits of the active context: ``clear`` and ``pop``.
 
 Both are compactions rows (trigger manual) that no engine made, so nothing is replayed;
 ``Session.rollback(compaction_id=N)`` undoes them like any compaction. The log keeps
@@ -66,7 +66,7 @@ def _compaction(
         error=None,
         inputs=EditRun(call=strategy.value, now=at, last_seq=context.last_seq).model_dump_json(),
         replay_of=None,
-        changed_after_seq=changed_after,  # SPEC §9.0 "Thinking"
+        changed_after_seq=changed_after,
     )
 
 

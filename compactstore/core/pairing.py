@@ -1,4 +1,4 @@
-"""The pairing and pin rules messages obey as they join a conversation (SPEC §4, §5).
+"""The pairing and pin rules messages obey as they join a conversation.
 
 One pure implementation used by every way messages come in: ``Session.append``/``extend``
 (with what the database already holds as the starting state) and the importers (which check
@@ -6,7 +6,7 @@ a whole transcript before anything is stored, starting empty). Nothing here read
 database: the caller passes what it knows and gets back what to store, or an
 :class:`InvalidMessageError` whose text the caller prefixes with where the message came from.
 
-Pairing (SPEC §9.0): calls are keyed by (id, call seq). A tool result answers exactly one
+Pairing: calls are keyed by (id, call seq). A tool result answers exactly one
 earlier call: the newest call with its id, which must still be unanswered. A result must
 come before the conversation moves on past its call (a later user, assistant or system
 message means the call was abandoned and is answered as interrupted); a call cut away by a
@@ -53,8 +53,8 @@ class PinRules:
     Args:
         leading_system: no message but system ones came yet (a system message now is pinned).
         request_seq: seq of the first user message, None while there is none.
-        real_request_seq: seq of the first user message that is not client boilerplate
-            (SPEC §9.0), None while there is none.
+        real_request_seq: seq of the first user message that is not client boilerplate, None
+            while there is none.
         boilerplate_patterns: what client boilerplate looks like
             (``CompactionConfig.boilerplate_patterns``).
     """

@@ -1,5 +1,5 @@
-"""Rebasing a compaction decided on a snapshot onto what other writers committed since
-(SPEC §9.1): the commit step's rule for edits and blob ids."""
+"""Rebasing a compaction decided on a snapshot onto what other writers committed since: the
+commit step's rule for edits and blob ids."""
 
 from __future__ import annotations
 

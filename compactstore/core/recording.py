@@ -133,7 +133,7 @@ def record_outcome(
     cleared = start.cleared_calls((edit.seq, edit.tool_use_ids) for edit in edits)
     removed = list(cut.removed_seqs) if cut is not None else []
     strategy, trigger = outcome.strategy, outcome.trigger
-    # Where the prefixes of later messages changed (SPEC §9.0 "Thinking"): an edited seq,
+    # Where the prefixes of later messages changed: an edited seq,
     # or, for a cut, every kept message (as ActiveContext.cut() has it).
     # A provider's compaction block changes no later prefix (ActiveContext.cut()).
     provided = False
@@ -314,7 +314,7 @@ def summary_columns(summary: SummaryInfo | None) -> dict[str, Any]:
 
 
 def superseded_result(outcome: Outcome | None, at: float) -> CompactionResult:
-    """The result of a call whose compaction was superseded (SPEC §9.1): another
+    """The result of a call whose compaction was superseded: another
     compaction, rollback, reactive recovery or config change landed while it was decided,
     or its lease was taken over. Nothing is recorded; not a breaker failure."""
     stage = None if outcome is None else (outcome.cut_stage or outcome.main_stage)

@@ -1,4 +1,4 @@
-"""Rollback and replay of recorded compactions (SPEC §7), as plan -> decide -> commit.
+"""Rollback and replay of recorded compactions, as plan -> decide -> commit.
 
 A rollback marks rows; nothing is deleted. A replay rebuilds the context as it stood just
 before a recorded compaction from the rows and the inputs recorded with it (a read
@@ -178,7 +178,7 @@ def plan_replay(
     """Rebuild the context just before the boundary's compaction, with its inputs.
 
     The summary service is the recorded text (used when the replayed cut removes exactly
-    the recorded seqs, SPEC §9.0), or ``resummarize`` (the summarizer, asked again).
+    the recorded seqs), or ``resummarize`` (the summarizer, asked again).
 
     Raises:
         NotFoundError: no such boundary in this session.

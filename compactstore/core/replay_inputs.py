@@ -1,4 +1,4 @@
-"""What a compaction records for replay (SPEC §7): the engines' inputs, typed.
+"""What a compaction records for replay: the engines' inputs, typed.
 
 The ``compactions.inputs`` column holds one of these as JSON. It is parsed when read
 (:func:`parse`), so a damaged row is a :class:`DatabaseError` naming the database, never a

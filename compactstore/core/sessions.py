@@ -48,7 +48,7 @@ __all__ = [
     "session_infos",
 ]
 
-# What a new session takes when it is not given (SPEC §2).
+# What a new session takes when it is not given.
 DEFAULT_FORMAT = "anthropic"
 DEFAULT_CONTEXT_WINDOW = 200_000
 

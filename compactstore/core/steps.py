@@ -1,4 +1,4 @@
-"""The steps of a compaction call and the driver that runs them (SPEC §9.1, "Shape").
+"""The steps of a compaction call and the driver that runs them.
 
 :func:`compactstore.core.compaction.compaction_steps` is a generator of :data:`Op` values
 so that one copy of the rules serves every driver: :func:`drive` runs each step here (the

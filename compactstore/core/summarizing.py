@@ -1,4 +1,4 @@
-"""The caller's summarizer as the engines meet it (SPEC §9.2): a summary service.
+"""The caller's summarizer as the engines meet it: a summary service.
 
 :class:`SummaryCall` runs a sync summarizer in a bounded executor with
 ``summarizer_timeout_seconds``, with the redactor applied to what it is sent; it turns every
@@ -6,7 +6,7 @@ failure (an exception, SummarizerError included, a timeout, no text, an awaitabl
 answer without text, so the engine writes the rule-based summary and the row records a
 fallback and its reason. It remembers its answers by what was asked, so a compaction that
 re-plans reuses the text instead of calling the summarizer again. :class:`RecordedSummary`
-gives replay the recorded text back (SPEC §9.0).
+gives replay the recorded text back.
 
 No database here: the driver runs a summary call in *decide*, with no transaction open.
 """
@@ -333,7 +333,7 @@ class SummaryCall:
             # call is abandoned.
             future.cancel()
             return self._fallback(name, f"summarizer {name} timed out after {self.timeout:g} s")
-        except Exception as exc:  # every failure falls back (SPEC §9.2), SummarizerError too
+        except Exception as exc:  # every failure falls back, SummarizerError too
             return self._fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
         latency = (time.perf_counter() - started) * 1000
         self.calls_left -= 1
@@ -411,7 +411,7 @@ async def _awaited(summarizer: Any, *args: Any) -> Any:
 @dataclass(frozen=True)
 class RecordedSummary:
     """Replay's summary service: the recorded text when the replayed cut removes exactly
-    the recorded seqs; otherwise rule-based (SPEC §9.0)."""
+    the recorded seqs; otherwise rule-based."""
 
     removed_seqs: tuple[int, ...]
     text: str

@@ -1,4 +1,4 @@
-"""Calibration from the provider's real prompt counts (SPEC §6, §9.0, §9.4).
+"""Calibration from the provider's real prompt counts.
 
 After ``record_usage(n)`` the session's usage is ``n`` plus the factor times what was
 appended since; the factor itself is learnt from the growth between consecutive counts.

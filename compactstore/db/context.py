@@ -206,7 +206,7 @@ def load_context(
     *,
     as_of: AsOf | None = None,
 ) -> ActiveContext:
-    """Read what the active context is assembled from (SPEC §4; the rule is
+    """Read what the active context is assembled from (the rule is
     :func:`compactstore.assembly.assemble`): the live boundary, the pinned messages and every
     message from its first kept seq on, and their live edits. With ``as_of`` the context is
     rebuilt as it stood just before a recorded compaction (for replay).
@@ -274,8 +274,8 @@ def context_changes(
     rows: Sequence[LoggedMessage],
     as_of: AsOf | None = None,
 ) -> tuple[tuple[int, int], ...]:
-    """The changes to the context newer than what its oldest assistant message answered
-    (SPEC §9.0 "Thinking"): (context version, seq after which prefixes changed) of every
+    """The changes to the context newer than what its oldest assistant message answered:
+    (context version, seq after which prefixes changed) of every
     compaction that changed messages, and again of its rollback. With ``as_of``, those
     recorded before that compaction. Empty when no message records a version."""
     answered = [row.context_version for row in rows if row.context_version is not None]
@@ -480,7 +480,7 @@ def _roll_back_compactions(
         .values(
             rolled_back_at=now,
             rolled_back_after=latest,
-            # The rollback changes the context back: a change too (SPEC §9.0 "Thinking").
+            # The rollback changes the context back: a change too.
             rolled_back_version=next_context_version(session_id),
         )
     )

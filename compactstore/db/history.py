@@ -237,7 +237,7 @@ def config_hash(connection: Connection, session_id: str, config: str) -> str:
 
 def next_context_version(session_id: str) -> ScalarSelect[Any]:
     """The session's context_version after the structural write the caller's transaction
-    makes (SPEC §9.0 "Thinking"): any value above the current one and at most the final
+    makes: any value above the current one and at most the final
     one says the same, as no message is appended within that transaction."""
     return (
         select(sessions.c.context_version + 1).where(sessions.c.id == session_id).scalar_subquery()
@@ -258,7 +258,7 @@ def insert_blobs(connection: Connection, session_id: str, rows: Sequence[dict[st
         )
 
 
-# -- what a commit checks against its snapshot (SPEC §9.1) -------------------------------------
+# -- what a commit checks against its snapshot -------------------------------------
 
 _LAST_COMPACTION_ID = select(func.max(compactions.c.id)).where(compactions.c.session_id == SID)
 

@@ -1,4 +1,4 @@
-"""Background compaction jobs (SPEC §9.1 "Background"): the queries of ``compaction_jobs``.
+"""Background compaction jobs: the queries of ``compaction_jobs``.
 
 A job is pending work: the compaction a ``process_request(background=True)`` started. The
 process that started it runs it in a worker thread; if that process dies, any other one

@@ -1,4 +1,4 @@
-"""Compaction leases (SPEC §9.1): one compaction that may cut per session at a time.
+"""Compaction leases: one compaction that may cut per session at a time.
 
 A lease is a row: its owner's token and when it lapses, on the database's clock (never a
 caller's ``now=``, so a test clock cannot keep a dead owner's lease alive). The owner's

@@ -59,7 +59,7 @@ class MessageRow:
     created_at: float
     pinned: str | None = None
     dedup_of_seq: int | None = None
-    # An assistant message: the session's context_version it answered (SPEC §9.0).
+    # An assistant message: the session's context_version it answered.
     context_version: int | None = None
 
 

@@ -5,7 +5,7 @@ shipped in the package, and refuses a schema it cannot use with the command that
 A database already at head is recognised without importing Alembic: opening a store is then
 two small queries.
 
-Fleets upgrade in order (SPEC §9.0): each revision file says whether it is ``"additive"``
+Fleets upgrade in order: each revision file says whether it is ``"additive"``
 or ``"breaking"`` (its module-level ``kind``), and the database records each revision
 applied to it, with its parent and kind, in ``schema_revisions`` (written by
 :func:`record_revision`, Alembic's ``on_version_apply`` hook in migrations/env.py). A
@@ -192,8 +192,8 @@ def usable_as_is(db: str) -> bool:
 
 
 def default_auto_migrate(url: str) -> bool:
-    """Whether opening ``url`` upgrades an older schema when the caller does not say (SPEC
-    §9.0 "Fleets upgrade in order"): a SQLite file is one process's, so it migrates on open;
+    """Whether opening ``url`` upgrades an older schema when the caller does not say: a
+    SQLite file is one process's, so it migrates on open;
     a server database (PostgreSQL) is shared by a fleet, whose older versions may still be
     running, so it is upgraded on purpose (``compactstore db upgrade``) before the new
     version rolls out. An empty database is created at head either way."""

@@ -81,7 +81,7 @@ sessions = Table(
     # (compaction, rollback, config): a cached context survives appends only.
     Column("context_version", Integer, nullable=False, server_default=text("0")),
     Column("last_seq", Integer, nullable=False, server_default=text("-1")),
-    # Calibration against real counts (SPEC §6): usage = estimate x factor + offset.
+    # Calibration against real counts: usage = estimate x factor + offset.
     Column("token_factor", Float),
     Column("token_factor_weight", Float),
     Column("usage_offset", Integer, nullable=False, server_default=text("0")),
@@ -113,13 +113,13 @@ messages = Table(
     # Seq of the message whose content a read-dedup stub in this one points at.
     Column("dedup_of_seq", Integer),
     # An assistant message: the session's context_version when it was stored, the context
-    # it answered (SPEC §9.0 "Thinking"); null for other messages and rows stored before.
+    # it answered; null for other messages and rows stored before.
     Column("context_version", Integer),
 )
 # Pinned messages before a boundary are fetched on their own at every rebuild.
 Index("ix_messages_pinned", messages.c.session_id, messages.c.pinned, messages.c.seq)
 
-# Calls are keyed by (id, call seq) (SPEC §9.0): in openai and responses an id may be used
+# Calls are keyed by (id, call seq): in openai and responses an id may be used
 # again once its earlier call is answered. A message never carries one id twice.
 tool_calls = Table(
     "tool_calls",
@@ -197,7 +197,7 @@ compactions = Table(
     Column("config", Text, nullable=False),
     Column("config_hash", String(64)),
     # What was lost: seqs that left the active context, results cleared or persisted (as
-    # [tool-use id, call seq] pairs: an id may be used again, SPEC §9.0), blobs.
+    # [tool-use id, call seq] pairs: an id may be used again), blobs.
     Column("removed_seqs", Text, nullable=False),
     Column("cleared_tool_calls", Text, nullable=False, server_default=text("'[]'")),
     Column("blob_ids", Text, nullable=False),
@@ -212,7 +212,7 @@ compactions = Table(
     # The newest compaction id of the session when this one was rolled back: replay uses it
     # to tell which edits were live when a later compaction ran.
     Column("rolled_back_after", Integer),
-    # How the cut's summary was written (SPEC §9.2): 'summarizer', 'rule' or 'recorded'; the
+    # How the cut's summary was written: 'summarizer', 'rule' or 'recorded'; the
     # summarizer's name and model, its latency and token counts, whether it fell back to
     # the rule-based summary and why. Null when the call made no cut.
     Column("summary_source", String(16)),
@@ -223,10 +223,10 @@ compactions = Table(
     Column("summarizer_output_tokens", Integer),
     Column("summarizer_fallback", Boolean),
     Column("summarizer_reason", Text),
-    # A background compaction (SPEC §9.1): the compaction row of the process_request call
+    # A background compaction: the compaction row of the process_request call
     # that started it (no foreign key: added to an existing table; see db/transfer.py).
     Column("started_by", Integer),
-    # What the compaction changed in the active context (SPEC §9.0 "Thinking"): the seq
+    # What the compaction changed in the active context: the seq
     # after which every message's prefix changed (its lowest edited seq, or the seq before
     # the first one a cut removed; null: it changed no message), the session
     # context_version its write produced, and that of the rollback that undid it. A
@@ -326,11 +326,11 @@ breaker_state = Table(
     Column("tripped", Boolean, nullable=False, server_default=text("false")),
     Column("reactive_attempts", Integer, nullable=False, server_default=text("0")),
     Column("last_microcompact_at", Float, nullable=False),
-    # Summaries in a row that fell back to the rule-based one (SPEC §9.2).
+    # Summaries in a row that fell back to the rule-based one.
     Column("consecutive_fallbacks", Integer, nullable=False, server_default=text("0")),
 )
 
-# One compaction that may cut at a time per session (SPEC §9.1): the owner's token and when
+# One compaction that may cut at a time per session: the owner's token and when
 # the lease lapses, on the database's clock (never a caller's now=), so a crashed owner's
 # lease expires and another process can compact.
 compaction_leases = Table(
@@ -342,7 +342,7 @@ compaction_leases = Table(
     Column("expires_at", Float, nullable=False),
 )
 
-# Pending background compactions (SPEC §9.1): one row per compaction a process_request(
+# Pending background compactions: one row per compaction a process_request(
 # background=True) started, so any process (or `compactstore worker`) can run it. state:
 # pending -> running -> applied | superseded | failed. owner/expires_at are the job's lease
 # on the database clock: a crashed worker's job is picked up again once it lapses.
@@ -386,7 +386,7 @@ model_calls = Table(
     Column("session_id", SESSION_ID, ForeignKey("sessions.id"), nullable=False),
     # The newest seq of the log when the call was made: the context sent ended there.
     Column("seq", Integer, nullable=False),
-    # The store's usage (SPEC §6) of the context sent, before the call's real count was known.
+    # The store's usage of the context sent, before the call's real count was known.
     Column("usage", Integer, nullable=False),
     # The prompt size the provider counted, when the caller or the transcript reported it.
     Column("real_tokens", Integer),
@@ -444,7 +444,7 @@ schema_revisions = Table(
     # One row per Alembic revision applied to this database (written by migrations/env.py
     # as each revision is applied, removed as it is undone), so that a version of
     # compactstore older than the database can tell whether the revision it does not know
-    # is one additive step past its own head, which it can read and write (SPEC §9.0
+    # is one additive step past its own head, which it can read and write (the documentation
     # "Fleets upgrade in order"; compactstore.db.migrate). Not a session's data: copies,
     # deletes and prunes leave it alone.
     Column("revision", String(32), primary_key=True),

@@ -1,4 +1,4 @@
-"""Stage 5, the auto-compact check and dispatcher, with its circuit breaker (SPEC §5.5).
+"""Stage 5, the auto-compact check and dispatcher, with its circuit breaker.
 
 Auto-compact fires when estimated usage reaches ``auto_compact_threshold`` of the window,
 unless the breaker is tripped. It tries session memory first, then a full compact on top
@@ -53,7 +53,7 @@ def wait_limit(context: ActiveContext) -> int:
 
 
 def background_threshold(context: ActiveContext) -> int:
-    """Usage at which a background compaction starts (SPEC §9.1)."""
+    """Usage at which a background compaction starts."""
     return math.ceil(round(context.context_window * context.config.background_threshold, 6))
 
 

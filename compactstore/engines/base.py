@@ -44,7 +44,7 @@ class SummaryResult:
 
 
 class Summarizer(Protocol):
-    """Replaces the rule-based summary, e.g. with an LLM call (SPEC §9.2).
+    """Replaces the rule-based summary, e.g. with an LLM call.
 
     Receives the messages being removed, the previous boundary's summary (or None) and the
     instructions given to ``compact()``; returns the summary text or a
@@ -193,7 +193,7 @@ class NewBlob:
     tool_name: str
     content: str
     # The result carried media: ``content`` is the JSON of its blocks and the context
-    # holds a media note instead of a preview (SPEC §9.4).
+    # holds a media note instead of a preview.
     media: bool = False
 
 

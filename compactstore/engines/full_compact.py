@@ -1,4 +1,4 @@
-"""Stage 6b, full compact (SPEC §5.6): a rule-based structured summary, no LLM needed.
+"""Stage 6b, full compact: a rule-based structured summary, no LLM needed.
 
 The summary is the handoff of :mod:`compactstore.engines.summary` (request, later
 instructions, pending tasks, current work, files, errors) and is cumulative: the previous
@@ -57,7 +57,7 @@ def rule_summary(
     note: str = "",
     replaces: int | None = None,
 ) -> tuple[str, SummaryState]:
-    """The rule-based summary text of a cut (header, ``note``, the §9.7 sections, closing
+    """The rule-based summary text of a cut (header, ``note``, the handoff sections, closing
     line) and the state as written. It stays within its budget (``summary_max_tokens``,
     and ``summary_max_window_share`` of the window) and, when ``replaces`` (the tokens of
     what it stands for) is given, below that too, so a cut always shrinks the context when
@@ -124,7 +124,7 @@ def summarise_answer(
         SummaryRequest(
             # Copies: a summarizer that changes what it is given must not change the context.
             # Images and documents become a text note each: no base64 leaves for a summary;
-            # nor does thinking (SPEC §9.0): each block or reasoning item becomes a note.
+            # nor does thinking: each block or reasoning item becomes a note.
             messages=[
                 without_media(context.fmt.thinking_noted(item.copy_message())) for item in removed
             ],

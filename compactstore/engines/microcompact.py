@@ -1,11 +1,11 @@
-"""Stage 4, microcompact (SPEC §5.4): clear old tool results, keep the newest few.
+"""Stage 4, microcompact: clear old tool results, keep the newest few.
 
 Time-based: once ``microcompact_interval_seconds`` have passed since the last time-based
 microcompact (the clock starts when the session is created). Cache-aware: when the gap
 since the last assistant message exceeds ``cache_ttl_seconds`` the provider's prompt cache
 has expired anyway, so clearing costs no cache hit. Results already persisted or cleared
 are not candidates; with ``microcompact_keep_recent`` or fewer candidates nothing happens.
-A result carrying media (SPEC §9.4) is not cleared but persisted whole as a blob, behind a
+A result carrying media is not cleared but persisted whole as a blob, behind a
 note naming it, so ``get_blob`` still returns the image.
 """
 

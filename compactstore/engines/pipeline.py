@@ -1,4 +1,4 @@
-"""The pipeline that chains the stages (SPEC §5), and the outcome the store records.
+"""The pipeline that chains the stages, and the outcome the store records.
 
 process_request: tool-result budget -> microcompact -> auto-compact check -> session
 memory / full compact. Read dedup already happened when each tool result was appended.
@@ -184,7 +184,7 @@ def process(
 
 
 def background(context: ActiveContext, inputs: EngineInputs) -> Outcome:
-    """A background compaction (SPEC §9.1): auto-compact (session memory, then full) aimed
+    """A background compaction: auto-compact (session memory, then full) aimed
     below ``background_threshold``; leaving usage at or above it is a breaker failure.
     Nothing when the breaker is tripped or usage is already below the threshold."""
     if inputs.tripped or context.usage < auto_compact.background_threshold(context):

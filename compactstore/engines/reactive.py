@@ -1,4 +1,4 @@
-"""Stage 7, reactive recovery (SPEC §5.7): after the API said the prompt is too long.
+"""Stage 7, reactive recovery: after the API said the prompt is too long.
 
 Attempt 1 forces a full compact and succeeds when usage gets below the blocking limit
 times the target ratio (97% x 0.9 = 87.3% of the window). Otherwise, and on attempts 2

@@ -1,4 +1,4 @@
-"""Stage 3, read dedup (SPEC §5.3). It runs at tool-execution time, in append_tool_result.
+"""Stage 3, read dedup. It runs at tool-execution time, in append_tool_result.
 
 A read of a path whose content hash matches the last registered read of that path is
 answered with a stub pointing at the earlier message instead of the content again —

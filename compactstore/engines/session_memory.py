@@ -1,4 +1,4 @@
-"""Stage 6a, session-memory compact (SPEC §5.6): summarise with memory the agent already has.
+"""Stage 6a, session-memory compact: summarise with memory the agent already has.
 
 The summary is the stored memory (up to ``session_memory_max_tokens``, and no more than the
 summary's share of the window; ``user_intent`` entries first, then the newest) plus counts,

@@ -1,4 +1,4 @@
-"""The rule-based summary: a handoff an agent can continue from (SPEC §9.7).
+"""The rule-based summary: a handoff an agent can continue from.
 
 Sections, each written only when it has something to say: the original request; every later
 user instruction, in order; pending tasks from the latest plan/todo call; current work (the last

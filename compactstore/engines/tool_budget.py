@@ -1,12 +1,12 @@
-"""Stage 2, tool-result budget (SPEC §5.2).
+"""Stage 2, tool-result budget.
 
 Every tool result longer than ``tool_result_max_chars`` is stored whole as a blob and
 replaced in the active context by a preview stub of at most ``tool_result_preview_chars``:
 a header with the original length, tool name and blob id, the first lines and, for long
 results, the last lines with the count of lines left out. Answers of the ``recall`` tool
-are exempt (SPEC §9.7).
+are exempt.
 
-Results carrying media (images, documents; SPEC §9.4) are exempt from the character budget
+Results carrying media (images, documents) are exempt from the character budget
 and never previewed: once the context holds more than ``max_media_in_context`` media blocks
 (in tool results and at the top of user messages), the oldest are persisted, until the
 newest ones fit: a tool result whole (the JSON of its blocks) behind a note naming the blob;

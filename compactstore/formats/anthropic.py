@@ -118,12 +118,12 @@ class AnthropicFormat(MessageFormat):
         return {"role": "user", "content": [{"type": "text", "text": text}]}
 
     def wire_view(self, messages: list[dict[str, Any]], config: Any) -> list[dict[str, Any]]:
-        """Tool results merged as the API wants them (SPEC §9.4): after an assistant message
+        """Tool results merged as the API wants them: after an assistant message
         with ``tool_use`` blocks, the user messages up to the last one holding a result
         become one user message — every ``tool_result`` block first, in the order of the
         calls, then the other content that stood between them, in order. A user message
         after the last result stays a message of its own. An assistant message left with
-        no content (it held only thinking the context leaves out, SPEC §9.0) is not sent.
+        no content (it held only thinking the context leaves out) is not sent.
         The log and ``context().items`` keep one message per seq."""
         return merge_tool_results(messages)
 

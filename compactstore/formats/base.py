@@ -50,7 +50,7 @@ MAX_NESTING = 256
 THINKING_NOTE = "[thinking left out]"
 
 # A tool result's content as append_tool_result takes it: text, or content blocks in the
-# session format's own dialect (SPEC §9.4).
+# session format's own dialect.
 ResultContent = str | list[dict[str, Any]]
 
 # What a message is, whatever the format spells it as.
@@ -76,7 +76,7 @@ class ToolResult:
     # False for results whose content no text can stand for (a screenshot, an approval
     # decision): compaction stages never preview or clear them.
     replaceable: bool = True
-    # The result's content blocks when they carry media (images, documents; SPEC §9.4),
+    # The result's content blocks when they carry media (images, documents),
     # else None. ``text`` is then the text blocks only: media is never counted or shown as
     # its base64. Such a result is exempt from the character budget; microcompact and
     # ``max_media_in_context`` persist it whole (these blocks, as JSON) behind a note.
@@ -141,10 +141,10 @@ class MessageFormat(ABC):
     # Whether consecutive assistant items form one turn (responses: a turn is several items,
     # reasoning, calls and messages); otherwise each assistant message is a turn of its own.
     groups_turns: bool = False
-    # Whether a tool call id may be used again once its earlier call is closed (SPEC §9.0:
+    # Whether a tool call id may be used again once its earlier call is closed (the documentation:
     # openai and responses; Anthropic's API refuses a repeated tool_use id).
     reuses_call_ids: bool = False
-    # Assistant content blocks that are the model's signed thinking (SPEC §9.0 "Thinking"):
+    # Assistant content blocks that are the model's signed thinking:
     # sent only while nothing before their message changed since the context it answered.
     thinking_block_types: frozenset[str] = frozenset()
 
@@ -213,8 +213,8 @@ class MessageFormat(ABC):
         return messages
 
     def sent(self, message: Mapping[str, Any], config: Any) -> bool:
-        """Whether the wire view sends the message at all: its tokens count only then
-        (SPEC §9.0 "Usage counts exactly the thinking sent"). Formats whose wire view
+        """Whether the wire view sends the message at all: its tokens count only then.
+        Formats whose wire view
         leaves whole messages out say so with ``leaves_messages_out``."""
         return True
 
@@ -229,7 +229,7 @@ class MessageFormat(ABC):
 
     def thinking_text(self, message: Mapping[str, Any]) -> str | None:
         """The text of the message's thinking blocks (a redacted block's ``data``), what
-        they cost when sent; None when it carries none (SPEC §9.0 "Thinking")."""
+        they cost when sent; None when it carries none."""
         if not self.thinking_block_types or message.get("role") != "assistant":
             return None
         content = message.get("content")
@@ -261,7 +261,7 @@ class MessageFormat(ABC):
 
     def thinking_noted(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with each thinking block replaced by the text block
-        ``[thinking left out]``: what a summarizer is given (SPEC §9.0: thinking is never
+        ``[thinking left out]``: what a summarizer is given (the documentation: thinking is never
         sent to a summarizer). ``message`` is the caller's copy; it may be returned."""
         if self.thinking_text(message) is None:
             return message

@@ -1,4 +1,4 @@
-"""Which content block (part, item) types each role may carry, per format (SPEC §9.0).
+"""Which content block (part, item) types each role may carry, per format.
 
 The SDKs' unions alone do not say which role may carry which block: Anthropic's user and
 assistant unions are identical, yet the API refuses ``tool_use`` from a user and an image

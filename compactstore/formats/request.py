@@ -1,4 +1,4 @@
-"""The keyword arguments of a provider call, from the active context (SPEC §9.4).
+"""The keyword arguments of a provider call, from the active context.
 
 ``Session.request_params()`` calls :func:`build_request_params`; pure (no database).
 """

@@ -1,4 +1,4 @@
-"""The OpenAI Responses API format: a conversation is a list of input items (SPEC §9.4).
+"""The OpenAI Responses API format: a conversation is a list of input items.
 
 Each stored message is one item of ``ResponseInputItemParam``. Every item type of the SDK is in
 exactly one class (:data:`ITEM_CLASSES`):
@@ -302,7 +302,7 @@ class ResponsesFormat(MessageFormat):
         else:
             text = _parts_text(content) if isinstance(content, list) else content
             if isinstance(content, list):
-                # Other parts count as their JSON; media parts by their size (SPEC §9.4).
+                # Other parts count as their JSON; media parts by their size.
                 text = "\n".join(
                     [
                         text,
@@ -370,7 +370,7 @@ class ResponsesFormat(MessageFormat):
         }
 
     def summary_message(self, text: str) -> dict[str, Any]:
-        """A user message item (SPEC §9.4)."""
+        """A user message item."""
         return {
             "type": "message",
             "role": "user",
@@ -423,7 +423,7 @@ class ResponsesFormat(MessageFormat):
 
     def thinking_noted(self, message: dict[str, Any]) -> dict[str, Any]:
         """A reasoning item becomes an assistant message saying it was left out: its summary
-        and encrypted content never reach a summarizer (SPEC §9.0)."""
+        and encrypted content never reach a summarizer."""
         if item_type(message) != "reasoning":
             return message
         return {

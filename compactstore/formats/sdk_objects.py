@@ -1,4 +1,4 @@
-"""SDK response objects as what a session stores (SPEC §9.4): ``Session.append_response``.
+"""SDK response objects as what a session stores: ``Session.append_response``.
 
 Nothing here imports an SDK: objects are recognised by their shape (an Anthropic
 ``Message`` has ``type == "message"``, ``role``, ``content`` and ``usage.input_tokens``; an

@@ -1,4 +1,4 @@
-"""Check a request against the official SDK types of its format, strictly (SPEC §9.4).
+"""Check a request against the official SDK types of its format, strictly.
 
 Plain pydantic validation of the SDKs' request ``TypedDict`` types ignores keys a type does
 not declare, so "it passes the SDK types" has not meant "the API accepts it". This module

@@ -348,7 +348,7 @@ class TranscriptBuilder:
         return message
 
     def _check(self, entry: Entry) -> None:
-        # A block its role may not carry becomes a short text note (SPEC §9.0), once a
+        # A block its role may not carry becomes a short text note, once a
         # warning per type and file; then so does media the provider would refuse.
         entry.message, replaced = note_unlisted(self.format, entry.message, self._extension)
         for kind in replaced:

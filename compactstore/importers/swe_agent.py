@@ -8,8 +8,8 @@ observation. SWE-agent's bookkeeping keys (``agent``, ``message_type``, ``though
 results whose call is unknown or already answered. History entries have no timestamps.
 
 Some trajectories reuse a call id for a later, different call once the earlier one was
-answered; the ``openai`` format keys calls by (id, call seq), so the id is kept as it is
-(SPEC §9.0). Only an id used again while its earlier call is still unanswered (the store
+answered; the ``openai`` format keys calls by (id, call seq), so the id is kept as it is.
+Only an id used again while its earlier call is still unanswered (the store
 would refuse it) gets a suffix (``call_x~2``), and the result that follows is paired with
 that new id.
 """

@@ -516,7 +516,7 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
 
 def _without_thinking(message: BaseMessage) -> list[BaseMessage]:
-    """``message`` without its thinking blocks, which the context leaves out (SPEC §9.0, as
+    """``message`` without its thinking blocks, which the context leaves out (as
     the wire view does); nothing when that leaves it empty."""
     content = message.content
     if not isinstance(content, list):

@@ -125,7 +125,7 @@ def collect(store: CompactStore, session_id: str) -> ReportData:
     redactor = store.redactor
     if redactor is None:
         return data
-    # Every text that leaves the process goes through the redactor (SPEC §9.2).
+    # Every text that leaves the process goes through the redactor.
     views = [
         replace(
             view,

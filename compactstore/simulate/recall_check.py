@@ -1,5 +1,5 @@
 """After each recorded compaction of a replay: does ``recall`` give back exactly what it
-took out of the context (SPEC §9.7)? Every message it removed, every message whose result it
+took out of the context? Every message it removed, every message whose result it
 cleared or persisted, and every blob it created, paged through with its cursors."""
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class SimulationReport:
     loops: int = 0
     reactive_calls: int = 0
     gave_up: int = 0
-    # The handoff (SPEC §9.7), checked after every cut with the checks of summary_audit.
+    # The handoff, checked after every cut with the checks of summary_audit.
     cuts: int = 0
     noise_lines: int = 0
     duplicate_files: int = 0
@@ -81,7 +81,7 @@ class SimulationReport:
     last_text_due: int = 0
     last_text_kept: int = 0
     handoff_examples: list[str] = field(default_factory=list)
-    # Recall (SPEC §9.7), after every compaction: the messages it removed or whose results it
+    # Recall, after every compaction: the messages it removed or whose results it
     # cleared or persisted, and the blobs it created, given back exactly.
     recall_due: int = 0
     recall_exact: int = 0

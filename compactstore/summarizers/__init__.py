@@ -1,8 +1,8 @@
-"""Built-in LLM summarizers (SPEC §9.2) and the CLI's way of naming a summarizer.
+"""Built-in LLM summarizers and the CLI's way of naming a summarizer.
 
 ``AnthropicSummarizer(client, model=...)`` and ``OpenAISummarizer(client, model=...)`` write
 the summary of a compaction with the official SDK clients (extras ``anthropic`` and
-``openai``; the SDK is imported only when one is built), asking for the §9.7 handoff
+``openai``; the SDK is imported only when one is built), asking for the handoff
 sections. :func:`resolve` builds one from the strings ``compactstore worker`` and
 ``compactstore replay --resummarize --summarizer`` take.
 """

@@ -1,4 +1,4 @@
-"""The built-in summarizers' prompt: the §9.7 handoff sections, asked of a model.
+"""The built-in summarizers' prompt: the handoff sections, asked of a model.
 
 Pure functions, no SDK: :func:`build_prompt` turns what a summarizer receives (the removed
 messages in the session's format, the previous summary, the caller's instructions) into one
@@ -85,7 +85,7 @@ Each error the tools reported, short and unescaped, one per line with the tool's
 
 
 def system_prompt(max_output_tokens: int, *, recall: bool) -> str:
-    """The instructions the model gets: write a handoff in the §9.7 sections."""
+    """The instructions the model gets: write a handoff in its sections."""
     recall_section = "\n\n## Recall\nEnd with exactly this line:\n" + RECALL_LINE if recall else ""
     return (
         "You write the handoff summary of an AI agent's conversation. The oldest part of the "

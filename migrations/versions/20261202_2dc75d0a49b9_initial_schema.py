@@ -1,4 +1,4 @@
-"""initial schema: every table of SPEC §4 and the compaction_history view
+"""initial schema: every table of the documentation and the compaction_history view
 
 Revision ID: 2dc75d0a49b9
 Revises:

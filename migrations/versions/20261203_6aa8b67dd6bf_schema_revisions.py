@@ -1,6 +1,6 @@
 """schema_revisions: each revision applied to the database, with its parent and kind (additive)
 
-SPEC §9.0 "Fleets upgrade in order": a version reads and writes a schema one additive
+the documentation: a version reads and writes a schema one additive
 revision newer than its own. An older version cannot see the newer revision's file, so the
 database says it: migrations/env.py records every revision applied from this one on (and,
 when this one is applied, its ancestors) with its ``down_revision`` and ``kind``

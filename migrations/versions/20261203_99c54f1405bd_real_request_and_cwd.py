@@ -1,7 +1,7 @@
 """sessions: the real request's seq and the working directory (additive)
 
-The first user message that is not client boilerplate is pinned with the first user message
-(SPEC §9.0 "The request"); its seq is kept on the session so the decision is made once, at
+The first user message that is not client boilerplate is pinned with the first user message;
+its seq is kept on the session so the decision is made once, at
 insert. Sessions stored before this revision pinned only the first user message, and pins
 never change: their real request is that message. ``cwd`` is the directory file paths in
 summaries are shown relative to.

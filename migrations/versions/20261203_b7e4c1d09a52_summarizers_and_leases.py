@@ -1,6 +1,6 @@
 """summarizers and compaction leases (breaking)
 
-SPEC §9.1-9.2: ``compaction_leases`` (one compaction that may cut per session at a time, on
+the documentation: ``compaction_leases`` (one compaction that may cut per session at a time, on
 the database clock), the summarizer a session was opened with, how each compaction's
 summary was written (source, summarizer, model, latency, tokens, fallback and its reason)
 and the breaker's count of consecutive fallbacks. Older versions ignore all of it.

@@ -1,6 +1,6 @@
 """background compaction jobs (breaking)
 
-SPEC §9.1 "Background": ``compaction_jobs`` (pending background compactions, each with the
+the documentation: ``compaction_jobs`` (pending background compactions, each with the
 snapshot it was started on, its state and its lease on the database clock) and
 ``compactions.started_by`` (the process_request call that started a background compaction).
 Older versions ignore both.

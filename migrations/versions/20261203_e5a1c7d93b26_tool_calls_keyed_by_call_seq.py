@@ -1,6 +1,6 @@
 """tool calls keyed by (id, call seq) (breaking)
 
-SPEC §9.0 "Tool call ids": in ``openai`` and ``responses`` a call id may be used again once
+the documentation: in ``openai`` and ``responses`` a call id may be used again once
 its earlier call is answered, so a call is keyed by the seq of the message that made it:
 
 - ``tool_calls``: the primary key becomes (session_id, tool_use_id, call_seq).

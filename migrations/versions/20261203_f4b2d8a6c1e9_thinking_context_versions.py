@@ -1,6 +1,6 @@
 """context versions for thinking blocks (additive)
 
-SPEC §9.0 "Thinking": ``messages.context_version`` (the context version an assistant message
+the documentation: ``messages.context_version`` (the context version an assistant message
 answered) and, on ``compactions``, ``changed_after_seq`` (the seq after which a compaction
 changed every message's prefix: its lowest edited seq, or the seq before the first one it cut
 away), ``context_version`` (the version its write produced) and

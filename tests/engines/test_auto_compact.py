@@ -1,4 +1,4 @@
-"""Stage 5, the auto-compact check and its circuit breaker (SPEC §5.5): auto-compact fires at
+"""Stage 5, the auto-compact check and its circuit breaker: auto-compact fires at
 estimated usage >= 85% of the window; 3 consecutive failed auto-compactions trip the breaker;
 a success resets the count; the counters persist; reset_breaker() clears them.
 """

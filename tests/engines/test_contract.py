@@ -1,4 +1,4 @@
-"""Rules that hold across every stage (SPEC §5), checked for each stage in each format:
+"""Rules that hold across every stage, checked for each stage in each format:
 deterministic, never splits a tool pair, never grows usage, records what it did.
 
 Each stage runs on the same kind of log — pins, parallel calls, a crash-orphaned call, an

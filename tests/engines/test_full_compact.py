@@ -1,4 +1,4 @@
-"""Stage 6b, full compact (SPEC §5.6) and manual / partial compact (SPEC §5): a rule-based,
+"""Stage 6b, full compact and manual / partial compact: a rule-based,
 cumulative summary of the removed part; the newest third of the messages stays verbatim.
 """
 

@@ -1,4 +1,4 @@
-"""Stage 4, microcompact (SPEC §5.4): once 3,600 s have passed since the last time-based
+"""Stage 4, microcompact: once 3,600 s have passed since the last time-based
 microcompact (the clock starts at session creation) every tool result but the 5 newest is
 replaced by a fixed placeholder; the cache-aware trigger does the same once the gap since
 the last assistant message exceeds cache_ttl_seconds.

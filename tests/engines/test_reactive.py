@@ -1,9 +1,9 @@
-"""Stage 7, reactive recovery (SPEC §5.7): after "prompt too long", attempt 1 forces a full
+"""Stage 7, reactive recovery: after "prompt too long", attempt 1 forces a full
 compact and succeeds below 87.3% of the window; otherwise attempts 1, 2, 3 truncate to the
 newest 40%, 30%, 20% of the messages (never fewer than 3 or 15%), pairs intact, behind a
 note; attempt 4 gives up. The attempt counter persists and record_usage() resets it.
 
-The store's recovery is always rule-based (SPEC §9.2); the engine tests give the full compact
+The store's recovery is always rule-based; the engine tests give the full compact
 a summary service whose output size they choose: a one-token summary shows where the cut
 lands, a summary of a chosen size lands the usage on an exact token count, and an oversized
 one makes the full compact fail, so truncation runs on the whole context.
@@ -53,7 +53,7 @@ BLOATED = -1  # summary size meaning "larger than anything it could replace"
 class SizedSummarizer:
     """A summary service (the engines' side of a summarizer) writing summaries of
     ``tokens`` estimated tokens (ASCII, 4 characters a token). The store never gives one
-    to reactive recovery (SPEC §9.2: always rule-based), so these tests run the engine."""
+    to reactive recovery (the documentation: always rule-based), so these tests run the engine."""
 
     def __init__(self) -> None:
         self.tokens = 1
@@ -249,7 +249,7 @@ def test_truncation_never_goes_below_3_messages() -> None:
 def test_the_store_recovers_with_the_rule_based_summary_even_with_a_summarizer(
     db_url: str,
 ) -> None:
-    """SPEC §9.2: the agent is blocked, so reactive recovery never calls a summarizer."""
+    """the agent is blocked, so reactive recovery never calls a summarizer."""
     calls: list[int] = []
 
     def summarizer(messages: list[dict[str, Any]], previous: str | None, note: str | None) -> str:

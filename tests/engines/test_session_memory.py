@@ -1,4 +1,4 @@
-"""Stage 6a, session-memory compact (SPEC §5.6): the summary is stored memory (up to 6,000
+"""Stage 6a, session-memory compact: the summary is stored memory (up to 6,000
 tokens, user intent first, then the newest) plus counts; a verbatim tail is kept from the
 newest message backwards — at least 5 messages and 10,000 tokens, at most 40,000 tokens once
 those minimums are met; it fails (and full compact runs) when it would keep >= 95%.

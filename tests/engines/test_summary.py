@@ -1,4 +1,4 @@
-"""The rule-based summary as a handoff (SPEC §9.7): request, later instructions, pending tasks,
+"""The rule-based summary as a handoff: request, later instructions, pending tasks,
 current work and next step, files, errors, recall line; within its budget; cumulative; the
 same sections from full, session-memory and reactive compaction; client noise never shows.
 """

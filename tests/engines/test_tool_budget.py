@@ -1,4 +1,4 @@
-"""Stage 2, the tool-result budget (SPEC §5.2): results over 4,000 characters are stored
+"""Stage 2, the tool-result budget: results over 4,000 characters are stored
 whole as blobs and replaced in the active context by a preview stub of at most 500 chars.
 """
 
