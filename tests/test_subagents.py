@@ -105,6 +105,7 @@ def test_sidechain_records_become_a_linked_child_session(
     assert child.subagents() == []
 
 
+@pytest.mark.slow
 def test_agent_progress_records_become_a_linked_child_session(tmp_path: Path) -> None:
     lines = [
         _progress("user", "look for config files", "s1", "a1", "task1"),
@@ -124,6 +125,7 @@ def test_agent_progress_records_become_a_linked_child_session(tmp_path: Path) ->
         assert store.get_session("run/a1").messages() == SUBAGENT_MESSAGES[:3]
 
 
+@pytest.mark.slow
 def test_a_subagents_own_file_is_imported_as_its_child(tmp_path: Path) -> None:
     """Claude Code's layout: <session>.jsonl, and <session>/subagents/agent-<id>.jsonl; the
     compaction call's file (agent-acompact-*) is not a subagent."""
@@ -139,6 +141,7 @@ def test_a_subagents_own_file_is_imported_as_its_child(tmp_path: Path) -> None:
         assert sorted(info.id for info in store.sessions()) == ["run", "run/b7"]
 
 
+@pytest.mark.slow
 def test_parent_and_children_import_all_or_nothing(tmp_path: Path, db_snapshot: Snapshot) -> None:
     bad = [*SIDECHAIN[:2], _side("user", [{"type": "text", "text": 5}], "s3")]
     path = _write(tmp_path / "run.jsonl", _main(bad))
@@ -157,6 +160,7 @@ def test_parent_and_children_import_all_or_nothing(tmp_path: Path, db_snapshot: 
         assert db_snapshot(store) == before
 
 
+@pytest.mark.slow
 def test_delete_backup_and_restore_take_the_children_along(tmp_path: Path) -> None:
     path = _write(tmp_path / "run.jsonl", _main(SIDECHAIN))
     with CompactStore.open(tmp_path / "s.db") as store:
@@ -176,6 +180,7 @@ def test_delete_backup_and_restore_take_the_children_along(tmp_path: Path) -> No
         assert store.get_session("run").subagents() == []
 
 
+@pytest.mark.slow
 def test_the_cli_names_the_links(tmp_path: Path) -> None:
     path = _write(tmp_path / "run.jsonl", _main(SIDECHAIN))
     db = str(tmp_path / "s.db")
@@ -192,6 +197,7 @@ def test_the_cli_names_the_links(tmp_path: Path) -> None:
     assert child["parent"] == {"session": "run", "tool_use_id": "task1"}
 
 
+@pytest.mark.slow
 def test_the_report_names_the_links(tmp_path: Path) -> None:
     pytest.importorskip("jinja2", reason="the report needs the 'report' extra (Jinja2)")
     from compactstore.report import write_report
