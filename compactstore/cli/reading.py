@@ -62,9 +62,7 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
 
     One row per message: seq (- for the summary and synthetic results), role, tokens and
     state (original, persisted, cleared, deduplicated, summary, pinned, synthetic). Only
-    the newest --limit messages are listed; the heading counts the whole context. An
-    imported subagent's session names the session and tool call that started it; a session
-    with subagents names their sessions.
+    the newest --limit messages are listed; the heading counts the whole context.
 
     Example: compactstore show s1 --full --limit 10
     """
