@@ -69,7 +69,8 @@ class SessionBase:
     def subagents(self) -> list[tuple[str, str | None]]:
         """The sessions of the subagents this session's tool calls started (an imported
         Claude Code transcript's sidechains), and theirs: (session id, the id of the tool
-        call that started it, None when the transcript does not say), in id order."""
+        call that started it, None when the transcript does not say): its own in id order,
+        then theirs."""
         return self.store._read(lambda connection: repo.subagents_of(connection, [self.id]))
 
     def __repr__(self) -> str:

@@ -142,6 +142,33 @@ def test_a_subagents_own_file_is_imported_as_its_child(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_meta_files_name_the_call_and_the_parent_agent(tmp_path: Path) -> None:
+    """Newer Claude Code: the parent holds no sidechain lines and its result may not name
+    the agent; agent-<id>.meta.json does (toolUseId, and parentAgentId for a subagent's
+    subagent)."""
+    main = _main([])
+    del main[-2]["toolUseResult"]
+    path = _write(tmp_path / "run.jsonl", main)
+    folder = tmp_path / "run" / "subagents"
+    folder.mkdir(parents=True)
+    _write(folder / "agent-b7.jsonl", [{**line, "agentId": "b7"} for line in SIDECHAIN])
+    _write(folder / "agent-c2.jsonl", [{**line, "agentId": "c2"} for line in SIDECHAIN])
+    (folder / "agent-b7.meta.json").write_text(json.dumps({"toolUseId": "task1"}), "utf-8")
+    (folder / "agent-c2.meta.json").write_text(
+        json.dumps({"toolUseId": "side1", "parentAgentId": "b7"}), "utf-8"
+    )
+    (folder / "journal.jsonl").write_text('{"type": "started"}\n', "utf-8")  # not a transcript
+    with CompactStore.open(tmp_path / "s.db") as store:
+        parent = import_file(store, path)
+        assert parent.subagents() == [("run/b7", "task1"), ("run/c2", "side1")]
+        child = store.get_session("run/c2")
+        assert (child.parent_session_id, child.parent_tool_use_id) == ("run/b7", "side1")
+        assert store.get_session("run/b7").subagents() == [("run/c2", "side1")]
+        store.delete_session("run")
+        assert store.sessions() == []
+
+
+@pytest.mark.slow
 def test_parent_and_children_import_all_or_nothing(tmp_path: Path, db_snapshot: Snapshot) -> None:
     bad = [*SIDECHAIN[:2], _side("user", [{"type": "text", "text": 5}], "s3")]
     path = _write(tmp_path / "run.jsonl", _main(bad))

@@ -121,8 +121,8 @@ def link_subagent(
 
 
 def subagents_of(connection: Connection, session_ids: list[str]) -> list[tuple[str, str | None]]:
-    """The subagent sessions of these sessions, and of theirs, in id order: (id, the tool call
-    that started it)."""
+    """The subagent sessions of these sessions, and of theirs (level by level, each in id
+    order): (id, the tool call that started it)."""
     found: list[tuple[str, str | None]] = []
     seen = set(session_ids)
     frontier = list(session_ids)

@@ -715,8 +715,13 @@ def import_file(
             # The parent and its subagents' sessions are copied in the same transaction.
             with staging(store) as stage:
                 stage.import_session(sid, imported, format=fmt, context_window=context_window)
+                agents = {child.agent for child in children}
                 for child in children:
-                    _import_child(stage, sid, child, context_window)
+                    # A subagent's subagent is linked to that subagent's session.
+                    parent = sid
+                    if child.parent_agent is not None and child.parent_agent in agents:
+                        parent = f"{sid}/{child.parent_agent}"
+                    _import_child(stage, sid, parent, child, context_window)
         _warn_cut(file)
     if file.cwd is not None:  # what the summary's file paths are relative to
         return store.session(sid, cwd=file.cwd)
@@ -731,13 +736,16 @@ class _Child:
     tool_use_id: str | None  # the parent's tool call that started it, when known
     file: TranscriptFile  # the file holding its records
     own_file: bool  # a file of its own (else: the parent's, its records picked by agentId)
+    parent_agent: str | None = None  # a subagent's subagent: the agentId that started it
 
 
 def _children(file: TranscriptFile, path: str | os.PathLike[str] | IO[bytes]) -> list[_Child]:
     """The subagents of a Claude Code transcript: those whose records the file holds, and
     those with a file of their own beside it (``<session>/subagents/agent-<agentId>.jsonl``,
-    Claude Code's layout; the file wins over records of the same subagent). Claude Code's
-    own compaction calls (``agent-acompact-*``) are not subagents."""
+    Claude Code's layout; the file wins over records of the same subagent). A
+    ``agent-<agentId>.meta.json`` beside the file names the spawning call (``toolUseId``)
+    and, for a subagent's subagent, the agent that started it (``parentAgentId``). Claude
+    Code's own compaction calls (``agent-acompact-*``) are not subagents."""
     from compactstore.importers import claude_code
 
     found = claude_code.subagents(file)
@@ -754,20 +762,44 @@ def _children(file: TranscriptFile, path: str | os.PathLike[str] | IO[bytes]) ->
                 agent = name.removeprefix("agent-").removesuffix(".jsonl")
                 if agent.startswith("acompact") or not own.is_file():
                     continue
+                call, parent_agent = _subagent_meta(folder / f"agent-{agent}.meta.json")
                 child_file = TranscriptFile(own, strict=file.strict)
-                children[agent] = _Child(agent, found.calls.get(agent), child_file, own_file=True)
+                children[agent] = _Child(
+                    agent,
+                    call or found.calls.get(agent),
+                    child_file,
+                    own_file=True,
+                    parent_agent=parent_agent,
+                )
     return list(children.values())
 
 
+def _subagent_meta(path: Path) -> tuple[str | None, str | None]:
+    """(the spawning tool call, the parent agent) a subagent's ``.meta.json`` names; None
+    for what it does not say (or when there is no such file, or it is not JSON)."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(meta, dict):
+        return None, None
+    call, parent = meta.get("toolUseId"), meta.get("parentAgentId")
+    return (
+        call if isinstance(call, str) and call else None,
+        parent if isinstance(parent, str) and parent else None,
+    )
+
+
 def _import_child(
-    stage: CompactStore, parent: str, child: _Child, context_window: int | None
+    stage: CompactStore, session: str, parent: str, child: _Child, context_window: int | None
 ) -> None:
-    """Import one subagent into the staging store as ``<parent>/<agentId>``, linked to the
-    tool call that started it; a subagent with no conversation to import is left out."""
+    """Import one subagent into the staging store as ``<session>/<agentId>``, linked to
+    ``parent`` and the tool call that started it; a subagent with no conversation to import
+    is left out."""
     from compactstore.db import repository as repo
     from compactstore.importers import claude_code
 
-    sid = f"{parent}/{child.agent}"
+    sid = f"{session}/{child.agent}"
     agent = None if child.own_file else child.agent
     items = claude_code.convert(child.file, None, stage.allow_block_types, agent=agent)
     try:
