@@ -15,7 +15,15 @@ summary lists ours names when cut at the same place; and "recalled exactly": of 
 each compaction removed, cleared or persisted and the blobs it wrote, how many ``recall`` gave
 back exactly (paged through with its cursors).
 
+Then, against the agent's own handoff at its own cuts (compactstore.simulate.reference
+.agent_cuts): Claude Code's summaries and what Codex's ``compacted`` records kept
+(``replacement_history``), each against our summary of the same messages — the files the
+agent names among those the tool calls before the cut touched, the user's messages it keeps,
+and the tasks it says are pending (Codex: the open items of its last ``update_plan``), and how
+many of each ours has (our summary plus what we keep from before the cut).
+
 Usage: python -m benchmarks.quality [--corpus ../shared/corpus/dev] [--windows 200000,64000,32000]
+       python -m benchmarks.quality --agent-cuts   (only the comparison with the agent's own)
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 
 from benchmarks import DEFAULT_CORPUS
 from compactstore.simulate import SimulationReport, simulate
+from compactstore.simulate.reference import AgentCut, agent_cuts
 
 
 def _pct(value: float | None) -> str:
@@ -72,14 +81,63 @@ HEADER = (
 )
 
 
+AGENT_HEADER = (
+    "| transcript | agent's handoff | cut before message | files it names (touched) "
+    "| its user messages | its pending tasks |\n"
+    "|---|---|---|---|---|---|"
+)
+
+
+def _pair(pair: tuple[int, int]) -> str:
+    total, ours = pair
+    return "–" if not total else f"{ours}/{total} ({ours / total:.0%})"
+
+
+def agent_row(cut: AgentCut) -> str:
+    return (
+        f"| {cut.file} | {cut.source} {cut.kind} | {cut.cut} | {_pair(cut.files)} "
+        f"| {_pair(cut.user_messages)} | {_pair(cut.tasks)} |"
+    )
+
+
+def agent_totals(cuts: list[AgentCut], source: str, kind: str) -> str:
+    chosen = [c for c in cuts if (c.source, c.kind) == (source, kind)]
+
+    def total(name: str) -> tuple[int, int]:
+        pairs = [getattr(c, name) for c in chosen]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    return (
+        f"| all ({len(chosen)} cuts) | {source} {kind} | | {_pair(total('files'))} "
+        f"| {_pair(total('user_messages'))} | {_pair(total('tasks'))} |"
+    )
+
+
+def agent_section(files: list[Path]) -> None:
+    print(f"\n### Against the agent's own handoff at its cuts\n\n{AGENT_HEADER}")
+    cuts: list[AgentCut] = []
+    for path in files:
+        for cut in agent_cuts(path):
+            cuts.append(cut)
+            print(agent_row(cut), flush=True)
+    for source, kind in dict.fromkeys((c.source, c.kind) for c in cuts):
+        print(agent_totals(cuts, source, kind))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--windows", default="200000,64000,32000")
+    parser.add_argument(
+        "--agent-cuts", action="store_true", help="only the comparison with the agent's own"
+    )
     args = parser.parse_args()
     files = sorted(p for p in args.corpus.rglob("*") if p.suffix in (".jsonl", ".traj"))
     if not files:
         sys.exit(f"no transcripts under {args.corpus} (give --corpus DIR)")
+    if args.agent_cuts:
+        agent_section(files)
+        return
     windows = [int(w) for w in args.windows.split(",")]
     began = time.perf_counter()
     for use_usage, title in (
@@ -96,6 +154,7 @@ def main() -> None:
         for report in reports:
             if report.cuts:
                 print(handoff_row(report))
+    agent_section(files)
     print(f"\n{len(files)} transcripts, {time.perf_counter() - began:.0f} s in all")
 
 

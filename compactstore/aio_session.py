@@ -52,6 +52,9 @@ class AsyncSession:
         self.format = session.format
         self.context_window = session.context_window
         self.created_at = session.created_at
+        # A subagent's session: the session and tool call that started it (else None).
+        self.parent_session_id = session.parent_session_id
+        self.parent_tool_use_id = session.parent_tool_use_id
 
     async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.store._step(fn, *args, **kwargs)
@@ -357,6 +360,10 @@ class AsyncSession:
     async def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
         """See :meth:`Session.boundaries`."""
         return await self._step(self._session.boundaries, include_rolled_back)
+
+    async def subagents(self) -> list[tuple[str, str | None]]:
+        """See :meth:`Session.subagents`."""
+        return await self._step(self._session.subagents)
 
     async def compactions(self) -> list[CompactionResult]:
         """See :meth:`Session.compactions`."""

@@ -57,6 +57,10 @@ class SessionBase:
         self.created_at = row.created_at
         # The model the session talks to, as last recorded (session(model=), append_response).
         self.model = row.model
+        # A subagent's session (an imported Claude Code sidechain): the session whose tool
+        # call started it and that call's id; None for a top-level session.
+        self.parent_session_id = row.parent_session_id
+        self.parent_tool_use_id = row.parent_tool_use_id
         # "drop_block" once set for the session (sessions.thinking_binding): sticky.
         self._thinking_binding = row.thinking_binding
         # The format's adapter: how this session's messages spell calls and results.
@@ -67,6 +71,13 @@ class SessionBase:
         # The newest finished background job this handle has reported (None: not looked).
         self._seen_job: int | None = None
         self._view: _View | None = None
+
+    def subagents(self) -> list[tuple[str, str | None]]:
+        """The sessions of the subagents this session's tool calls started (an imported
+        Claude Code transcript's sidechains), and theirs: (session id, the id of the tool
+        call that started it, None when the transcript does not say): its own in id order,
+        then theirs."""
+        return self.store._read(lambda connection: repo.subagents_of(connection, [self.id]))
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"

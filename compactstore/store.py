@@ -555,23 +555,27 @@ class CompactStore:
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session and every row it owns (log, compactions, blobs, memory, ...) in
-        one transaction. Handles open on it fail afterwards. A SQLite file compactstore
-        created gives the space back to the disk afterwards (an older one keeps it free for
-        new rows until :func:`compactstore.admin.vacuum`).
+        one transaction, with its subagents' sessions (:meth:`Session.subagents`). Handles
+        open on them fail afterwards. A SQLite file compactstore created gives the space back
+        to the disk afterwards (an older one keeps it free for new rows until
+        :func:`compactstore.admin.vacuum`).
 
         Raises:
             NotFoundError: no such session.
         """
         sid = checks.check_session_id(session_id)
 
-        def tx(connection: Connection) -> str | None:
+        def tx(connection: Connection) -> tuple[str, list[str]] | None:
             stored = _stored_id(connection, session_id, sid)
-            return stored if delete_sessions(connection, [stored]) else None
+            children = [child for child, _ in repo.subagents_of(connection, [stored])]
+            return (stored, children) if delete_sessions(connection, [stored, *children]) else None
 
-        stored = self._write(tx)
-        if stored is None:
+        deleted = self._write(tx)
+        if deleted is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
-        self._cache.drop(stored)
+        stored, children = deleted
+        for gone in (stored, *children):
+            self._cache.drop(gone)
         self._release_free_pages()
 
     def _release_free_pages(self) -> None:

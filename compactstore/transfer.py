@@ -21,6 +21,7 @@ from compactstore.core import checks
 from compactstore.db import transfer as db
 from compactstore.db.engine import read_tx, sqlite_path
 from compactstore.db.migrate import head_revision, stored_revision
+from compactstore.db.sessions import subagents_of
 from compactstore.db.transfer import CopyReport
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError, SchemaError
 from compactstore.scratch import scratch_dir
@@ -46,6 +47,8 @@ def copy_sessions(
     source_name: str | None = None,
 ) -> CopyReport:
     """Copy whole sessions from one store into another, in one write transaction.
+
+    A session's subagent sessions (see :meth:`Session.subagents`) are copied with it.
 
     Args:
         source: the store to read (one consistent snapshot).
@@ -77,6 +80,11 @@ def copy_sessions(
                 missing = [sid for sid in dict.fromkeys(wanted) if sid not in have]
                 if missing:
                     raise NotFoundError(f"no session {', '.join(map(repr, missing))} in {name}")
+                # A session's subagents (imported Claude Code sidechains) go with it.
+                children = subagents_of(source_connection, wanted)
+                return db.copy_sessions(
+                    source_connection, target_connection, [*wanted, *(c for c, _ in children)]
+                )
             return db.copy_sessions(source_connection, target_connection, wanted)
 
     return target._write(tx)

@@ -529,7 +529,10 @@ def test_show_json(template: str, shared: CompactStore) -> None:
         "message_count",
         "not_shown",
         "messages",
+        "parent",
+        "subagents",
     }
+    assert (data["parent"], data["subagents"]) == (None, [])  # not a subagent, none of its own
     assert (data["message_count"], data["not_shown"]) == (len(context.items), 0)
     assert (data["session"], data["format"], data["context_window"]) == ("s1", "anthropic", 8_000)
     assert data["usage"] == context.usage

@@ -67,12 +67,17 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
     Example: compactstore show s1 --full --limit 10
     """
     with CompactStore.open(db, read_only=True) as store:
-        context = store.get_session(session_id).context()
+        sess = store.get_session(session_id)
+        context = sess.context()
+        subagents = sess.subagents()
+    links = (sess.parent_session_id, sess.parent_tool_use_id, subagents)
     shown = None if show_all or limit == 0 else limit
     if as_json:
-        click.echo(render.json_text(render.show_json(context, full=full, limit=shown)))
+        doc = render.show_json(context, full=full, limit=shown) | render.link_json(*links)
+        click.echo(render.json_text(doc))
     else:
-        click.echo("\n".join(render.show_lines(context, full=full, limit=shown)))
+        heading, *rest = render.show_lines(context, full=full, limit=shown)
+        click.echo("\n".join([heading, *render.link_lines(*links), *rest]))
 
 
 @click.command(short_help="Show a session's compactions and boundaries.")

@@ -183,6 +183,31 @@ def _message_json(context: ActiveContext, item: ContextMessage, *, full: bool) -
     }
 
 
+def link_json(
+    parent: str | None, tool_use_id: str | None, subagents: list[tuple[str, str | None]]
+) -> dict[str, Any]:
+    """A session's links to the session whose tool call started it, and to its subagents'."""
+    return {
+        "parent": None if parent is None else {"session": parent, "tool_use_id": tool_use_id},
+        "subagents": [{"session": sid, "tool_use_id": call} for sid, call in subagents],
+    }
+
+
+def link_lines(
+    parent: str | None, tool_use_id: str | None, subagents: list[tuple[str, str | None]]
+) -> list[str]:
+    """One line naming the session whose tool call started this one, one per subagent."""
+
+    def call(call_id: str | None) -> str:
+        return f"tool call {call_id}" if call_id else "a tool call the transcript does not name"
+
+    lines = (
+        [] if parent is None else [f"subagent of session {parent}, started by {call(tool_use_id)}"]
+    )
+    lines += [f"subagent session {sid}, started by {call(call_id)}" for sid, call_id in subagents]
+    return lines
+
+
 def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) -> list[str]:
     """The `show` table: a heading with the whole context's totals, a line saying how many
     older messages are left out, then one row per shown message (and its whole text if full).

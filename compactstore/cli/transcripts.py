@@ -130,6 +130,7 @@ def import_(
         boundaries = len(sess.boundaries())
         usage = sess.token_usage()
         calls = store._read(lambda c: model_calls.calls_of(c, sess.id))
+        subagents = sess.subagents()
     last = next((call for call in reversed(calls) if call.real_tokens), None)
     if as_json:
         found = {
@@ -140,6 +141,7 @@ def import_(
             "boundaries": boundaries,
             "usage": usage,
             "last_real_count": None if last is None else last.real_tokens,
+            "subagents": render.link_json(None, None, subagents)["subagents"],
         }
         click.echo(render.json_text(found))
         return
@@ -147,6 +149,8 @@ def import_(
         f"imported {render.plural(count, 'message')} into session {sess.id} ({sess.format}, "
         f"{sess.context_window:,} tokens, {render.plural(boundaries, 'boundary')})"
     )
+    for line in render.link_lines(None, None, subagents):
+        click.echo(line)
     if last is not None and last.real_tokens:
         note = usage_note(usage, last.real_tokens)
         if note:

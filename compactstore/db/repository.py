@@ -97,8 +97,10 @@ from compactstore.db.sessions import (
     SessionRow,
     create_session,
     get_session,
+    link_subagent,
     list_sessions,
     session_versions,
+    subagents_of,
     update_session,
 )
 
@@ -156,6 +158,7 @@ __all__ = [
     "last_message",
     "last_turn_seq",
     "latest_finished_job",
+    "link_subagent",
     "list_sessions",
     "live_boundary",
     "live_edits",
@@ -177,6 +180,7 @@ __all__ = [
     "session_versions",
     "set_breaker",
     "set_dedup_entry",
+    "subagents_of",
     "summarizer_calls_since",
     "update_session",
     "with_session",

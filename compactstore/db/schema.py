@@ -94,6 +94,11 @@ sessions = Table(
     # request must send: every later request carries that block binding. And since when.
     Column("thinking_binding", String(16)),
     Column("thinking_binding_at", Float),
+    # A subagent's session (an imported Claude Code sidechain): the session whose tool call
+    # started it, and that call's id. NULL for a top-level session. Not a foreign key: a
+    # child restored without its parent keeps naming it.
+    Column("parent_session_id", SESSION_ID),
+    Column("parent_tool_use_id", String(255)),
 )
 
 messages = Table(

@@ -27,8 +27,10 @@ __all__ = [
     "SessionRow",
     "create_session",
     "get_session",
+    "link_subagent",
     "list_sessions",
     "session_versions",
+    "subagents_of",
     "update_session",
 ]
 
@@ -54,6 +56,8 @@ class SessionRow:
     summarizer: str | None = None  # the name recorded by store.session(summarizer=)
     model: str | None = None  # store.session(model=) or the newest append_response's
     thinking_binding: str | None = None  # "drop_block" once set (see schema)
+    parent_session_id: str | None = None  # a subagent's session: the session that started it
+    parent_tool_use_id: str | None = None  # ... and the id of the tool call that did
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -86,6 +90,8 @@ def _session_row(row: DbRow) -> SessionRow:
         summarizer=row.summarizer,
         model=row.model,
         thinking_binding=row.thinking_binding,
+        parent_session_id=row.parent_session_id,
+        parent_tool_use_id=row.parent_tool_use_id,
     )
 
 
@@ -100,6 +106,36 @@ def get_session(
     query = _SESSION_FOR_UPDATE if lock and connection.dialect.name == "postgresql" else _SESSION
     row = connection.execute(query, {"sid": session_id}).one_or_none()
     return None if row is None else _session_row(row)
+
+
+def link_subagent(
+    connection: Connection, session_id: str, parent_session_id: str, tool_use_id: str | None
+) -> None:
+    """Record that ``session_id`` is a subagent's session, started by ``parent_session_id``'s
+    tool call ``tool_use_id`` (None: the transcript does not say which call)."""
+    connection.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(parent_session_id=parent_session_id, parent_tool_use_id=tool_use_id)
+    )
+
+
+def subagents_of(connection: Connection, session_ids: list[str]) -> list[tuple[str, str | None]]:
+    """The subagent sessions of these sessions, and of theirs (level by level, each in id
+    order): (id, the tool call that started it)."""
+    found: list[tuple[str, str | None]] = []
+    seen = set(session_ids)
+    frontier = list(session_ids)
+    while frontier:
+        rows = connection.execute(
+            select(sessions.c.id, sessions.c.parent_tool_use_id)
+            .where(sessions.c.parent_session_id.in_(frontier))
+            .order_by(sessions.c.id)
+        ).all()
+        frontier = [row.id for row in rows if row.id not in seen]
+        seen.update(frontier)
+        found += [(row.id, row.parent_tool_use_id) for row in rows if row.id in frontier]
+    return found
 
 
 def create_session(

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from compactstore.core.checks import MAX_TIMESTAMP
@@ -701,19 +702,116 @@ def import_file(
         with contextlib.suppress(NotFoundError):  # (checked again when copying)
             store.get_session(sid)
             raise ConflictError(f"session {sid!r} already exists; import into a new session id")
-        _, fmt, items = convert(file, format, progress, store.allow_block_types)
+        source, fmt, items = convert(file, format, progress, store.allow_block_types)
+        children = _children(file, path) if source == "claude-code" else []
+        imported = (_imported(file.name, item) for item in items)
         # Staged in a temporary database (token counting happens there), then copied into
         # the store in one write transaction: the store is locked only for the copy.
-        store.import_session(
-            sid,
-            (_imported(file.name, item) for item in items),
-            format=fmt,
-            context_window=context_window,
-        )
+        if not children:
+            store.import_session(sid, imported, format=fmt, context_window=context_window)
+        else:
+            from compactstore.transfer import staging
+
+            # The parent and its subagents' sessions are copied in the same transaction.
+            with staging(store) as stage:
+                stage.import_session(sid, imported, format=fmt, context_window=context_window)
+                agents = {child.agent for child in children}
+                for child in children:
+                    # A subagent's subagent is linked to that subagent's session.
+                    parent = sid
+                    if child.parent_agent is not None and child.parent_agent in agents:
+                        parent = f"{sid}/{child.parent_agent}"
+                    _import_child(stage, sid, parent, child, context_window)
         _warn_cut(file)
     if file.cwd is not None:  # what the summary's file paths are relative to
         return store.session(sid, cwd=file.cwd)
     return store.get_session(sid)
+
+
+@dataclass(frozen=True)
+class _Child:
+    """A subagent of a Claude Code transcript to import as a session of its own."""
+
+    agent: str  # its agentId: the child session is "<parent>/<agentId>"
+    tool_use_id: str | None  # the parent's tool call that started it, when known
+    file: TranscriptFile  # the file holding its records
+    own_file: bool  # a file of its own (else: the parent's, its records picked by agentId)
+    parent_agent: str | None = None  # a subagent's subagent: the agentId that started it
+
+
+def _children(file: TranscriptFile, path: str | os.PathLike[str] | IO[bytes]) -> list[_Child]:
+    """The subagents of a Claude Code transcript: those whose records the file holds, and
+    those with a file of their own beside it (``<session>/subagents/agent-<agentId>.jsonl``,
+    Claude Code's layout; the file wins over records of the same subagent). A
+    ``agent-<agentId>.meta.json`` beside the file names the spawning call (``toolUseId``)
+    and, for a subagent's subagent, the agent that started it (``parentAgentId``). Claude
+    Code's own compaction calls (``agent-acompact-*``) are not subagents."""
+    from compactstore.importers import claude_code
+
+    found = claude_code.subagents(file)
+    children = {
+        agent: _Child(agent, found.calls.get(agent), file, own_file=False) for agent in found.inline
+    }
+    if isinstance(path, str | os.PathLike):
+        folder = Path(path).parent / file.stem / "subagents"
+        if folder.is_dir():
+            for own in sorted(folder.iterdir()):
+                name = own.name.removesuffix(".gz")
+                if not (name.startswith("agent-") and name.endswith(".jsonl")):
+                    continue
+                agent = name.removeprefix("agent-").removesuffix(".jsonl")
+                if agent.startswith("acompact") or not own.is_file():
+                    continue
+                call, parent_agent = _subagent_meta(folder / f"agent-{agent}.meta.json")
+                child_file = TranscriptFile(own, strict=file.strict)
+                children[agent] = _Child(
+                    agent,
+                    call or found.calls.get(agent),
+                    child_file,
+                    own_file=True,
+                    parent_agent=parent_agent,
+                )
+    return list(children.values())
+
+
+def _subagent_meta(path: Path) -> tuple[str | None, str | None]:
+    """(the spawning tool call, the parent agent) a subagent's ``.meta.json`` names; None
+    for what it does not say (or when there is no such file, or it is not JSON)."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(meta, dict):
+        return None, None
+    call, parent = meta.get("toolUseId"), meta.get("parentAgentId")
+    return (
+        call if isinstance(call, str) and call else None,
+        parent if isinstance(parent, str) and parent else None,
+    )
+
+
+def _import_child(
+    stage: CompactStore, session: str, parent: str, child: _Child, context_window: int | None
+) -> None:
+    """Import one subagent into the staging store as ``<session>/<agentId>``, linked to
+    ``parent`` and the tool call that started it; a subagent with no conversation to import
+    is left out."""
+    from compactstore.db import repository as repo
+    from compactstore.importers import claude_code
+
+    sid = f"{session}/{child.agent}"
+    agent = None if child.own_file else child.agent
+    items = claude_code.convert(child.file, None, stage.allow_block_types, agent=agent)
+    try:
+        stage.import_session(
+            sid,
+            (_imported(child.file.name, item) for item in items),
+            format="anthropic",
+            context_window=context_window,
+        )
+    except _NoMessagesError:
+        return
+    stage._write(lambda connection: repo.link_subagent(connection, sid, parent, child.tool_use_id))
 
 
 def _imported(name: str, item: Item) -> ImportedMessage | ImportedBoundary:

@@ -23,6 +23,16 @@ repeats (delivered the ordinary way once the agent was idle) is left to that rec
 Server tools whose result block the Messages API does not take back (the beta ``advisor``
 tool's encrypted ``advisor_tool_result``): the call and its result become one short text note.
 
+Subagents: what a ``Task`` (or ``Agent``) tool call's subagent did is not part of the
+conversation that made the call (the call's result, the subagent's answer, is). Claude Code
+keeps it as sidechain records (``isSidechain: true``, with the subagent's ``agentId``) in the
+same file, as ``agent_progress`` progress records (``data.agentId``, ``data.message`` a user or
+assistant record, ``parentToolUseID`` the call) in the same file, or (newer versions) in a
+file of its own, ``<session>/subagents/agent-<agentId>.jsonl``. :func:`subagents` lists the
+subagents a transcript holds and the call that started each (the call's result names the
+``agentId`` in its ``toolUseResult``); ``convert(..., agent=ID)`` converts one subagent's
+records as a conversation of its own.
+
 Dropped: records that are not conversation (progress, file-history-snapshot, attachments,
 other queue operations, legacy summary, other system records), sidechain records (subagent
 traffic, unless the whole file is a sidechain, as a subagent's own transcript is),
@@ -49,7 +59,7 @@ from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.ledger import claude_code_usage
 from compactstore.models import CompactTrigger, ImportedBoundary
 
-__all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
+__all__ = ["READ_TOOLS", "WRITE_TOOLS", "Subagents", "convert", "subagents"]
 
 READ_TOOLS = frozenset({"Read"})
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
@@ -93,22 +103,98 @@ class _State:
     user_texts: set[str] = field(default_factory=set)
 
 
+@dataclass
+class Subagents:
+    """The subagents a transcript holds records of, and the tool calls that started them."""
+
+    # The agentIds whose records the file holds (sidechain or agent_progress), in order.
+    inline: list[str] = field(default_factory=list)
+    # agentId -> the id of the tool call that started it (from the call's result, or from
+    # the progress records' parentToolUseID), for every subagent the file names.
+    calls: dict[str, str] = field(default_factory=dict)
+
+
+def subagents(file: TranscriptFile) -> Subagents:
+    """The subagents of a main transcript (none for a subagent's own transcript)."""
+    found = Subagents()
+    main = False
+    for _, record in file.records():
+        kind = record.get("type")
+        agent = record.get("agentId")
+        if kind in ("user", "assistant") and not record.get("isSidechain"):
+            main = True
+            result = record.get("toolUseResult")
+            named = result.get("agentId") if isinstance(result, dict) else None
+            message = record.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(named, str) and named and isinstance(content, list):
+                for block in content:
+                    call = block.get("tool_use_id") if isinstance(block, dict) else None
+                    if block.get("type") == "tool_result" and isinstance(call, str):
+                        found.calls.setdefault(named, call)
+                        break
+        elif kind in ("user", "assistant") and isinstance(agent, str) and agent:
+            if agent not in found.inline:
+                found.inline.append(agent)
+        elif kind == "progress":
+            data = _agent_progress(record)
+            if data is not None:
+                agent = data["agentId"]
+                if agent not in found.inline:
+                    found.inline.append(agent)
+                parent = record.get("parentToolUseID")
+                if isinstance(parent, str) and parent:
+                    found.calls.setdefault(agent, parent)
+    return found if main else Subagents()
+
+
+def _agent_progress(record: dict[str, Any]) -> dict[str, Any] | None:
+    """An ``agent_progress`` record's data, when it carries a user or assistant record."""
+    data = record.get("data")
+    if not isinstance(data, dict) or data.get("type") != "agent_progress":
+        return None
+    agent, message = data.get("agentId"), data.get("message")
+    if not (isinstance(agent, str) and agent and isinstance(message, dict)):
+        return None
+    return data if message.get("type") in ("user", "assistant") else None
+
+
+def _records(
+    file: TranscriptFile, progress: Progress | None, agent: str | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The file's records; for one subagent (``agent``), only its own, its progress
+    records unwrapped into the records they carry."""
+    for number, record in file.records(progress):
+        if agent is None:
+            yield number, record
+        elif record.get("type") == "progress":
+            data = _agent_progress(record)
+            if data is not None and data["agentId"] == agent:
+                inner = dict(data["message"])
+                inner.setdefault("cwd", record.get("cwd"))
+                yield number, {**inner, "isSidechain": True, "agentId": agent}
+        elif record.get("isSidechain") and record.get("agentId") == agent:
+            yield number, record
+
+
 def convert(
     file: TranscriptFile,
     progress: Progress | None = None,
     extension: BlockTypeExtension = NO_EXTENSION,
+    agent: str | None = None,
 ) -> Iterator[Item]:
-    """Convert a Claude Code transcript (see the module docstring for what is kept)."""
+    """Convert a Claude Code transcript (see the module docstring for what is kept); with
+    ``agent``, the records of that subagent of it instead."""
     state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic", extension), extension)
     # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
     # (A main transcript shows a main-conversation record within its first lines.)
     main_only = False
-    for number, record in file.records():
+    for number, record in _records(file, None, agent):
         if _is_conversation(state.out, number, record):
             main_only = main_only or not record.get("isSidechain")
             if record["type"] == "user":
                 state.user_texts.add(_text(record["message"]["content"]).strip())
-    for number, record in file.records(progress):
+    for number, record in _records(file, progress, agent):
         queued = _queued(record)
         if queued is not None:
             if queued not in state.user_texts and all(q[0] != queued for q in state.queued):

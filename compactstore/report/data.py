@@ -89,6 +89,11 @@ class ReportData:
     usage: int  # the store's usage of the active context now
     breaker: BreakerState
     breaker_max_failures: int
+    # A subagent's session: the session and tool call that started it; and this session's
+    # subagents (session id, tool call id).
+    parent_session_id: str | None = None
+    parent_tool_use_id: str | None = None
+    subagents: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def cards(self) -> list[CompactionView]:
@@ -199,6 +204,9 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         usage=context.usage,
         breaker=breaker,
         breaker_max_failures=row.config.breaker_max_failures,
+        parent_session_id=row.parent_session_id,
+        parent_tool_use_id=row.parent_tool_use_id,
+        subagents=tuple(repo.subagents_of(connection, [session.id])),
     )
 
 
