@@ -74,6 +74,7 @@ def _codex_rollout(path: Path, compactions: list[Message]) -> Path:
     """A rollout: a user request, a tool loop, then each compaction followed by more work."""
     lines: list[Message] = [
         _rollout("session_meta", {"id": "s", "cwd": "/w"}),
+        _text_message("developer", "<permissions instructions>sandboxed</permissions>"),
         _text_message("user", "fix the failing build", 1),
         _text_message("assistant", "looking", 2),
         *_call("c1", "cargo build", 3),
@@ -91,10 +92,12 @@ def test_codex_server_compaction_is_a_provider_boundary(
 ) -> None:
     """A ``compacted`` record with a replacement history and no ``message`` (what Codex
     writes for a server-side compaction) is a boundary: strategy ``provider``, trigger
-    ``auto``, the summary the history it kept with roles, a note for the encrypted item."""
+    ``auto``, the summary the history it kept with roles (not the leading instructions,
+    which the store keeps pinned), a note for the encrypted item."""
     history = [
         _history_message("user", "fix the failing build"),
         _history_message("developer", "<permissions instructions>sandboxed</permissions>"),
+        _history_message("developer", "<collaboration_mode>plan</collaboration_mode>"),
         {"type": "compaction", "encrypted_content": ENCRYPTED},
     ]
     path = _codex_rollout(tmp_path / "rollout.jsonl", [_compacted(history)])
@@ -108,7 +111,8 @@ def test_codex_server_compaction_is_a_provider_boundary(
     )
     text = boundary.summary_text
     assert "[user]\nfix the failing build" in text
-    assert "[developer]\n<permissions instructions>sandboxed" in text
+    assert "[developer]\n<collaboration_mode>plan" in text
+    assert "permissions instructions" not in text  # pinned: still in the context
     assert f"[compaction item: {len(ENCRYPTED):,} characters of encrypted content" in text
     assert ENCRYPTED not in text
 
@@ -150,7 +154,7 @@ def test_codex_bad_replacement_history_names_its_line(tmp_path: Path) -> None:
 
     bad = _rollout("compacted", {"message": "", "replacement_history": "oops"}, 30)
     path = _codex_rollout(tmp_path / "rollout.jsonl", [bad])
-    with pytest.raises(InvalidInputError, match=r"rollout\.jsonl line 8: compacted record: "):
+    with pytest.raises(InvalidInputError, match=r"rollout\.jsonl line 9: compacted record: "):
         read_transcript(path)
     bad = _rollout("compacted", {"message": "", "replacement_history": ["x"]}, 30)
     path = _codex_rollout(tmp_path / "rollout2.jsonl", [bad])

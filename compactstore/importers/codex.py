@@ -19,7 +19,8 @@ response items as bare records). What the model saw is in the ``response_item`` 
 - a ``compacted`` record is a compaction Codex did: an imported boundary. Its summary is
   the record's ``message`` (a compaction run in the client: strategy ``full``) or, when
   the record has a ``replacement_history`` (a server-side compaction: strategy
-  ``provider``), the messages that history kept, with their roles, then any ``message``;
+  ``provider``), the messages that history kept, with their roles (but the leading
+  system/developer messages, which stay in the context), then any ``message``;
   an encrypted ``compaction`` item in it is named by a note (the ``openai`` format cannot
   carry it). The trigger is the record's when it has one, else ``auto``.
 
@@ -93,6 +94,9 @@ class _State:
     pending_ledger: CallUsage | None = None  # the same event's usage split
     model: str | None = None  # the model of the current turn (turn_context)
     instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
+    # The texts of the leading system/developer messages: the store pins them, so they
+    # stay in the context after a compaction and are not repeated in its summary.
+    leading: set[str] = field(default_factory=set)
 
 
 def convert(
@@ -236,8 +240,9 @@ def _replacement_text(
     state: _State, where: str, history: list[Any], message: str | None
 ) -> str | None:
     """What a server-side compaction left in the context, as one summary text: each kept
-    message with its role, and a note for an encrypted ``compaction`` item (the Chat
-    Completions format cannot carry it; only the provider can read it)."""
+    message with its role (but the session's leading instructions, which stay in the
+    context), and a note for an encrypted ``compaction`` item (the Chat Completions format
+    cannot carry it; only the provider can read it)."""
     parts: list[str] = []
     for number, item in enumerate(history):
         if not isinstance(item, dict):
@@ -251,7 +256,7 @@ def _replacement_text(
                 body = "\n".join(text_parts(content))
             else:
                 continue
-            if body.strip():
+            if body.strip() and body not in state.leading:
                 parts.append(f"[{item.get('role', 'user')}]\n{body}")
         elif kind in _COMPACTION_ITEMS:
             secret = item.get("encrypted_content")
@@ -312,6 +317,8 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
     out = state.out
     if role != "assistant":
         state.group = None
+        if role in ("developer", "system") and out.count == len(state.leading):
+            state.leading.add(text)
         out.add({"role": role, "content": text}, where=where, timestamp=timestamp)
         return
     if state.group is not None:
