@@ -680,6 +680,9 @@ class ImportedBoundary(BaseModel):
     trigger: CompactTrigger = CompactTrigger.AUTO
     tokens_before: int | None = None  # the agent's own count, kept for reference
     timestamp: float | None = None
+    # ``provider`` when the provider wrote what replaced the range (a Codex server-side
+    # compaction); ``full`` for a summary the agent asked a model for itself.
+    strategy: CompactStrategy = CompactStrategy.FULL
 
 
 class _StateModel(BaseModel):

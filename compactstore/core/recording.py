@@ -138,8 +138,8 @@ def record_outcome(
     # A provider's compaction block changes no later prefix (ActiveContext.cut()).
     provided = False
     if cut_stage is not None and cut_stage.strategy == CompactStrategy.PROVIDER:
-        at = next(i for i, stage in enumerate(outcome.stages) if stage is cut_stage)
-        before = outcome.stages[at - 1].context if at else start
+        place = next(i for i, stage in enumerate(outcome.stages) if stage is cut_stage)
+        before = outcome.stages[place - 1].context if place else start
         provided = cut_stage.context.changes == before.changes  # as ActiveContext.cut() had it
     changed_after = min(
         [edit.seq for edit in edits]

@@ -35,13 +35,21 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
     state = summary.fold(previous, removed, context)
     after = context.cut(len(context.kept), boundary.summary_text)
     stage = StageResult(
-        strategy=CompactStrategy.FULL,
+        strategy=boundary.strategy,
         trigger=boundary.trigger,
         applied=True,
         context=after,
         tokens_before=context.usage,
         tokens_after=after.usage,
-        cut=Cut.of(after, removed, boundary.summary_text, state),
+        cut=Cut.of(
+            after,
+            removed,
+            boundary.summary_text,
+            state,
+            SummaryInfo(source="provider")
+            if boundary.strategy is CompactStrategy.PROVIDER
+            else None,
+        ),
         detail=DETAIL,
     )
     return Outcome(start=context, context=after, stages=[stage])

@@ -10,6 +10,9 @@ Kept: user and assistant records of the main conversation (with their timestamps
 ``isMeta`` records (Claude Code sends them to the model), and compactions: a
 ``compact_boundary`` system record becomes an imported boundary whose summary is the
 ``isCompactSummary`` user record that follows it; the messages before it stay in the log.
+A newer boundary that keeps the last messages before it (``compactMetadata``'s
+``preservedSegment``, from ``headUuid`` to the boundary) cuts before them instead: they
+stay in the context after the summary, as they did for the model.
 
 Queued user messages: what the user types while the agent works is written as a
 ``queue-operation`` ``enqueue`` record (its ``content`` the text; newer versions write a
@@ -101,6 +104,11 @@ class _State:
     # user records of the file (a queued message they repeat is delivered by them).
     queued: list[tuple[str, float | None, str]] = field(default_factory=list)
     user_texts: set[str] = field(default_factory=set)
+    # Newer compactions keep the last messages before them (compactMetadata's
+    # preservedSegment): the first record of each kept segment, and where the segment
+    # seen last starts (its uuid and message index), held until its boundary comes.
+    preserved_heads: set[str] = field(default_factory=set)
+    preserved: tuple[str, int] | None = None
 
 
 @dataclass
@@ -194,6 +202,9 @@ def convert(
             main_only = main_only or not record.get("isSidechain")
             if record["type"] == "user":
                 state.user_texts.add(_text(record["message"]["content"]).strip())
+            head = _preserved_head(record)
+            if head is not None:
+                state.preserved_heads.add(head)
     for number, record in _records(file, progress, agent):
         queued = _queued(record)
         if queued is not None:
@@ -216,12 +227,17 @@ def convert(
                 continue  # written twice (resumed sessions repeat records)
             state.seen_uuids.add(uuid)
         where = f"line {number}"
+        before = state.out.count
         if record.get("type") == "system":
             _boundary(state, where, record)
         elif record["type"] == "assistant":
             _assistant(state, where, record)
         else:
             _user(state, where, record)
+        if isinstance(uuid, str) and uuid in state.preserved_heads:
+            grouped = record["type"] == "assistant" and state.out.count == before
+            start = state.group_index if grouped and state.group_index is not None else before
+            state.preserved = (uuid, start)
         state.out.release(_held_from(state))
         yield from state.out.drain()
     _flush_boundary(state)
@@ -278,6 +294,8 @@ def _held_from(state: _State) -> int | None:
     held = [] if state.group_index is None else [state.group_index]
     if state.boundary is not None:
         held.append(state.boundary.first_kept_index)
+    if state.preserved is not None:
+        held.append(state.preserved[1])
     return min(held, default=None)
 
 
@@ -308,15 +326,47 @@ def _boundary(state: _State, where: str, record: dict[str, Any]) -> None:
     meta = record.get("compactMetadata")
     meta = meta if isinstance(meta, dict) else {}
     pre = meta.get("preTokens")
+    start = _preserved_start(state, record)
     state.boundary = _Boundary(
         where=where,
-        first_kept_index=state.out.count,
+        first_kept_index=start,
         trigger=_TRIGGERS.get(str(meta.get("trigger")), CompactTrigger.AUTO),
         tokens_before=pre if isinstance(pre, int) and not isinstance(pre, bool) else None,
         timestamp=parse_timestamp(record.get("timestamp")),
     )
     state.epoch += 1
+    for call in state.calls.values():
+        if call.index >= start:
+            call.epoch = state.epoch  # preserved: its result may still come
     state.group_id = state.group_index = None
+
+
+def _preserved_head(record: dict[str, Any]) -> str | None:
+    """The uuid of the first record a compact boundary keeps (newer Claude Code)."""
+    meta = record.get("compactMetadata") if record.get("type") == "system" else None
+    segment = meta.get("preservedSegment") if isinstance(meta, dict) else None
+    head = segment.get("headUuid") if isinstance(segment, dict) else None
+    return head if isinstance(head, str) and head else None
+
+
+def _preserved_start(state: _State, record: dict[str, Any]) -> int:
+    """Where the boundary cuts: before the segment it preserved, when that segment is
+    the messages just before it, starts after the previous boundary and answers no call
+    made before it; else after everything so far."""
+    preserved, state.preserved = state.preserved, None
+    end = state.out.count
+    if preserved is None or preserved[0] != _preserved_head(record):
+        return end
+    start = preserved[1]
+    floor = state.out.released
+    if not floor <= start < end or start == 0:
+        return end
+    for index in range(start, end):
+        for result in _FORMAT.tool_results(state.out.entry(index).message):
+            call = state.calls.get(result.tool_use_id)
+            if call is None or call.index < start:
+                return end
+    return start
 
 
 def _flush_boundary(state: _State) -> None:

@@ -16,7 +16,13 @@ response items as bare records). What the model saw is in the ``response_item`` 
 - ``tool_search_call`` / ``tool_search_output`` (tools loaded on demand) are a call named
   ``tool_search`` and its result; a ``web_search_call`` (run by the provider, no output
   item) is a ``web_search`` call with its action as arguments, answered by a note;
-- a ``compacted`` record is a compaction Codex did: an imported boundary with its summary.
+- a ``compacted`` record is a compaction Codex did: an imported boundary. Its summary is
+  the record's ``message`` (a compaction run in the client: strategy ``full``) or, when
+  the record has a ``replacement_history`` (a server-side compaction: strategy
+  ``provider``), the messages that history kept, with their roles (but the leading
+  system/developer messages, which stay in the context), then any ``message``;
+  an encrypted ``compaction`` item in it is named by a note (the ``openai`` format cannot
+  carry it). The trigger is the record's when it has one, else ``auto``.
 
 Dropped: ``reasoning`` items (encrypted, and not part of the Chat Completions format),
 ``event_msg`` records (they repeat the items for the UI; ``token_count`` events give each
@@ -41,7 +47,7 @@ from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timesta
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
 from compactstore.ledger import CallUsage, codex_usage
-from compactstore.models import CompactTrigger, ImportedBoundary
+from compactstore.models import CompactStrategy, CompactTrigger, ImportedBoundary
 
 __all__ = ["apply_patch_paths", "convert", "shell_read_path"]
 
@@ -56,6 +62,9 @@ _OUTPUT_TYPES = frozenset(
         "tool_search_output",
     }
 )
+# Items a server-side compaction returns in place of the history it summarised.
+_COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
+_TRIGGERS = {"auto": CompactTrigger.AUTO, "manual": CompactTrigger.MANUAL}
 # Calls the provider runs itself: the rollout holds the call and no output item.
 _SERVER_CALLS = {"web_search_call": "web_search"}
 _SHELL_TOOLS = frozenset(
@@ -85,6 +94,9 @@ class _State:
     pending_ledger: CallUsage | None = None  # the same event's usage split
     model: str | None = None  # the model of the current turn (turn_context)
     instructions: tuple[str, str, float | None] | None = None  # (text, where, timestamp)
+    # The texts of the leading system/developer messages: the store pins them, so they
+    # stay in the context after a compaction and are not repeated in its summary.
+    leading: set[str] = field(default_factory=set)
 
 
 def convert(
@@ -195,20 +207,70 @@ def _event(state: _State, where: str, payload: dict[str, Any]) -> None:
 
 
 def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: float | None) -> None:
-    summary = payload.get("message")
+    """A compaction Codex did: the context after it is the summary ``message`` (a compaction
+    run in the client) or the ``replacement_history`` the server returned (its messages, and
+    any encrypted ``compaction`` item)."""
     state.group = None
     state.epoch += 1
-    if not isinstance(summary, str) or not summary.strip() or not state.out.count:
+    summary = payload.get("message")
+    history = payload.get("replacement_history")
+    if history is not None and not isinstance(history, list):
+        raise state.out.error(where, "compacted record: 'replacement_history' must be a list")
+    text = summary if isinstance(summary, str) and summary.strip() else None
+    strategy = CompactStrategy.FULL
+    if history:
+        text = _replacement_text(state, where, history, text)
+        strategy = CompactStrategy.PROVIDER
+    if not text or not state.out.count:
         return
+    trigger = _TRIGGERS.get(str(payload.get("trigger")), CompactTrigger.AUTO)
     state.out.add_boundary(
         ImportedBoundary(
             first_kept_index=state.out.count,
-            summary_text=summary,
-            trigger=CompactTrigger.AUTO,
+            summary_text=text,
+            trigger=trigger,
             timestamp=timestamp,
+            strategy=strategy,
         ),
         where=where,
     )
+
+
+def _replacement_text(
+    state: _State, where: str, history: list[Any], message: str | None
+) -> str | None:
+    """What a server-side compaction left in the context, as one summary text: each kept
+    message with its role (but the session's leading instructions, which stay in the
+    context), and a note for an encrypted ``compaction`` item (the Chat Completions format
+    cannot carry it; only the provider can read it)."""
+    parts: list[str] = []
+    for number, item in enumerate(history):
+        if not isinstance(item, dict):
+            raise state.out.error(where, f"replacement_history[{number}] must be an object")
+        kind = item.get("type")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                body = content
+            elif isinstance(content, list):
+                body = "\n".join(text_parts(content))
+            else:
+                continue
+            if body.strip() and body not in state.leading:
+                parts.append(f"[{item.get('role', 'user')}]\n{body}")
+        elif kind in _COMPACTION_ITEMS:
+            secret = item.get("encrypted_content")
+            size = len(secret) if isinstance(secret, str) else 0
+            parts.append(
+                f"[{kind} item: {size:,} characters of encrypted content only the provider "
+                "can read; not imported]"
+            )
+    if message is not None:
+        parts.append(message)
+    if not parts:
+        return None
+    head = "[Codex compacted the conversation; what it kept in the context follows]"
+    return "\n\n".join([head, *parts])
 
 
 def _item(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
@@ -255,6 +317,8 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
     out = state.out
     if role != "assistant":
         state.group = None
+        if role in ("developer", "system") and out.count == len(state.leading):
+            state.leading.add(text)
         out.add({"role": role, "content": text}, where=where, timestamp=timestamp)
         return
     if state.group is not None:

@@ -148,7 +148,13 @@ def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list
         )
         if cwd is not None:  # as an import does: summary paths relative to it
             copy = store.session("reference", cwd=cwd)
-        for cut, kind, summary, history in sorted(cuts, key=lambda c: c[0]):
+        # A Codex compaction is a boundary of the import and a replacement history: compare
+        # it once, with what Codex kept (one cut per place, the history first).
+        at: dict[int, tuple[int, str, str | None, list[dict[str, Any]]]] = {}
+        for entry in cuts:
+            if entry[0] not in at or entry[1] == "replacement_history":
+                at[entry[0]] = entry
+        for cut, kind, summary, history in sorted(at.values(), key=lambda c: c[0]):
             if cut < 1 or cut > len(messages):
                 continue
             ours_summary = copy.compact(up_to_seq=cut - 1, now=0.0).summary_text
