@@ -67,12 +67,15 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
     Example: compactstore show s1 --full --limit 10
     """
     with CompactStore.open(db, read_only=True) as store:
-        context = store.get_session(session_id).context()
+        sess = store.get_session(session_id)
+        context = sess.context()
+        state = sess.edit_state()
     shown = None if show_all or limit == 0 else limit
     if as_json:
-        click.echo(render.json_text(render.show_json(context, full=full, limit=shown)))
+        found = render.show_json(context, full=full, limit=shown, state=state)
+        click.echo(render.json_text(found))
     else:
-        click.echo("\n".join(render.show_lines(context, full=full, limit=shown)))
+        click.echo("\n".join(render.show_lines(context, full=full, limit=shown, state=state)))
 
 
 @click.command(short_help="Show a session's compactions and boundaries.")
@@ -83,20 +86,29 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
 def history(session_id: str, db: str, as_json: bool) -> None:
     """Show a session's compactions and boundaries, oldest first.
 
-    Each row: id, time (UTC), trigger, strategy, success, tokens before → after, tokens
-    freed, boundary id, messages removed and when it was rolled back; under it, what was
-    lost (removed seqs, cleared or persisted tool results, blob ids) and the kept range.
+    Above the table: the session's model, edit policy, whether the drop_block thinking
+    binding is set (and since when), and the thinking blocks the API dropped per model
+    call. Each row: id, time (UTC), trigger, strategy, edit policy, success, tokens
+    before → after, tokens freed, boundary id, messages removed and when it was rolled
+    back; under it, what was lost (removed seqs, cleared or persisted tool results, blob
+    ids) and the kept range.
 
     Example: compactstore history s1
     """
     with CompactStore.open(db, read_only=True) as store:
         sess = store.get_session(session_id)
         compactions = sess.compactions()
+        state = sess.edit_state()
     if as_json:
         found = [render.compaction_json(c) for c in compactions]
-        click.echo(render.json_text({"session": sess.id, "compactions": found}))
+        document = {
+            "session": sess.id,
+            "edit_state": render.edit_state_json(state),
+            "compactions": found,
+        }
+        click.echo(render.json_text(document))
     else:
-        click.echo("\n".join(render.history_lines(compactions)))
+        click.echo("\n".join(render.history_lines(compactions, state)))
 
 
 @click.command(short_help="Print or save a persisted tool result.")

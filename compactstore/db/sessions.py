@@ -54,6 +54,7 @@ class SessionRow:
     summarizer: str | None = None  # the name recorded by store.session(summarizer=)
     model: str | None = None  # store.session(model=) or the newest append_response's
     thinking_binding: str | None = None  # "drop_block" once set (see schema)
+    thinking_binding_at: float | None = None  # when it was set
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -86,6 +87,7 @@ def _session_row(row: DbRow) -> SessionRow:
         summarizer=row.summarizer,
         model=row.model,
         thinking_binding=row.thinking_binding,
+        thinking_binding_at=row.thinking_binding_at,
     )
 
 

@@ -19,7 +19,13 @@ from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
 from compactstore.media import media_markers
-from compactstore.models import BreakerState, CompactionResult, CompactStrategy, CompactTrigger
+from compactstore.models import (
+    BreakerState,
+    CompactionResult,
+    CompactStrategy,
+    CompactTrigger,
+    EditState,
+)
 from compactstore.store import CompactStore, Session
 
 __all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
@@ -89,6 +95,8 @@ class ReportData:
     usage: int  # the store's usage of the active context now
     breaker: BreakerState
     breaker_max_failures: int
+    # The model, edit policy, thinking binding and the thinking blocks the API dropped.
+    edit_state: EditState | None = None
 
     @property
     def cards(self) -> list[CompactionView]:
@@ -199,6 +207,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         usage=context.usage,
         breaker=breaker,
         breaker_max_failures=row.config.breaker_max_failures,
+        edit_state=session._edit_state(connection),
     )
 
 
