@@ -168,3 +168,23 @@ def test_the_cli_shows_rolls_back_and_replays_a_provider_boundary(tmp_path: Path
             {"id": boundary_id},
         ).scalar_one()
     assert rolled is not None
+
+
+@pytest.mark.slow
+def test_the_async_session_reads_the_same_edit_state(tmp_path: Path) -> None:
+    import asyncio
+
+    from compactstore import AsyncCompactStore
+
+    async def main() -> Any:
+        store = await AsyncCompactStore.open(str(tmp_path / "a.db"))
+        sess = await store.session("a", format="anthropic", model=NEW, now=1_000.0)
+        await sess.append({"role": "user", "content": "Fix it."}, timestamp=1_000.0)
+        await sess.record_usage(500, model=NEW, input_transformations=DROPPED, now=1_010.0)
+        state = await sess.edit_state()
+        await store.close()
+        return state
+
+    state = asyncio.run(main())
+    assert (state.model, state.effective_policy, state.dropped_total) == (NEW, "append_only", 2)
+    assert state.dropped[0].transformations == DROPPED
