@@ -16,6 +16,7 @@ from compactstore.models import (
     CompactBoundary,
     CompactionConfig,
     CompactionResult,
+    EditState,
     MemoryEntry,
 )
 from compactstore.session import Session
@@ -217,6 +218,10 @@ class AsyncSession:
     async def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
         """See :meth:`Session.edit_policy`."""
         return await self._step(self._session.edit_policy)
+
+    async def edit_state(self) -> EditState:
+        """See :meth:`Session.edit_state`."""
+        return await self._step(self._session.edit_state)
 
     # -- compaction ---------------------------------------------------------------------
 

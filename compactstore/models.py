@@ -32,7 +32,9 @@ __all__ = [
     "CompactionResult",
     "CompactionStep",
     "CurrentWork",
+    "DroppedThinking",
     "EarlierInstructions",
+    "EditState",
     "ErrorEntry",
     "FileAction",
     "FileEntry",
@@ -640,6 +642,41 @@ class SessionInfo(BaseModel):
     created_at: float
     message_count: int
     config: CompactionConfig
+
+
+class DroppedThinking(BaseModel):
+    """The thinking blocks the API dropped from one model call's input, as its response
+    listed them (``input_transformations``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_seq: int  # the newest seq of the log when the call was made
+    created_at: float
+    count: int  # how many the response listed
+    transformations: list[dict[str, Any]]  # as reported
+
+
+class EditState(BaseModel):
+    """How a session's requests are edited: its model, edit policy (as configured and as
+    it resolves for that model), the thinking block binding and the blocks the API dropped
+    (``Session.edit_state()``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str | None
+    edit_policy: str  # as configured: "auto", "rewrite" or "append_only"
+    effective_policy: str  # "rewrite" or "append_only"
+    prefix_checks: bool  # the model checks the prefix of every thinking block
+    # "drop_block" once a cut inside a tool loop made every later request carry it.
+    thinking_binding: str | None = None
+    thinking_binding_at: float | None = None
+    dropped: list[DroppedThinking] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def dropped_total(self) -> int:
+        """The thinking blocks the API dropped over all the session's calls."""
+        return sum(d.count for d in self.dropped)
 
 
 # What a memory entry is about (``Session.remember(kind, text)``).

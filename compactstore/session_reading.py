@@ -16,11 +16,13 @@ from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
 from compactstore.core.cache_inputs import RHYTHM_CALLS
 from compactstore.core.checks import now_or_clock
+from compactstore.core.sessions import require
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats.request import build_request_params, clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
+from compactstore.models import DroppedThinking, EditState
 from compactstore.providers import compaction_block
 from compactstore.session_base import SessionBase
 
@@ -130,6 +132,33 @@ class SessionReading(SessionBase):
         thinking prefixes): ``edit_policy`` "auto" is "append_only" for a model with prefix
         checks (compactstore.capabilities), else "rewrite"."""
         return resolve_policy(self.config.edit_policy, self.model, self.store.model_capabilities)
+
+    def edit_state(self) -> EditState:
+        """The session's model, edit policy (configured and resolved), whether the
+        ``drop_block`` thinking binding is set and since when, and the thinking blocks the
+        API dropped, per model call (its responses' ``input_transformations``)."""
+
+        return self.store._read(self._edit_state)
+
+    def _edit_state(self, connection: Connection) -> EditState:
+        """``edit_state()`` read in the caller's transaction (the report's snapshot)."""
+        row = require(connection, self.id, self.store.location)
+        dropped = [
+            DroppedThinking(call_seq=seq, created_at=at, count=len(listed), transformations=listed)
+            for seq, at, listed in model_calls.transformations_of(connection, self.id)
+        ]
+        policy, prefix_checks = resolve_policy(
+            row.config.edit_policy, row.model, self.store.model_capabilities
+        )
+        return EditState(
+            model=row.model,
+            edit_policy=row.config.edit_policy,
+            effective_policy=policy,
+            prefix_checks=prefix_checks,
+            thinking_binding=row.thinking_binding,
+            thinking_binding_at=row.thinking_binding_at,
+            dropped=dropped,
+        )
 
     def _set_thinking_binding(self, now: float | None) -> None:
         at = now_or_clock(now)

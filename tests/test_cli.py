@@ -382,13 +382,15 @@ def test_renderers_need_neither_a_database_nor_a_runner() -> None:
 
 @pytest.mark.slow
 def test_show_renders_the_library_s_active_context(template: str, shared: CompactStore) -> None:
-    context = shared.get_session("s1").context()
+    sess = shared.get_session("s1")
+    context, state = sess.context(), sess.edit_state()
     for full in (False, True):
         option = ["--full"] if full else []
         shown = ok(invoke(template, "show", "s1", *option)).stdout
-        assert shown == "\n".join(render.show_lines(context, full=full)) + "\n"
+        assert shown == "\n".join(render.show_lines(context, full=full, state=state)) + "\n"
         data = as_json(invoke(template, "show", "s1", "--json", *option))
-        assert data == json.loads(render.json_text(render.show_json(context, full=full)))
+        found = render.show_json(context, full=full, state=state) | render.link_json(None, None, [])
+        assert data == json.loads(render.json_text(found))
 
 
 def test_usage_errors_exit_2(template: str) -> None:
@@ -526,6 +528,7 @@ def test_show_json(template: str, shared: CompactStore) -> None:
         "context_window",
         "usage",
         "boundary_id",
+        "edit_state",
         "message_count",
         "not_shown",
         "messages",
@@ -602,12 +605,13 @@ def test_history_has_a_row_per_compaction_and_what_was_lost(
     assert len(rows) == len(compactions) == 6
     full = compactions[2]
     assert full.strategy is not None and full.strategy.value == "full"
-    assert rows[2].split()[:6] == [
+    assert rows[2].split()[:7] == [
         str(full.id),
         "2023-11-14",
         "22:14:03",  # T0 + 43 s, in UTC
         "manual",
         "full",
+        "rewrite",  # the edit policy it ran under
         "yes",
     ]
     assert f"{full.tokens_before:,} → {full.tokens_after:,}" in rows[2]
@@ -620,7 +624,7 @@ def test_history_has_a_row_per_compaction_and_what_was_lost(
     # is longer than the tiny file, so it freed nothing.
     dedup = compactions[4]
     assert dedup.strategy is not None and dedup.strategy.value == "read_dedup"
-    assert rows[4].split()[3:6] == ["auto", "read_dedup", "no"]
+    assert rows[4].split()[3:7] == ["auto", "read_dedup", "-", "no"]  # no policy recorded
     assert dedup.tokens_freed < 0
     assert lost[4].strip() == "seq 16 re-read src/small.py unchanged: points at seq 14"
     assert rows[5].split()[3:5] == ["manual", "partial"]
@@ -630,13 +634,23 @@ def test_history_of_a_session_without_compactions(template: str) -> None:
     assert ok(invoke(template, "history", "empty")).stdout == "no compactions recorded\n"
     assert as_json(invoke(template, "history", "empty", "--json")) == {
         "session": "empty",
+        "edit_state": {
+            "model": None,
+            "edit_policy": "auto",
+            "effective_policy": "rewrite",
+            "prefix_checks": False,
+            "thinking_binding": None,
+            "thinking_binding_at": None,
+            "dropped": [],
+            "dropped_total": 0,
+        },
         "compactions": [],
     }
 
 
 def test_history_json(template: str, shared: CompactStore) -> None:
     data = as_json(invoke(template, "history", "s1", "--json"))
-    assert set(data) == {"session", "compactions"}
+    assert set(data) == {"session", "edit_state", "compactions"}
     assert data["session"] == "s1"
     compactions = shared.get_session("s1").compactions()
     assert [c["id"] for c in data["compactions"]] == [c.id for c in compactions]
@@ -698,7 +712,7 @@ def test_a_compact_that_cannot_cut_says_why_and_is_recorded_as_failed(
     assert why
     assert out == f"compaction {failed.id}: full (manual) compacted nothing: {why}\n"
     history = ok(invoke(copy, "history", "empty")).stdout.splitlines()
-    assert history[1].split()[3:6] == ["manual", "full", "no"]
+    assert history[1].split()[3:7] == ["manual", "full", "rewrite", "no"]
     assert history[2].strip().endswith(f"; failed: {why}")
 
 
@@ -1040,6 +1054,7 @@ def test_import_jsonl_of_messages(db_url: str, store: CompactStore, tmp_path: Pa
         "messages": 4,
         "boundaries": 0,
         "last_real_count": None,  # the file reports no provider counts
+        "subagents": [],
     }
 
 

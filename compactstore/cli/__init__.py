@@ -15,16 +15,18 @@ JSON documents, pure), and the commands: ``reading``, ``compaction``, ``transcri
 list below; tests/test_docs.py then asks for its section in README.md.
 
 JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``effective``;
-``boundary`` is a CompactBoundary)::
+``boundary`` is a CompactBoundary; ``edit_state`` is an EditState: {model, edit_policy,
+effective_policy, prefix_checks, thinking_binding, thinking_binding_at, dropped:
+[{call_seq, created_at, count, transformations}], dropped_total})::
 
     sessions     [{id, format, context_window, created_at, message_count}]
-    show         {session, format, context_window, usage, boundary_id, message_count,
+    show         {session, format, context_window, usage, boundary_id, edit_state, message_count,
                   not_shown, messages: [{seq, role, kind, tokens, state, text, message}]}
                   (usage and message_count: the whole context; messages: its newest
                   --limit, not_shown: how many older ones are left out; text: a one-line
                   preview, whole with --full; message: the verbatim message with --full,
                   else null)
-    history      {session, compactions: [compaction]}
+    history      {session, edit_state, compactions: [compaction]}
     compact      compaction
     rollback     {session, rolled_back: [boundary], compactions: [id], usage}
                   (compactions: every compaction id the rollback undid)

@@ -70,13 +70,14 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
         sess = store.get_session(session_id)
         context = sess.context()
         subagents = sess.subagents()
+        state = sess.edit_state()
     links = (sess.parent_session_id, sess.parent_tool_use_id, subagents)
     shown = None if show_all or limit == 0 else limit
     if as_json:
-        doc = render.show_json(context, full=full, limit=shown) | render.link_json(*links)
-        click.echo(render.json_text(doc))
+        doc = render.show_json(context, full=full, limit=shown, state=state)
+        click.echo(render.json_text(doc | render.link_json(*links)))
     else:
-        heading, *rest = render.show_lines(context, full=full, limit=shown)
+        heading, *rest = render.show_lines(context, full=full, limit=shown, state=state)
         click.echo("\n".join([heading, *render.link_lines(*links), *rest]))
 
 
@@ -88,20 +89,29 @@ def show(session_id: str, full: bool, limit: int, show_all: bool, db: str, as_js
 def history(session_id: str, db: str, as_json: bool) -> None:
     """Show a session's compactions and boundaries, oldest first.
 
-    Each row: id, time (UTC), trigger, strategy, success, tokens before → after, tokens
-    freed, boundary id, messages removed and when it was rolled back; under it, what was
-    lost (removed seqs, cleared or persisted tool results, blob ids) and the kept range.
+    Above the table: the session's model, edit policy, whether the drop_block thinking
+    binding is set (and since when), and the thinking blocks the API dropped per model
+    call. Each row: id, time (UTC), trigger, strategy, edit policy, success, tokens
+    before → after, tokens freed, boundary id, messages removed and when it was rolled
+    back; under it, what was lost (removed seqs, cleared or persisted tool results, blob
+    ids) and the kept range.
 
     Example: compactstore history s1
     """
     with CompactStore.open(db, read_only=True) as store:
         sess = store.get_session(session_id)
         compactions = sess.compactions()
+        state = sess.edit_state()
     if as_json:
         found = [render.compaction_json(c) for c in compactions]
-        click.echo(render.json_text({"session": sess.id, "compactions": found}))
+        document = {
+            "session": sess.id,
+            "edit_state": render.edit_state_json(state),
+            "compactions": found,
+        }
+        click.echo(render.json_text(document))
     else:
-        click.echo("\n".join(render.history_lines(compactions)))
+        click.echo("\n".join(render.history_lines(compactions, state)))
 
 
 @click.command(short_help="Print or save a persisted tool result.")

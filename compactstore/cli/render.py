@@ -22,6 +22,7 @@ from compactstore.models import (
     CompactBoundary,
     CompactionResult,
     CompactStrategy,
+    EditState,
     SessionInfo,
 )
 
@@ -39,6 +40,8 @@ __all__ = [
     "demo_lines",
     "describe",
     "display_width",
+    "edit_state_json",
+    "edit_state_lines",
     "history_lines",
     "json_text",
     "one_line",
@@ -154,16 +157,25 @@ def _tail(context: ActiveContext, limit: int | None) -> tuple[ContextMessage, ..
     return context.items[-limit:] if limit else context.items
 
 
-def show_json(context: ActiveContext, *, full: bool, limit: int | None = None) -> dict[str, Any]:
-    """The `show --json` document of an active context: totals of the whole context, and
-    its newest ``limit`` messages (all of them for None)."""
+def show_json(
+    context: ActiveContext,
+    *,
+    full: bool,
+    limit: int | None = None,
+    state: EditState | None = None,
+) -> dict[str, Any]:
+    """The `show --json` document of an active context: totals of the whole context, the
+    session's edit state when given, and its newest ``limit`` messages (all of them for
+    None)."""
     shown = _tail(context, limit)
+    extra = {} if state is None else {"edit_state": edit_state_json(state)}
     return {
         "session": context.session_id,
         "format": context.fmt.name,
         "context_window": context.context_window,
         "usage": context.usage,
         "boundary_id": context.boundary.id if context.boundary is not None else None,
+        **extra,
         "message_count": len(context.items),
         "not_shown": len(context.items) - len(shown),
         "messages": [_message_json(context, item, full=full) for item in shown],
@@ -171,7 +183,7 @@ def show_json(context: ActiveContext, *, full: bool, limit: int | None = None) -
 
 
 def _message_json(context: ActiveContext, item: ContextMessage, *, full: bool) -> dict[str, Any]:
-    text = shown_text(context.fmt.token_text(item.message), item.message)
+    text = _item_text(context, item)
     return {
         "seq": item.seq,
         "role": item.message.get("role"),
@@ -208,9 +220,31 @@ def link_lines(
     return lines
 
 
-def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) -> list[str]:
-    """The `show` table: a heading with the whole context's totals, a line saying how many
-    older messages are left out, then one row per shown message (and its whole text if full).
+def _item_text(context: ActiveContext, item: ContextMessage) -> str:
+    """A context message's text as `show` prints it: a provider's compaction block (whose
+    text the format does not count as prose) as ``[provider compaction]`` and its readable
+    text, or a note for an opaque one."""
+    text = shown_text(context.fmt.token_text(item.message), item.message)
+    content = item.message.get("content")
+    if isinstance(content, (list, tuple)):
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "compaction":
+                readable = block.get("content")
+                body = readable if isinstance(readable, str) and readable else "(opaque)"
+                text = "\n".join(p for p in (f"[provider compaction] {body}", text) if p)
+    return text
+
+
+def show_lines(
+    context: ActiveContext,
+    *,
+    full: bool,
+    limit: int | None = None,
+    state: EditState | None = None,
+) -> list[str]:
+    """The `show` table: a heading with the whole context's totals (and the session's edit
+    state when given), a line saying how many older messages are left out, then one row per
+    shown message (and its whole text if full).
     """
     items = context.items
     shown = _tail(context, limit)
@@ -220,6 +254,8 @@ def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) 
         f"session {context.session_id} ({context.fmt.name}): {plural(len(items), 'message')}, "
         f"{context.usage:,} of {context.context_window:,} tokens ({share:.0%}), {boundary}"
     ]
+    if state is not None and _worth_saying(state):
+        lines.extend(edit_state_lines(state))
     if len(shown) < len(items):
         lines.append(
             f"{plural(len(items) - len(shown), 'older message')} not shown "
@@ -228,7 +264,7 @@ def show_lines(context: ActiveContext, *, full: bool, limit: int | None = None) 
     lines.append(f"{'seq':>6}  {'role':<11}  {'tokens':>7}  {'state':<12}  content")
     for item in shown:
         # Images and documents as markers: [image png 1000×800, 80 kB].
-        text = shown_text(context.fmt.token_text(item.message), item.message)
+        text = _item_text(context, item)
         seq = "-" if item.seq is None else str(item.seq)
         role = str(item.message.get("role", item.kind))
         row = f"{seq:>6}  {role:<11}  {item.tokens:>7,}  {item.state:<12}"
@@ -278,23 +314,67 @@ def describe(result: CompactionResult) -> str:
     return text
 
 
-def history_lines(compactions: list[CompactionResult]) -> list[str]:
-    """The history table: one row per compaction and a line saying what was lost."""
+def edit_state_json(state: EditState) -> dict[str, Any]:
+    """The ``edit_state`` of `history --json` and `show --json`."""
+    return state.model_dump(mode="json")
+
+
+def edit_state_lines(state: EditState) -> list[str]:
+    """The session's model, edit policy, thinking binding and the thinking blocks the API
+    dropped, as `history` and `show` print them above their tables."""
+    policy = state.edit_policy
+    if policy == "auto":
+        why = "checks" if state.prefix_checks else "does not check"
+        policy = f"auto → {state.effective_policy} (the model {why} thinking prefixes)"
+    binding = (
+        "none"
+        if state.thinking_binding is None
+        else f"{state.thinking_binding} since {utc(state.thinking_binding_at)} UTC"
+    )
+    lines = [
+        f"model: {state.model or 'unknown'} · edit policy: {policy} · thinking binding: {binding}"
+    ]
+    if state.dropped:
+        calls = ", ".join(f"seq {d.call_seq}: {d.count:,}" for d in state.dropped)
+        lines.append(
+            f"thinking blocks the API dropped: {state.dropped_total:,} in "
+            f"{plural(len(state.dropped), 'model call')} ({calls})"
+        )
+    else:
+        lines.append("thinking blocks the API dropped: 0")
+    return lines
+
+
+def _worth_saying(state: EditState | None) -> bool:
+    """Whether the text tables print the edit state: a session with no model, the default
+    policy, no thinking binding and no dropped block has nothing to say (the policy of each
+    compaction is in its row)."""
+    return state is not None and bool(
+        state.model or state.edit_policy != "auto" or state.thinking_binding or state.dropped
+    )
+
+
+def history_lines(compactions: list[CompactionResult], state: EditState | None = None) -> list[str]:
+    """The history table: one row per compaction (with the edit policy it ran under) and a
+    line saying what was lost; with ``state``, the session's edit state above it."""
+    heading = [*edit_state_lines(state), ""] if state is not None and _worth_saying(state) else []
     if not compactions:
-        return ["no compactions recorded"]
+        return [*heading, "no compactions recorded"]
     header = (
-        f"{'id':>5}  {'time (UTC)':<19}  {'trigger':<19}  {'strategy':<14}  {'ok':<3}  "
+        f"{'id':>5}  {'time (UTC)':<19}  {'trigger':<19}  {'strategy':<14}  {'policy':<11}  "
+        f"{'ok':<3}  "
         f"{'tokens before → after':>23}  {'freed':>8}  {'boundary':>8}  {'removed':>7}  "
         f"rolled back"
     )
-    lines = [header]
+    lines = [*heading, header]
     for c in compactions:
         boundary = c.boundary
         tokens = f"{c.tokens_before:,} → {c.tokens_after:,}"
         lines.append(
             f"{c.id if c.id is not None else '-':>5}  {utc(c.created_at):<19}  "
             f"{c.trigger.value if c.trigger else '-':<19}  "
-            f"{c.strategy.value if c.strategy else '-':<14}  {'yes' if c.success else 'no':<3}  "
+            f"{c.strategy.value if c.strategy else '-':<14}  {c.edit_policy or '-':<11}  "
+            f"{'yes' if c.success else 'no':<3}  "
             f"{tokens:>23}  {c.tokens_freed:>8,}  "
             f"{boundary.id if boundary is not None and boundary.id is not None else '-':>8}  "
             f"{boundary.messages_removed if boundary is not None else 0:>7}  "

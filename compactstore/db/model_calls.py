@@ -28,6 +28,7 @@ __all__ = [
     "insert_calls",
     "recent_calls",
     "rewrite_rows",
+    "transformations_of",
 ]
 
 
@@ -101,6 +102,28 @@ def calls_of(connection: Connection, session_id: str) -> list[ModelCall]:
         .order_by(model_calls.c.id)
     )
     return [ModelCall(*row) for row in rows]
+
+
+def transformations_of(
+    connection: Connection, session_id: str
+) -> list[tuple[int, float, list[dict[str, Any]]]]:
+    """(seq, created_at, input_transformations) of each of the session's model calls whose
+    response listed what the API changed in its input (the thinking blocks it dropped),
+    oldest first."""
+    rows = connection.execute(
+        select(model_calls.c.seq, model_calls.c.created_at, model_calls.c.input_transformations)
+        .where(
+            model_calls.c.session_id == session_id,
+            model_calls.c.input_transformations.is_not(None),
+        )
+        .order_by(model_calls.c.id)
+    )
+    found = []
+    for seq, at, raw in rows:
+        listed = json.loads(raw)
+        if isinstance(listed, list) and listed:
+            found.append((int(seq), float(at), listed))
+    return found
 
 
 def recent_calls(connection: Connection, session_id: str, limit: int) -> list[tuple[int, float]]:

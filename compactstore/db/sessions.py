@@ -58,6 +58,7 @@ class SessionRow:
     thinking_binding: str | None = None  # "drop_block" once set (see schema)
     parent_session_id: str | None = None  # a subagent's session: the session that started it
     parent_tool_use_id: str | None = None  # ... and the id of the tool call that did
+    thinking_binding_at: float | None = None  # when it was set
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -92,6 +93,7 @@ def _session_row(row: DbRow) -> SessionRow:
         thinking_binding=row.thinking_binding,
         parent_session_id=row.parent_session_id,
         parent_tool_use_id=row.parent_tool_use_id,
+        thinking_binding_at=row.thinking_binding_at,
     )
 
 

@@ -19,7 +19,13 @@ from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
 from compactstore.media import media_markers
-from compactstore.models import BreakerState, CompactionResult, CompactStrategy, CompactTrigger
+from compactstore.models import (
+    BreakerState,
+    CompactionResult,
+    CompactStrategy,
+    CompactTrigger,
+    EditState,
+)
 from compactstore.store import CompactStore, Session
 
 __all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
@@ -94,6 +100,8 @@ class ReportData:
     parent_session_id: str | None = None
     parent_tool_use_id: str | None = None
     subagents: tuple[tuple[str, str | None], ...] = ()
+    # The model, edit policy, thinking binding and the thinking blocks the API dropped.
+    edit_state: EditState | None = None
 
     @property
     def cards(self) -> list[CompactionView]:
@@ -207,6 +215,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         parent_session_id=row.parent_session_id,
         parent_tool_use_id=row.parent_tool_use_id,
         subagents=tuple(repo.subagents_of(connection, [session.id])),
+        edit_state=session._edit_state(connection),
     )
 
 
