@@ -35,7 +35,16 @@ from compactstore.tokens import estimate_tokens, message_tokens
 from tests.test_media import PIXEL_TOKENS, png
 
 # Each test runs real ADK runners (a runner's setup alone takes about 0.1 s).
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # ADK's runner leaves an event loop's self-pipe (an AF_UNIX socket pair) to the garbage
+    # collector now and then; the warning lands on whichever test is running then. Nothing
+    # of compactstore's opens a socket in these tests (the store is a SQLite file).
+    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 WINDOW = 10_000
