@@ -7,11 +7,12 @@ fake model, a ``BaseLlm`` subclass that answers from a script and keeps every re
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +38,21 @@ from tests.test_media import PIXEL_TOKENS, png
 # Each test runs real ADK runners (a runner's setup alone takes about 0.1 s).
 pytestmark = [
     pytest.mark.slow,
-    # ADK's runner leaves an event loop's self-pipe (an AF_UNIX socket pair) to the garbage
-    # collector now and then; the warning lands on whichever test is running then. Nothing
-    # of compactstore's opens a socket in these tests (the store is a SQLite file).
-    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
-    ),
+    # ADK's runner leaves an event loop of its own (and its AF_UNIX socket pair) to the
+    # garbage collector now and then, whose ResourceWarning fails whichever test is running
+    # then. compactstore opens no event loop or socket in these tests (the store is a SQLite
+    # file, the calls are asyncio.run's); the fixture below collects after each test, so the
+    # warnings land here, where these filters take them.
+    pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _collect_adk_leftovers() -> Iterator[None]:
+    yield
+    gc.collect()
+
 
 REPO = Path(__file__).resolve().parents[1]
 WINDOW = 10_000
