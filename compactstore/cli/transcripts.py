@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import shlex
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import click
 
 from compactstore.cli import render
-from compactstore.cli.errors import library_errors
+from compactstore.cli.errors import library_errors, library_warnings
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
 from compactstore.db import model_calls
-from compactstore.errors import CompactStoreWarning
 from compactstore.store import CompactStore
 
 __all__ = ["demo", "import_", "simulate"]
@@ -34,24 +30,6 @@ def _transcript_source(file: Path) -> Path | BinaryIO:
 
 def _transcript_name(file: Path) -> str:
     return "stdin" if str(file) == "-" else file.name
-
-
-@contextmanager
-def _transcript_warnings() -> Iterator[None]:
-    """Print the library's warnings about a transcript (a cut last line) as
-    ``Warning: ...`` lines on stderr."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CompactStoreWarning)
-        try:
-            yield
-        finally:
-            for warning in caught:
-                if issubclass(warning.category, CompactStoreWarning):
-                    click.echo(f"Warning: {warning.message}", err=True)
-                else:
-                    warnings.warn_explicit(
-                        warning.message, warning.category, warning.filename, warning.lineno
-                    )
 
 
 @click.command("import", short_help="Import a transcript as a new session.")
@@ -115,7 +93,7 @@ def import_(
             f"{format_!r} is not one of: {', '.join((*SOURCES, *FORMAT_NAMES))}",
             param_hint="'--format'",
         )
-    with CompactStore.open(db, allow_other_tables=force) as store, _transcript_warnings():
+    with CompactStore.open(db, allow_other_tables=force) as store, library_warnings():
         with progress(f"Importing {_transcript_name(file)}") as report:
             sess = import_file(
                 store,
@@ -263,7 +241,7 @@ def simulate(
         if not as_json:
             click.echo(sim.stage_rows([event])[0])
 
-    with progress(f"Reading {_transcript_name(file)}") as report, _transcript_warnings():
+    with progress(f"Reading {_transcript_name(file)}") as report, library_warnings():
         transcript = read_transcript(_transcript_source(file), format=format_, progress=report)
     store = CompactStore.open(db) if db is not None else None
     try:

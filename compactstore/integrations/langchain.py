@@ -51,6 +51,7 @@ from typing import Any
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
 from compactstore.integrations._overflow import is_context_overflow
+from compactstore.integrations._store import checked_store
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
 from compactstore.recall import RECALL_TOOL_NAME
@@ -206,15 +207,7 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         recall: bool | None = None,
         cwd: str | None = None,
     ) -> None:
-        if isinstance(store, str | os.PathLike):
-            store = CompactStore.open(store)
-        if not isinstance(store, CompactStore):
-            raise InvalidInputError(
-                "CompactStoreMiddleware needs a CompactStore or a database path or URL, "
-                f"got {type(store).__name__}"
-            )
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInputError("CompactStoreMiddleware needs a session id (a string)")
+        store = checked_store(store, session_id, "CompactStoreMiddleware")
         if format is not None and format not in _FORMATS:
             raise InvalidInputError(
                 f"CompactStoreMiddleware stores LangChain messages as 'anthropic' or 'openai', "

@@ -51,6 +51,7 @@ from typing import Any
 
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
+from compactstore.integrations._store import checked_store
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
 from compactstore.recall import RECALL_TOOL_NAME
@@ -273,15 +274,7 @@ class CompactHistory(AbstractCapability[Any]):
         recall: bool | None = None,
         cwd: str | None = None,
     ) -> None:
-        if isinstance(store, str | os.PathLike):
-            store = CompactStore.open(store)
-        if not isinstance(store, CompactStore):
-            raise InvalidInputError(
-                "CompactHistory needs a CompactStore or a database path or URL, "
-                f"got {type(store).__name__}"
-            )
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInputError("CompactHistory needs a session id (a string)")
+        store = checked_store(store, session_id, "CompactHistory")
         self.store = store
         self.session_id = session_id
         self.context_window = context_window
