@@ -8,7 +8,6 @@ from typing import Any
 from sqlalchemy import Connection
 
 from compactstore.core import checks, compaction, edits, replay
-from compactstore.core.cache import read_context
 from compactstore.core.checks import now_or_clock
 from compactstore.core.recording import boundary_model, compaction_model, unrecorded_result
 from compactstore.core.sessions import require
@@ -202,18 +201,8 @@ class SessionHistory(SessionBase):
 
     def _request_system(self, connection: Connection) -> Any:
         """The ``system`` this session's requests send (a provider compaction's too)."""
-        store = self.store
-        row = require(connection, self.id, store.location)
-        context = read_context(
-            connection,
-            store._cache,
-            self.id,
-            self.adapter,
-            store.token_counter,
-            location=store.location,
-            row=row,
-        )
-        return compaction.request_system(context)
+        row = require(connection, self.id, self.store.location)
+        return compaction.request_system(self._context(connection, row))
 
     def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
         """The recorded boundaries, oldest first."""
