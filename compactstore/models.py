@@ -189,17 +189,21 @@ class CompactionConfig(BaseModel):
         5, ge=0, description="The newest tool results microcompact leaves in the context."
     )
     cache_ttl_seconds: float | None = Field(
-        None,
+        300.0,
         gt=0,
-        description="When set, microcompact also runs once the provider's prompt cache "
-        "expired: this many seconds after the last model call.",
+        description="How long the provider keeps a cached prefix warm (300: the 5-minute "
+        "cache; 3600 for 1-hour caching; an hour is used anyway while the session's calls "
+        "write 1-hour entries). Microcompact also runs once the cache expired, this long "
+        "after the newest model call (the newest assistant message when none was recorded); "
+        "None turns that trigger off.",
     )
     cache_aware: bool = Field(
         True,
-        description="Cache-aware in-place edits (rewrite policy): a clear of content already "
-        "sent waits while the cache writes it causes cost more than it saves within "
-        "cache_ttl_seconds (the 5-minute cache when that is None), unless usage is at "
-        "auto_compact_threshold (compactstore.caching.edit_cost).",
+        description="Cache-aware in-place edits (rewrite policy): a microcompact clear or a "
+        "tool-result placeholder of content already sent waits while the cache writes it "
+        "causes cost more than it saves within cache_ttl_seconds (the 5-minute cache when "
+        "that is None), unless usage is at auto_compact_threshold "
+        "(compactstore.caching.edit_cost).",
     )
 
     # Stage 5: auto-compact check and circuit breaker.

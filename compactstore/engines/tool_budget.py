@@ -23,6 +23,7 @@ from typing import Any
 
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.editable import open_media, open_results_in
+from compactstore.engines import cache_rule
 from compactstore.engines.base import Edit, EngineInputs, NewBlob, StageResult
 from compactstore.formats import ToolResult
 from compactstore.formats.base import storage_json
@@ -209,21 +210,23 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
     """Persist every tool result over the budget, except recall's answers: they are
     already capped (recall_max_tokens), and persisting one would only send the agent back
     to recall it again. Then persist the oldest results with media over
-    ``max_media_in_context``."""
+    ``max_media_in_context``. Under the rewrite policy a placeholder of a result already
+    sent falls under the cache-aware cost rule (compactstore.engines.cache_rule): while it
+    costs more than it saves, only the results not sent yet are persisted, and the detail
+    says what waits."""
     before = context.usage
-    config = context.config
     unsent = unsent_from(context) if inputs.edit_policy == "append_only" else 0
-    chooser = oversized(context, config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME}))
-    kept, edits, blobs = persist_results(context, inputs, _from(unsent, chooser))
-    after_context = context.with_kept(kept) if edits else context
-    media_kept, media_edits, media_blobs = persist_results(
-        after_context,
-        replace(inputs, next_blob_id=inputs.next_blob_id + len(blobs)),
-        _from(unsent, media_over_cap(after_context, config.max_media_in_context)),
-    )
-    if media_edits:
-        after_context = after_context.with_kept(media_kept)
-        edits, blobs = _merged_edits(edits, media_edits), blobs + media_blobs
+    after_context, edits, blobs = _persisted(context, inputs, unsent)
+    deferred = None
+    if edits:
+        edited = {edit.seq for edit in edits}
+        first = min(index for index, item in enumerate(context.kept) if item.seq in edited)
+        deferred = cache_rule.deferral(
+            context, after_context, inputs, first=first, what=_what(edits, blobs)
+        )
+        if deferred is not None:
+            start = max(unsent, cache_rule.first_unsent(context, inputs))
+            after_context, edits, blobs = _persisted(context, inputs, start)
     return StageResult(
         strategy=CompactStrategy.TOOL_BUDGET,
         trigger=CompactTrigger.AUTO,
@@ -233,9 +236,33 @@ def run(context: ActiveContext, inputs: EngineInputs) -> StageResult:
         tokens_after=after_context.usage,
         edits=tuple(edits),
         blobs=tuple(blobs),
-        detail=_detail(blobs),
-        attempted=bool(edits),
+        detail="; ".join(part for part in (_detail(blobs), deferred) if part),
+        attempted=bool(edits) or deferred is not None,
     )
+
+
+def _persisted(
+    context: ActiveContext, inputs: EngineInputs, start: int
+) -> tuple[ActiveContext, list[Edit], list[NewBlob]]:
+    """The context with the results over the budget, then the media over the cap,
+    persisted from kept index ``start`` on; its edits and new blobs."""
+    config = context.config
+    chooser = oversized(context, config.tool_result_max_chars, exempt=frozenset({RECALL_TOOL_NAME}))
+    kept, edits, blobs = persist_results(context, inputs, _from(start, chooser))
+    after_context = context.with_kept(kept) if edits else context
+    media_kept, media_edits, media_blobs = persist_results(
+        after_context,
+        replace(inputs, next_blob_id=inputs.next_blob_id + len(blobs)),
+        _from(start, media_over_cap(after_context, config.max_media_in_context)),
+    )
+    if media_edits:
+        after_context = after_context.with_kept(media_kept)
+        edits, blobs = _merged_edits(edits, media_edits), blobs + media_blobs
+    return after_context, edits, blobs
+
+
+def _what(edits: Sequence[Edit], blobs: Sequence[NewBlob]) -> str:
+    return f"placeholders for {len(blobs)} tool results in {len(edits)} messages"
 
 
 def unsent_from(context: ActiveContext) -> int:

@@ -67,7 +67,8 @@ class Stage:
 STAGES: dict[str, Stage] = {
     "tool_budget": Stage(
         {},
-        lambda chat, _: chat.sess.process_request(now=T0 + 600),
+        # 600 s after the last message the cache is cold: microcompact would run too.
+        lambda chat, _: chat.sess.process_request(now=T0 + 600, enable_microcompact=False),
         CompactStrategy.TOOL_BUDGET,
         CompactTrigger.AUTO,
     ),

@@ -1,7 +1,7 @@
 """Stage 4, microcompact: once 3,600 s have passed since the last time-based
 microcompact (the clock starts at session creation) every tool result but the 5 newest is
 replaced by a fixed placeholder; the cache-aware trigger does the same once the gap since
-the last assistant message exceeds cache_ttl_seconds.
+the last assistant message exceeds cache_ttl_seconds (300 s by default: the 5-minute cache).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from compactstore import CompactionConfig, CompactStore, CompactStrategy, Compac
 from tests.helpers import CLEARED, FORMATS, T0, Chat, new_session, plain, result_map, words
 
 HOUR = 3_600
+# The interval trigger alone: these sessions sit idle for an hour, and their cache would
+# be cold (so cleared by the cache trigger) 300 s after the last assistant message.
+INTERVAL_ONLY = plain(cache_ttl_seconds=None)
 
 
 def with_results(
@@ -33,7 +36,7 @@ def test_fires_at_3600_seconds_after_creation_and_keeps_the_5_newest_results(
 
 
 def check_time_based(store: CompactStore, fmt: str) -> None:
-    chat, ids = with_results(store, fmt, 8, sid=fmt)
+    chat, ids = with_results(store, fmt, 8, sid=fmt, config=INTERVAL_ONLY)
     before = result_map(fmt, chat.sess.active_context())
 
     early = chat.sess.process_request(now=T0 + HOUR - 1)
@@ -102,7 +105,7 @@ def test_persisted_and_cleared_results_are_not_candidates(store: CompactStore) -
 def test_the_clock_restarts_from_the_last_time_based_microcompact(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
-    chat, _ = with_results(store, "minicode", 8)
+    chat, _ = with_results(store, "minicode", 8, config=INTERVAL_ONLY)
     assert chat.sess.process_request(now=T0 + HOUR + 100).effective
     for i in range(4):
         chat.tool(words(400, f"later{i}"))
@@ -127,10 +130,11 @@ def cached_session(store: CompactStore, sid: str, config: CompactionConfig) -> t
     return chat, stamp
 
 
-def test_cache_aware_trigger_fires_when_the_gap_exceeds_the_ttl_and_is_off_by_default(
+def test_cache_aware_trigger_fires_when_the_gap_exceeds_the_ttl_and_is_on_by_default(
     store: CompactStore,
 ) -> None:
-    chat, last_assistant = cached_session(store, "ttl", plain(cache_ttl_seconds=300))
+    chat, last_assistant = cached_session(store, "ttl", plain())
+    assert plain().cache_ttl_seconds == 300
 
     at_ttl = chat.sess.process_request(now=last_assistant + 300)
     assert not at_ttl.success and chat.sess.compactions() == []
@@ -144,8 +148,8 @@ def test_cache_aware_trigger_fires_when_the_gap_exceeds_the_ttl_and_is_off_by_de
     assert list(result_map("anthropic", chat.sess.active_context()).values()).count(CLEARED) == 3
     assert chat.sess.breaker().last_microcompact_at == T0, "only time-based runs move the clock"
 
-    default, last_assistant = cached_session(store, "default", plain())
+    off, last_assistant = cached_session(store, "off", plain(cache_ttl_seconds=None))
     assert last_assistant + 1_000 < T0 + HOUR
-    off = default.sess.process_request(now=last_assistant + 1_000)
-    assert not off.success and off.strategy is None
-    assert default.sess.compactions() == []
+    idle = off.sess.process_request(now=last_assistant + 1_000)
+    assert not idle.success and idle.strategy is None
+    assert off.sess.compactions() == []

@@ -62,7 +62,9 @@ def test_tool_budget_persists_long_results_only() -> None:
 
 
 def test_microcompact_clears_all_but_the_newest_results_once_the_interval_passed() -> None:
-    built = ContextBuilder(config=CompactionConfig(token_factor=1.0, microcompact_keep_recent=2))
+    # The interval trigger alone (the builder's messages are hours old: a cold cache).
+    config = CompactionConfig(token_factor=1.0, microcompact_keep_recent=2, cache_ttl_seconds=None)
+    built = ContextBuilder(config=config)
     built.request("Look around.")
     for i in range(5):
         built.tool("read_file", {"path": f"f{i}"}, words(800, f"f{i}"))
