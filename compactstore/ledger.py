@@ -42,7 +42,9 @@ from compactstore.pricing import PriceTable, call_cost
 __all__ = [
     "CacheRewrite",
     "CallUsage",
+    "LedgerTotals",
     "SessionCost",
+    "TokenCounts",
     "call_usage",
     "claude_code_usage",
     "codex_usage",
@@ -53,8 +55,8 @@ __all__ = [
 _Tokens = Annotated[StrictInt, Field(ge=0)]
 
 
-class CallUsage(BaseModel):
-    """What one model call was billed for (see the module docstring)."""
+class TokenCounts(BaseModel):
+    """Prompt and output tokens by the kind they are billed as: one call's, or a sum."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -63,21 +65,41 @@ class CallUsage(BaseModel):
     cache_write_5m_tokens: _Tokens = 0  # the provider's short-lived cache write
     cache_write_1h_tokens: _Tokens = 0  # the long-lived cache write
     output_tokens: _Tokens = 0
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt: input, cache reads and cache writes."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def cache_read_share(self) -> float | None:
+        """The share of the prompt read from the cache; None for no prompt."""
+        total = self.prompt_tokens
+        return self.cache_read_tokens / total if total else None
+
+    def tokens_json(self) -> dict[str, int]:
+        """The counts as ``compactstore cost --json`` and ``stats --json`` give them."""
+        return {
+            "input": self.input_tokens,
+            "cache_read": self.cache_read_tokens,
+            "cache_write_5m": self.cache_write_5m_tokens,
+            "cache_write_1h": self.cache_write_1h_tokens,
+            "output": self.output_tokens,
+        }
+
+
+class CallUsage(TokenCounts):
+    """What one model call was billed for (see the module docstring)."""
+
     model: str | None = None
     # As the provider reported them (JSON-ready), when it did.
     iterations: list[dict[str, Any]] | None = None
     cache_miss_reason: dict[str, Any] | None = None
     input_transformations: list[dict[str, Any]] | None = None
-
-    @property
-    def prompt_tokens(self) -> int:
-        """The whole prompt the call sent: input, cache reads and cache writes."""
-        return (
-            self.input_tokens
-            + self.cache_read_tokens
-            + self.cache_write_5m_tokens
-            + self.cache_write_1h_tokens
-        )
 
 
 class CacheRewrite(BaseModel):
@@ -94,30 +116,24 @@ class CacheRewrite(BaseModel):
     cost_usd: float | None  # the price of those writes; None when the model has no price
 
 
-class SessionCost(BaseModel):
-    """What a session's model calls cost, summed from ``model_calls``."""
+class LedgerTotals(TokenCounts):
+    """The sums of model calls' ledger rows: a session's, or a whole store's."""
 
-    model_config = ConfigDict(frozen=True)
-
-    session_id: str
-    calls: int
+    calls: int = 0
     # Calls recorded with a prompt size only (before the ledger had its columns).
-    calls_without_usage: int
+    calls_without_usage: int = 0
     # Calls whose cost is unknown: no model given, a model the price table does not have,
     # or no usage split; their tokens are in the totals, their cost is not.
-    unpriced_calls: int
-    input_tokens: int
-    cache_read_tokens: int
-    cache_write_5m_tokens: int
-    cache_write_1h_tokens: int
-    output_tokens: int
+    unpriced_calls: int = 0
     # The sum over the priced calls; None when no call has a cost.
-    cost_usd: float | None
-    cache_rewrites: list[CacheRewrite] = Field(default_factory=list)
+    cost_usd: float | None = None
 
-    @property
-    def cache_write_tokens(self) -> int:
-        return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+class SessionCost(LedgerTotals):
+    """What a session's model calls cost, summed from ``model_calls``."""
+
+    session_id: str
+    cache_rewrites: list[CacheRewrite] = Field(default_factory=list)
 
     @property
     def cache_rewrite_tokens(self) -> int:
@@ -137,13 +153,7 @@ class SessionCost(BaseModel):
             "calls": self.calls,
             "calls_without_usage": self.calls_without_usage,
             "unpriced_calls": self.unpriced_calls,
-            "tokens": {
-                "input": self.input_tokens,
-                "cache_read": self.cache_read_tokens,
-                "cache_write_5m": self.cache_write_5m_tokens,
-                "cache_write_1h": self.cache_write_1h_tokens,
-                "output": self.output_tokens,
-            },
+            "tokens": self.tokens_json(),
             "cost_usd": self.cost_usd,
             "cache_rewrite": {
                 "tokens": self.cache_rewrite_tokens,

@@ -31,10 +31,10 @@ def test_the_meter_reads_the_previous_prefix_and_writes_the_rest() -> None:
     meter.call([("overhead", 800), ("edited", 100)], now=40.0, output=10)  # 900: too short
     meter.call([*first, (1, 300), (2, 50)], now=400.0, output=10)  # 5 minutes on: cold
     assert meter.calls == 4
-    assert meter.cache_read_tokens == 1_200
-    assert meter.cache_write_5m_tokens == 1_200 + 300 + 1_550
-    assert meter.input_tokens == 900
-    assert meter.output_tokens == 40
+    assert meter.total.cache_read_tokens == 1_200
+    assert meter.total.cache_write_5m_tokens == 1_200 + 300 + 1_550
+    assert meter.total.input_tokens == 900
+    assert meter.total.output_tokens == 40
     by_hand = (
         900 * SONNET_IN + 1_200 * SONNET_IN * 0.1 + 3_050 * SONNET_IN * 1.25 + 40 * SONNET_OUT
     ) / 1_000_000

@@ -23,7 +23,6 @@ def session_cost(
         NotFoundError: the session does not exist.
     """
     require(connection, session_id, location)
-    totals = model_calls.cost_totals(connection, session_id)
     rewrites = [
         CacheRewrite(
             compaction_id=row.compaction_id,
@@ -42,14 +41,6 @@ def session_cost(
     ]
     return SessionCost(
         session_id=session_id,
-        calls=totals.calls,
-        calls_without_usage=totals.calls - totals.calls_with_usage,
-        unpriced_calls=totals.calls - totals.priced_calls,
-        input_tokens=totals.input_tokens,
-        cache_read_tokens=totals.cache_read_tokens,
-        cache_write_5m_tokens=totals.cache_write_5m_tokens,
-        cache_write_1h_tokens=totals.cache_write_1h_tokens,
-        output_tokens=totals.output_tokens,
-        cost_usd=totals.cost_usd,
         cache_rewrites=rewrites,
+        **model_calls.cost_totals(connection, session_id).model_dump(),
     )

@@ -17,10 +17,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, and_, func, insert, select
 
 from compactstore.db.schema import compactions, model_calls
-from compactstore.ledger import CallUsage
+from compactstore.ledger import CallUsage, LedgerTotals
 
 __all__ = [
-    "CostRow",
     "ModelCall",
     "RewriteRow",
     "calls_of",
@@ -138,22 +137,7 @@ def recent_calls(connection: Connection, session_id: str, limit: int) -> list[tu
     return [(int(seq), float(at)) for seq, at in reversed(rows)]
 
 
-@dataclass(frozen=True, slots=True)
-class CostRow:
-    """The sums of a session's (or a store's) ledger."""
-
-    calls: int
-    calls_with_usage: int
-    priced_calls: int
-    input_tokens: int
-    cache_read_tokens: int
-    cache_write_5m_tokens: int
-    cache_write_1h_tokens: int
-    output_tokens: int
-    cost_usd: float | None
-
-
-def cost_totals(connection: Connection, session_id: str | None = None) -> CostRow:
+def cost_totals(connection: Connection, session_id: str | None = None) -> LedgerTotals:
     """Sum the ledger in one statement: a session's calls, or every call of the store."""
     c = model_calls.c
 
@@ -175,10 +159,10 @@ def cost_totals(connection: Connection, session_id: str | None = None) -> CostRo
         statement = statement.where(c.session_id == session_id)
     row = connection.execute(statement).one()
     calls, with_usage, priced, uncached, read, five, hour, output = (int(v) for v in row[:8])
-    return CostRow(
+    return LedgerTotals(
         calls=calls,
-        calls_with_usage=with_usage,
-        priced_calls=priced,
+        calls_without_usage=calls - with_usage,
+        unpriced_calls=calls - priced,
         input_tokens=uncached,
         cache_read_tokens=read,
         cache_write_5m_tokens=five,

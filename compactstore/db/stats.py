@@ -78,13 +78,7 @@ def store_counts(connection: Connection) -> dict[str, Any]:
         "blob_bytes": int(blob_bytes),
         "memory_entries": _count(connection, schema.memory_entries),
         "model_calls": ledger.calls,
-        "model_calls_unpriced": ledger.calls - ledger.priced_calls,
-        "call_tokens": {
-            "input": ledger.input_tokens,
-            "cache_read": ledger.cache_read_tokens,
-            "cache_write_5m": ledger.cache_write_5m_tokens,
-            "cache_write_1h": ledger.cache_write_1h_tokens,
-            "output": ledger.output_tokens,
-        },
+        "model_calls_unpriced": ledger.unpriced_calls,
+        "call_tokens": ledger.tokens_json(),
         "cost_usd": ledger.cost_usd,
     }

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compactstore.caching import TTL_SECONDS, call_gap, choose_ttl, min_cacheable_tokens
-from compactstore.ledger import CallUsage, usage_cost
+from compactstore.ledger import CallUsage, TokenCounts, usage_cost
 from compactstore.pricing import PriceTable
 
 __all__ = ["CacheMeter", "PrefixChain", "transcript_cost"]
 
 _RHYTHM_CALLS = 7
+_COUNTS = tuple(TokenCounts.model_fields)
 
 
 class PrefixChain:
@@ -40,16 +41,13 @@ class PrefixChain:
 
 @dataclass
 class CacheMeter:
-    """A provider's prompt cache and the bill of the calls sent through it."""
+    """A provider's prompt cache and the bill of the calls sent through it: ``total``, the
+    tokens by kind, and ``cost_usd`` (None once a call has no price)."""
 
     model: str | None
     prices: PriceTable
     calls: int = 0
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-    output_tokens: int = 0
+    total: TokenCounts = field(default_factory=TokenCounts)
     cost_usd: float | None = 0.0
 
     def __post_init__(self) -> None:
@@ -58,18 +56,8 @@ class CacheMeter:
         self._minimum = min_cacheable_tokens(self.model)
 
     @property
-    def prompt_tokens(self) -> int:
-        return (
-            self.input_tokens
-            + self.cache_read_tokens
-            + self.cache_write_5m_tokens
-            + self.cache_write_1h_tokens
-        )
-
-    @property
     def cache_read_share(self) -> float | None:
-        total = self.prompt_tokens
-        return self.cache_read_tokens / total if total else None
+        return self.total.cache_read_share
 
     def call(self, units: Sequence[tuple[Hashable, int]], now: float, output: int) -> None:
         """One model call sending ``units`` (identity, tokens) at ``now``."""
@@ -112,11 +100,9 @@ class CacheMeter:
         self._add(usage)
 
     def _add(self, usage: CallUsage) -> None:
-        self.input_tokens += usage.input_tokens
-        self.cache_read_tokens += usage.cache_read_tokens
-        self.cache_write_5m_tokens += usage.cache_write_5m_tokens
-        self.cache_write_1h_tokens += usage.cache_write_1h_tokens
-        self.output_tokens += usage.output_tokens
+        self.total = TokenCounts(
+            **{name: getattr(self.total, name) + getattr(usage, name) for name in _COUNTS}
+        )
         cost = usage_cost(self.prices, usage)
         self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
 
