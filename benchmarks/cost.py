@@ -9,7 +9,8 @@ The session is built through the public API: per call, a user message and an ass
 appended and ``record_usage`` with the whole split (uncached input, cache read, 5-minute and
 1-hour writes, output, model), a full ``compact()`` every ``--compact-every`` calls (so the
 cache-rewrite query has compactions to attribute). Then, per run: ``compactstore cost SESSION
---json`` in a fresh process (wall time, interpreter start and imports included), and the same
+--json`` in a fresh process (interpreter start and imports included; wall time, and the
+process's CPU time, which a loaded machine does not inflate), and the same
 command in this process through click's runner (open, sums, render; the figure the target is
 about), and ``Session.cost()`` alone.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,8 +62,17 @@ def build(db: str, calls: int, compact_every: int) -> float:
     return time.perf_counter() - started
 
 
-def time_cli_process(db: str) -> tuple[float, dict[str, object]]:
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_cli_process(db: str) -> tuple[float, float, dict[str, object]]:
+    """(wall seconds, CPU seconds, the JSON document) of the command in a new process. The
+    CPU time is the process's own (user and system): on a shared machine the wall time
+    also counts the time other processes held the cores."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    cpu = _child_cpu()
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "compactstore", "cost", SESSION, "--db", db, "--json"],
@@ -70,7 +81,7 @@ def time_cli_process(db: str) -> tuple[float, dict[str, object]]:
         env=env,
         check=True,
     )
-    return time.perf_counter() - started, json.loads(done.stdout)
+    return time.perf_counter() - started, _child_cpu() - cpu, json.loads(done.stdout)
 
 
 def time_cli_in_process(db: str) -> float:
@@ -101,11 +112,12 @@ def main() -> None:
         db = args.db or str(Path(tmp) / "cost.db")
         built = build(db, args.calls, args.compact_every)
         print(f"built {args.calls:,} calls in {built:.1f} s ({db.split('://')[0]})")
-        process, in_process, session = [], [], []
+        process, process_cpu, in_process, session = [], [], [], []
         found: dict[str, object] = {}
         for _ in range(args.runs):
-            seconds, found = time_cli_process(db)
+            seconds, cpu, found = time_cli_process(db)
             process.append(seconds)
+            process_cpu.append(cpu)
             in_process.append(time_cli_in_process(db))
             session.append(time_session_cost(db))
         print(
@@ -114,7 +126,8 @@ def main() -> None:
             f"compactions priced {len(found['cache_rewrite']['compactions']):,}"  # type: ignore[index]
         )
         for name, values in (
-            ("compactstore cost (new process)", process),
+            ("compactstore cost (new process, wall)", process),
+            ("compactstore cost (new process, CPU)", process_cpu),
             ("compactstore cost (in process)", in_process),
             ("Session.cost()", session),
         ):

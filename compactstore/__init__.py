@@ -4,38 +4,42 @@ Conversations live in SQL tables; every compaction is one transaction you can au
 roll back and replay. Start with :meth:`CompactStore.open`.
 """
 
-from compactstore.aio import AsyncCompactStore, AsyncSession
-from compactstore.engines.base import Summarizer, SummaryResult
-from compactstore.errors import (
-    CompactStoreError,
-    CompactStoreWarning,
-    ConflictError,
-    DatabaseError,
-    InvalidInputError,
-    InvalidMessageError,
-    MissingExtraError,
-    NotFoundError,
-    PluginError,
-    SchemaError,
-    SummarizerError,
-)
-from compactstore.ledger import CacheRewrite, CallUsage, SessionCost
-from compactstore.models import (
-    BreakerState,
-    CompactBoundary,
-    CompactionConfig,
-    CompactionResult,
-    CompactionStep,
-    CompactStrategy,
-    CompactTrigger,
-    JobInfo,
-    MemoryEntry,
-    SessionInfo,
-    SummaryInfo,
-)
-from compactstore.pricing import ModelPrice
-from compactstore.store import CompactStore, Session
-from compactstore.tokens import estimate_tokens
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compactstore.aio import AsyncCompactStore, AsyncSession
+    from compactstore.engines.base import Summarizer, SummaryResult
+    from compactstore.errors import (
+        CompactStoreError,
+        CompactStoreWarning,
+        ConflictError,
+        DatabaseError,
+        InvalidInputError,
+        InvalidMessageError,
+        MissingExtraError,
+        NotFoundError,
+        PluginError,
+        SchemaError,
+        SummarizerError,
+    )
+    from compactstore.ledger import CacheRewrite, CallUsage, SessionCost
+    from compactstore.models import (
+        BreakerState,
+        CompactBoundary,
+        CompactionConfig,
+        CompactionResult,
+        CompactionStep,
+        CompactStrategy,
+        CompactTrigger,
+        JobInfo,
+        MemoryEntry,
+        SessionInfo,
+        SummaryInfo,
+    )
+    from compactstore.pricing import ModelPrice
+    from compactstore.store import CompactStore, Session
+    from compactstore.tokens import estimate_tokens
 
 __all__ = [
     "AsyncCompactStore",
@@ -75,3 +79,59 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+# The names above are imported when first used (PEP 562), so a program that needs one
+# part of the package (the command line's ``cost``, a format adapter) does not pay for
+# importing all of it.
+_LAZY = {
+    "AsyncCompactStore": "compactstore.aio",
+    "AsyncSession": "compactstore.aio",
+    "BreakerState": "compactstore.models",
+    "CacheRewrite": "compactstore.ledger",
+    "CallUsage": "compactstore.ledger",
+    "CompactBoundary": "compactstore.models",
+    "CompactStore": "compactstore.store",
+    "CompactStoreError": "compactstore.errors",
+    "CompactStoreWarning": "compactstore.errors",
+    "CompactStrategy": "compactstore.models",
+    "CompactTrigger": "compactstore.models",
+    "CompactionConfig": "compactstore.models",
+    "CompactionResult": "compactstore.models",
+    "CompactionStep": "compactstore.models",
+    "ConflictError": "compactstore.errors",
+    "DatabaseError": "compactstore.errors",
+    "InvalidInputError": "compactstore.errors",
+    "InvalidMessageError": "compactstore.errors",
+    "JobInfo": "compactstore.models",
+    "MemoryEntry": "compactstore.models",
+    "MissingExtraError": "compactstore.errors",
+    "ModelPrice": "compactstore.pricing",
+    "NotFoundError": "compactstore.errors",
+    "PluginError": "compactstore.errors",
+    "SchemaError": "compactstore.errors",
+    "Session": "compactstore.store",
+    "SessionCost": "compactstore.ledger",
+    "SessionInfo": "compactstore.models",
+    "Summarizer": "compactstore.engines.base",
+    "SummarizerError": "compactstore.errors",
+    "SummaryInfo": "compactstore.models",
+    "SummaryResult": "compactstore.engines.base",
+    "estimate_tokens": "compactstore.tokens",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        try:  # a submodule, as an eager import of everything would have made it available
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -38,8 +38,10 @@ def _commands(
     context = click.Context(command, info_name=path.split(" ")[-1], parent=parent, **settings)
     yield path, command, context
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            yield from _commands(command.commands[name], f"{path} {name}", context)
+        for name in command.list_commands(context):  # the top-level group imports them lazily
+            found = command.get_command(context, name)
+            assert found is not None, name
+            yield from _commands(found, f"{path} {name}", context)
 
 
 def cli_reference() -> str:

@@ -75,7 +75,10 @@ def test_a_generated_page_is_up_to_date(name: str) -> None:
 
 
 def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
-    for name, command in sorted(group.commands.items()):
+    context = click.Context(group)
+    for name in group.list_commands(context):  # the top-level group imports them lazily
+        command = group.get_command(context, name)
+        assert command is not None, name
         path = f"{prefix}{name}"
         yield path, command
         if isinstance(command, click.Group):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -474,6 +475,52 @@ def test_compactstore_cost_and_stats_show_the_ledger(db_url: str) -> None:
     assert ledger["cost_usd"] == pytest.approx(expected, abs=1e-12)
     plain = runner.invoke(cli, ["stats", "--db", db_url])
     assert f"cost:           ${expected:,.4f}" in plain.output
+
+
+_IMPORTED_BY_COST = """
+import json, sys
+from compactstore.cli import main
+sys.argv = ["compactstore", "cost", "s", "--db", sys.argv[1], "--json"]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.slow
+def test_compactstore_cost_imports_only_what_it_needs(tmp_path: Path) -> None:
+    """A fresh ``compactstore cost`` process imports neither the other commands' modules
+    nor the async API, the summarizers, simulate or the report."""
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "cost.db")
+    with CompactStore.open(db) as store:
+        session(store).record_usage(1_000, output_tokens=20, model="claude-opus-5", now=T0 + 1)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED_BY_COST, db],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    *document, modules = done.stdout.splitlines()
+    assert json.loads("\n".join(document))["calls"] == 1
+    loaded = set(json.loads(modules))
+    assert "compactstore.cli.reading" in loaded and "compactstore.store" in loaded
+    for heavy in (
+        "compactstore.aio",
+        "compactstore.cli.transcripts",
+        "compactstore.cli.report",
+        "compactstore.report",
+        "compactstore.simulate",
+        "compactstore.summarizers",
+        "compactstore.importers",
+        "jinja2",
+    ):
+        assert heavy not in loaded, heavy
 
 
 # -- migration from the previous head -----------------------------------------------------------

@@ -11,8 +11,9 @@ failure leaves the database as it was. Commands that only read open the database
 Modules: ``options`` (the shared options and arguments), ``errors`` (how failures are
 shown), ``files`` (progress, ``-o`` outputs, config files), ``render`` (the text tables and
 JSON documents, pure), and the commands: ``reading``, ``compaction``, ``transcripts``,
-``schema``. A new command is written in one of those (or a new module) and added to the
-list below; tests/test_docs.py then asks for its section in README.md.
+``schema``, ``report``, ``transfer``. A new command is written in one of those (or a new
+module) and added to ``COMMANDS`` below (each is imported only when it runs);
+tests/test_docs.py then asks for its section in the documentation.
 
 JSON shapes (``compaction`` is a CompactionResult without its messages, plus ``effective``;
 ``boundary`` is a CompactBoundary; ``edit_state`` is an EditState: {model, edit_policy,
@@ -58,25 +59,64 @@ effective_policy, prefix_checks, thinking_binding, thinking_binding_at, dropped:
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import click
 
-from compactstore.cli.compaction import compact, replay, rollback, worker
 from compactstore.cli.errors import CompactstoreGroup
 from compactstore.cli.options import root_db_option
-from compactstore.cli.reading import blob, breaker, cost, export, history, sessions, show, stats
 from compactstore.cli.render import one_line
-from compactstore.cli.report import report
-from compactstore.cli.schema import db_group
-from compactstore.cli.transcripts import demo, import_, simulate
-from compactstore.cli.transfer import backup, delete, prune, restore
 from compactstore.errors import CompactStoreError
 
 __all__ = ["cli", "main"]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
+# Every command, in one place: its name, then the module (under compactstore.cli) and the
+# name it has there. A new command is written in its module and added here. A command's
+# module is imported when the command runs (or help lists it), so ``compactstore cost``
+# does not pay for importing what ``simulate`` or ``report`` need.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "backup": ("transfer", "backup"),
+    "blob": ("reading", "blob"),
+    "breaker": ("reading", "breaker"),
+    "compact": ("compaction", "compact"),
+    "cost": ("reading", "cost"),
+    "db": ("schema", "db_group"),
+    "delete": ("transfer", "delete"),
+    "demo": ("transcripts", "demo"),
+    "export": ("reading", "export"),
+    "history": ("reading", "history"),
+    "import": ("transcripts", "import_"),
+    "prune": ("transfer", "prune"),
+    "replay": ("compaction", "replay"),
+    "report": ("report", "report"),
+    "restore": ("transfer", "restore"),
+    "rollback": ("compaction", "rollback"),
+    "sessions": ("reading", "sessions"),
+    "show": ("reading", "show"),
+    "simulate": ("transcripts", "simulate"),
+    "stats": ("reading", "stats"),
+    "worker": ("compaction", "worker"),
+}
 
-@click.group(cls=CompactstoreGroup, context_settings=CONTEXT_SETTINGS)
+
+class LazyGroup(CompactstoreGroup):
+    """The top-level group, its commands imported from :data:`COMMANDS` when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            command: Any = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="compactstore")
 @root_db_option
 def cli(db: str | None) -> None:
@@ -84,33 +124,6 @@ def cli(db: str | None) -> None:
 
     Example: compactstore demo && compactstore history demo
     """
-
-
-# Every command, in one place: a new command is written in its module and added here.
-for _command in (
-    backup,
-    blob,
-    breaker,
-    compact,
-    cost,
-    db_group,
-    delete,
-    demo,
-    export,
-    history,
-    import_,
-    prune,
-    replay,
-    report,
-    restore,
-    rollback,
-    sessions,
-    show,
-    simulate,
-    stats,
-    worker,
-):
-    cli.add_command(_command)
 
 
 def main() -> None:
