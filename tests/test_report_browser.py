@@ -166,3 +166,33 @@ def test_a_hostile_page_runs_nothing_and_loads_nothing(browser: Any, tmp_path: P
     assert console == []
     assert requested == [page.as_uri()]
     assert browser.find_element("id", "session-id").text == chat.sess.id
+
+
+@pytest.mark.slow
+def test_the_cost_charts_draw_and_read_out_a_call(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    from tests.test_report_cost import a_billed_session
+
+    with CompactStore.open(tmp_path / "c.db") as store:
+        cost = a_billed_session(store).sess.cost()
+        page = write_report(store, "billed", tmp_path / "c.html")
+    console, requested = load(browser, page)
+    assert console == [] and requested == [page.as_uri()]
+    bars = browser.find_elements("css selector", "#cost-chart rect.cost-bar")
+    assert len(bars) == cost.calls - cost.unpriced_calls
+    assert all(bar.is_displayed() for bar in bars)
+    assert len(browser.find_elements("css selector", "#cost-chart circle.rewrite")) == 1
+    assert browser.find_elements("css selector", "#cache-chart rect.kind")
+    line = browser.find_element("css selector", "#cost-chart path.cumulative")
+    assert line.value_of_css_property("stroke") != "none"
+
+    readout = browser.find_element("id", "cost-readout")
+    for chart_id in ("cost-chart", "cache-chart"):
+        chart = browser.find_element("id", chart_id)
+        ActionChains(browser).move_to_element(chart).perform()
+        assert readout.text.startswith("billed call "), readout.text
+        assert " so far" in readout.text
+        shot = chart.screenshot_as_png
+        assert colours(shot) > 8, f"{chart_id} is blank"
+    assert browser.get_log("browser") == []

@@ -31,7 +31,9 @@ def report(session_id: str | None, output: Path | None, all_sessions: bool, db: 
     """Write a session's report: one HTML file that loads nothing and runs only its own script.
 
     The usage per model call against the window and the auto-compact threshold, with a
-    marker per compaction; a card per compaction that cut or recovered the context (what
+    marker per compaction; what the calls cost (totals, cost per call and cumulative,
+    cache reads and writes against uncached input, the cache each compaction made the
+    provider write again); a card per compaction that cut or recovered the context (what
     was lost, the summary and what changed in it); one line per other compaction; the
     active context now; the circuit breaker. Needs the 'report' extra (Jinja2):
     pip install 'compactstore[report]'.

@@ -89,18 +89,41 @@ def insert_calls(connection: Connection, session_id: str, calls: Sequence[ModelC
 
 
 def calls_of(connection: Connection, session_id: str) -> list[ModelCall]:
-    """The session's model calls, oldest first (usage curve only: no ledger)."""
+    """The session's model calls, oldest first, with what each was billed for (``ledger``
+    None for a call recorded with a prompt size only) and its cost."""
+    c = model_calls.c
     rows = connection.execute(
         select(
-            model_calls.c.seq,
-            model_calls.c.usage,
-            model_calls.c.real_tokens,
-            model_calls.c.created_at,
+            c.seq,
+            c.usage,
+            c.real_tokens,
+            c.created_at,
+            c.input_tokens,
+            c.cache_read_tokens,
+            c.cache_write_5m_tokens,
+            c.cache_write_1h_tokens,
+            c.output_tokens,
+            c.model,
+            c.cost_usd,
         )
-        .where(model_calls.c.session_id == session_id)
-        .order_by(model_calls.c.id)
+        .where(c.session_id == session_id)
+        .order_by(c.id)
     )
-    return [ModelCall(*row) for row in rows]
+    found = []
+    for seq, usage, real, at, uncached, read, five, hour, output, model, cost in rows:
+        ledger = None
+        if uncached is not None:
+            # Stored by insert_calls from a validated CallUsage: not validated again.
+            ledger = CallUsage.model_construct(
+                input_tokens=uncached,
+                cache_read_tokens=read or 0,
+                cache_write_5m_tokens=five or 0,
+                cache_write_1h_tokens=hour or 0,
+                output_tokens=output or 0,
+                model=model,
+            )
+        found.append(ModelCall(seq, usage, real, at, ledger, cost))
+    return found
 
 
 def transformations_of(

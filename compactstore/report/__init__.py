@@ -1,9 +1,11 @@
 """``compactstore report``: one self-contained HTML page per session.
 
 The page shows the usage curve per model call (``model_calls``) against the window and the
-auto-compact threshold with a marker per compaction, a card per compaction that cut or
-recovered the context (what was lost, the summary and what changed in it), one line per
-other compaction, the active context now, and the circuit breaker.
+auto-compact threshold with a marker per compaction; what the calls cost (the totals, the
+cost per call and cumulative, each call's prompt as cache reads, cache writes and uncached
+input, and the cache each compaction made the provider write again); a card per
+compaction that cut or recovered the context (what was lost, the summary and what changed
+in it), one line per other compaction, the active context now, and the circuit breaker.
 
 It loads nothing and runs nothing it did not bring: charts are inline SVG drawn by
 :mod:`compactstore.report.svg`, everything from a conversation is escaped by Jinja2's
@@ -139,9 +141,16 @@ def _ranges(seqs: Iterable[int]) -> str:
 
 
 def _filters() -> dict[str, Callable[..., str]]:
-    from compactstore.report.svg import css_name
+    from compactstore.report.svg import css_name, usd
 
-    return {"n": _number, "pct": _percent, "when": _when, "ranges": _ranges, "css": css_name}
+    return {
+        "n": _number,
+        "pct": _percent,
+        "when": _when,
+        "ranges": _ranges,
+        "css": css_name,
+        "usd": usd,
+    }
 
 
 def render(data: ReportData, *, written_at: float | None = None) -> str:
@@ -151,11 +160,27 @@ def render(data: ReportData, *, written_at: float | None = None) -> str:
         MissingExtraError: Jinja2 (the ``report`` extra) is not installed.
     """
     from compactstore import __version__
-    from compactstore.report.svg import LEFT, RIGHT, WIDTH, context_chart, top_seq, usage_chart
+    from compactstore.report.svg import (
+        COST_RIGHT,
+        LEFT,
+        RIGHT,
+        WIDTH,
+        cache_chart,
+        context_chart,
+        cost_chart,
+        top_seq,
+        usage_chart,
+    )
 
     environment = _environment()
     script, style = _static("report.js"), _static("report.css")
-    numbers = {**as_json(data), "x0": LEFT, "x1": WIDTH - RIGHT, "top_seq": top_seq(data)}
+    numbers = {
+        **as_json(data),
+        "x0": LEFT,
+        "x1": WIDTH - RIGHT,
+        "cost_x1": WIDTH - COST_RIGHT,
+        "top_seq": top_seq(data),
+    }
     return environment.get_template("session.html").render(
         d=data,
         csp=content_security_policy(script, style),
@@ -164,6 +189,8 @@ def render(data: ReportData, *, written_at: float | None = None) -> str:
         data_json=_markup(script_json(numbers)),
         usage_chart=_markup(usage_chart(data)),
         context_chart=_markup(context_chart(data)),
+        cost_chart=_markup(cost_chart(data)) if data.ledger_calls else None,
+        cache_chart=_markup(cache_chart(data)) if data.ledger_calls else None,
         strategies=sorted(
             {c.strategy for c in data.compactions if c.on_chart}, key=_strategy_order
         ),

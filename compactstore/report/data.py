@@ -14,10 +14,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from compactstore.core.cost import session_cost
 from compactstore.core.recording import boundary_model, compaction_model
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
+from compactstore.ledger import CacheRewrite, SessionCost
 from compactstore.media import media_markers
 from compactstore.models import (
     BreakerState,
@@ -54,6 +56,8 @@ class CompactionView:
     previous_summary: str | None  # the summary it folded in (its boundary's parent's)
     previous_id: int | None  # the compaction that wrote that summary
     summary_diff: list[tuple[str, str]] = field(default_factory=list)  # (" "|"+"|"-", line)
+    # The cache it made the provider write again (the first model call after it), if priced.
+    rewrite: CacheRewrite | None = None
 
     @property
     def id(self) -> int:
@@ -102,6 +106,19 @@ class ReportData:
     subagents: tuple[tuple[str, str | None], ...] = ()
     # The model, edit policy, thinking binding and the thinking blocks the API dropped.
     edit_state: EditState | None = None
+    # What the model calls cost (the ledger's sums and each compaction's cache rewrite).
+    cost: SessionCost | None = None
+
+    @property
+    def ledger_calls(self) -> list[ModelCall]:
+        """The model calls that recorded what they were billed for."""
+        return [call for call in self.calls if call.ledger is not None]
+
+    @property
+    def rewrites(self) -> list[CompactionView]:
+        """The compactions after which the provider wrote cache again (the first call
+        after them wrote something)."""
+        return [c for c in self.compactions if c.rewrite is not None and c.rewrite.tokens]
 
     @property
     def cards(self) -> list[CompactionView]:
@@ -176,6 +193,9 @@ def _collect(connection: Connection, session: Session) -> ReportData:
     # before a change from untripped to tripped is the one that tripped it.
     inputs = [json.loads(r.inputs) for r in rows]
     tripped = [bool(i.get("tripped", False)) for i in inputs] + [breaker.tripped]
+    store = session.store
+    cost = session_cost(connection, session.id, store.location, store.prices)
+    rewrites = {rewrite.compaction_id: rewrite for rewrite in cost.cache_rewrites}
     views: list[CompactionView] = []
     for index, (compaction, recorded) in enumerate(zip(rows, inputs, strict=True)):
         result = compaction_model(compaction, boundaries)
@@ -193,6 +213,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
                 previous_summary=previous,
                 previous_id=compaction_of.get(parent.id or 0) if parent is not None else None,
                 summary_diff=_diff(previous, result.summary_text) if boundary else [],
+                rewrite=rewrites.get(compaction.id),
             )
         )
     context = session._context(connection, row)
@@ -216,6 +237,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         parent_tool_use_id=row.parent_tool_use_id,
         subagents=tuple(repo.subagents_of(connection, [session.id])),
         edit_state=session._edit_state(connection),
+        cost=cost,
     )
 
 
@@ -240,10 +262,31 @@ def _diff(previous: str | None, summary: str) -> list[tuple[str, str]]:
 
 
 def as_json(data: ReportData) -> dict[str, Any]:
-    """The numbers the page's script draws its readout from."""
+    """The numbers the page's script draws its readouts from: per model call its seq, the
+    store's usage and the provider's count; per call with a ledger its seq, uncached
+    input, cache reads, cache writes, output, cost (None: no price) and the cumulative
+    cost of the priced calls so far."""
+    billed: list[list[Any]] = []
+    total = 0.0
+    for call in data.ledger_calls:
+        usage = call.ledger
+        assert usage is not None
+        total += call.cost_usd or 0.0
+        billed.append(
+            [
+                call.seq,
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.output_tokens,
+                call.cost_usd,
+                round(total, 6),
+            ]
+        )
     return {
         "session": data.session_id,
         "window": data.context_window,
         "threshold": data.threshold,
         "calls": [[c.seq, c.usage, c.real_tokens] for c in data.calls],
+        "billed": billed,
     }

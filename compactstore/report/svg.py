@@ -9,14 +9,28 @@ from __future__ import annotations
 import re
 from html import escape
 
+from compactstore.db.model_calls import ModelCall
 from compactstore.report.data import CompactionView, ReportData
 
-__all__ = ["LEFT", "RIGHT", "WIDTH", "context_chart", "css_name", "top_seq", "usage_chart"]
+__all__ = [
+    "COST_RIGHT",
+    "LEFT",
+    "RIGHT",
+    "WIDTH",
+    "cache_chart",
+    "context_chart",
+    "cost_chart",
+    "css_name",
+    "top_seq",
+    "usage_chart",
+]
 
 WIDTH = 1000
 _USAGE_HEIGHT = 320
 _CONTEXT_HEIGHT = 150
+_COST_HEIGHT = 220
 LEFT, RIGHT, _TOP, _BOTTOM = 70, 12, 12, 30
+COST_RIGHT = 70  # the cumulative cost's axis is on the right
 
 
 def css_name(value: str) -> str:
@@ -188,3 +202,133 @@ def context_chart(data: ReportData) -> str:
     )
     out.append("</svg>")
     return "\n".join(out)
+
+
+# -- what the model calls cost ------------------------------------------------------------------
+
+
+def usd(value: float | None) -> str:
+    """Dollars with four decimals under a dollar, two from there (``$0.0123``, ``$12.34``)."""
+    if value is None:
+        return "no price"
+    return f"${value:,.4f}" if abs(value) < 1 else f"${value:,.2f}"
+
+
+def _columns(data: ReportData, right: int) -> tuple[list[tuple[float, list[ModelCall]]], float]:
+    """The calls with a ledger grouped by the pixel column their seq falls in (a long
+    session draws one bar per column, its calls averaged), and the bar width."""
+    plot_w = WIDTH - LEFT - right
+    x_scale = plot_w / top_seq(data)
+    columns: dict[int, tuple[float, list[ModelCall]]] = {}
+    for call in data.ledger_calls:
+        px = round(LEFT + x_scale * max(call.seq, 0), 1)
+        columns.setdefault(int(px), (px, []))[1].append(call)
+    found = list(columns.values())
+    width = round(max(1.0, min(12.0, 0.8 * plot_w / max(len(found), 1))), 1)
+    return found, width
+
+
+def cache_chart(data: ReportData) -> str:
+    """Each model call's prompt by how it was billed, stacked: cache reads at the bottom,
+    cache writes, then uncached input (calls averaged per pixel column)."""
+    columns, width = _columns(data, RIGHT)
+    plot_h = _COST_HEIGHT - _TOP - _BOTTOM
+    means = []
+    for px, calls in columns:
+        kinds = [
+            sum(getattr(c.ledger, name) for c in calls) / len(calls)
+            for name in ("cache_read_tokens", "cache_write_tokens", "input_tokens")
+        ]
+        means.append((px, kinds))
+    highest = max([1.0, *(sum(kinds) for _, kinds in means)]) * 1.05
+    out = _axes("cache-chart", "each model call's prompt by how it was billed", data, RIGHT)
+    out.append(
+        f'<text class="axis" x="{LEFT - 6}" y="{_TOP + 8}" text-anchor="end">'
+        f"{_k(highest, highest)}</text>"
+    )
+    for px, kinds in means:
+        base = 0.0
+        for name, tokens in zip(("read", "write", "uncached"), kinds, strict=True):
+            if tokens <= 0:
+                continue
+            top = _TOP + plot_h - plot_h * (base + tokens) / highest
+            height = max(round(plot_h * tokens / highest, 1), 0.5)
+            out.append(
+                f'<rect class="kind k-{name}" x="{round(px - width / 2, 1)}" '
+                f'y="{round(top, 1)}" width="{width}" height="{height}"/>'
+            )
+            base += tokens
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def cost_chart(data: ReportData) -> str:
+    """Each model call's cost (bars, left axis), the cumulative cost (line, right axis),
+    and a marker per compaction at the call that wrote the cache again after it, at the
+    price of that rewrite (linked to its card or row)."""
+    columns, width = _columns(data, COST_RIGHT)
+    plot_h = _COST_HEIGHT - _TOP - _BOTTOM
+    per_call: list[tuple[float, float | None]] = []
+    cumulative: list[tuple[float, float]] = []
+    total = 0.0
+    for px, calls in columns:
+        priced = [c.cost_usd for c in calls if c.cost_usd is not None]
+        per_call.append((px, sum(priced) / len(priced) if priced else None))
+        total += sum(priced)
+        cumulative.append((px, total))
+    rewrites = [view for view in data.rewrites if view.rewrite is not None]
+    marked = [v.rewrite.cost_usd or 0.0 for v in rewrites if v.rewrite is not None]
+    highest = max([1e-9, *(c for _, c in per_call if c is not None), *marked]) * 1.1
+    overall = max(total, 1e-9) * 1.05
+
+    def y(value: float, scale: float) -> float:
+        return round(_TOP + plot_h - plot_h * value / scale, 1)
+
+    out = _axes("cost-chart", "each model call's cost and the cumulative cost", data, COST_RIGHT)
+    out += [
+        f'<text class="axis" x="{LEFT - 6}" y="{_TOP + 8}" text-anchor="end">'
+        f"{escape(usd(highest))}</text>",
+        f'<text class="axis cumulative-axis" x="{WIDTH - COST_RIGHT + 6}" y="{_TOP + 8}">'
+        f"{escape(usd(overall))}</text>",
+        f'<text class="axis" x="{WIDTH - COST_RIGHT + 6}" y="{_TOP + plot_h}">$0</text>',
+    ]
+    for px, cost in per_call:
+        if cost is None:
+            continue
+        height = max(round(plot_h * cost / highest, 1), 0.5)
+        out.append(
+            f'<rect class="cost-bar" x="{round(px - width / 2, 1)}" '
+            f'y="{round(_TOP + plot_h - height, 1)}" width="{width}" height="{height}"/>'
+        )
+    if cumulative:
+        points = [(px, y(value, overall)) for px, value in cumulative]
+        out.append(f'<path class="cumulative" d="{_path([points])}"/>')
+    x_scale = (WIDTH - LEFT - COST_RIGHT) / top_seq(data)
+    for view in rewrites:
+        rewrite = view.rewrite
+        assert rewrite is not None
+        cx = round(LEFT + x_scale * max(rewrite.call_seq, 0), 1)
+        cy = y(rewrite.cost_usd or 0.0, highest)
+        title = (
+            f"#{view.id} {view.strategy}: the call at seq {rewrite.call_seq:,} wrote "
+            f"{rewrite.tokens:,} tokens to the cache again, {usd(rewrite.cost_usd)}"
+        )
+        out.append(
+            f'<a href="#c{view.id}"><circle class="rewrite s-{css_name(view.strategy)}" '
+            f'cx="{cx}" cy="{cy}" r="4"><title>{escape(title)}</title></circle></a>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _axes(chart_id: str, label: str, data: ReportData, right: int) -> list[str]:
+    plot_w, plot_h = WIDTH - LEFT - right, _COST_HEIGHT - _TOP - _BOTTOM
+    return [
+        f'<svg id="{chart_id}" class="chart" viewBox="0 0 {WIDTH} {_COST_HEIGHT}" role="img" '
+        f'aria-label="{label}">',
+        f'<rect class="plot" x="{LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}"/>',
+        f'<text class="axis" x="{LEFT - 6}" y="{_TOP + plot_h}" text-anchor="end">0</text>',
+        f'<text class="axis" x="{LEFT}" y="{_COST_HEIGHT - 8}">seq 0</text>',
+        f'<text class="axis" x="{WIDTH - right}" y="{_COST_HEIGHT - 8}" text-anchor="end">'
+        f"seq {top_seq(data):,}</text>",
+    ]
