@@ -191,19 +191,15 @@ class CompactionConfig(BaseModel):
     cache_ttl_seconds: float | None = Field(
         300.0,
         gt=0,
-        description="How long the provider keeps a cached prefix warm (300: the 5-minute "
-        "cache; 3600 for 1-hour caching; an hour is used anyway while the session's calls "
-        "write 1-hour entries). Microcompact also runs once the cache expired, this long "
-        "after the newest model call (the newest assistant message when none was recorded); "
-        "None turns that trigger off.",
+        description="Seconds a cached prefix stays warm (300: the 5-minute cache; an hour while "
+        "the calls write 1-hour entries); microcompact also runs once that long passed since "
+        "the newest model call (or assistant message). None: no such trigger.",
     )
     cache_aware: bool = Field(
         True,
-        description="Cache-aware in-place edits (rewrite policy): a microcompact clear or a "
-        "tool-result placeholder of content already sent waits while the cache writes it "
-        "causes cost more than it saves within cache_ttl_seconds (the 5-minute cache when "
-        "that is None), unless usage is at auto_compact_threshold "
-        "(compactstore.caching.edit_cost).",
+        description="Rewrite policy: a microcompact clear or tool-result placeholder of content "
+        "already sent waits while the cache writes it causes cost more than it saves within "
+        "cache_ttl_seconds, unless usage is at auto_compact_threshold (caching.edit_cost).",
     )
 
     # Stage 5: auto-compact check and circuit breaker.
