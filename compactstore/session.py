@@ -303,14 +303,17 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         expected: tuple[str, int] | None,
         final: bool,
     ) -> tuple[int, CompactionResult | None] | None:
+        row = self._locked(connection)
+        policy, _ = resolve_policy(row.config.edit_policy, row.model, self.store.model_capabilities)
         return store_tool_result(
             connection,
-            self._locked(connection),
+            row,
             self.adapter,
             result,
             pending,
             expected=expected,
             final=final,
+            edit_policy=policy,
         )
 
     def invalidate(self, file_path: str) -> bool:

@@ -469,3 +469,17 @@ def test_a_threshold_compaction_in_a_reply_is_a_boundary(tmp_path: Path, fake: A
     call([big])
     assert api.errors == []
     store.close()
+
+
+def test_a_provider_summary_counts_its_tokens(tmp_path: Path, fake: Any) -> None:
+    """The block's summary costs what it sends: replaying the boundary with its recorded
+    text frees exactly what the provider compaction did."""
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    boundary = sess.boundaries()[-1]
+    [done] = [c for c in sess.compactions() if c.strategy == "provider"]
+    assert done.tokens_after < done.tokens_before
+    again = sess.replay(boundary.id)
+    assert again.summary is not None and again.summary.source == "recorded"
+    assert again.tokens_after == done.tokens_after
+    store.close()

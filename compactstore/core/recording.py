@@ -239,6 +239,8 @@ def record_read_dedup(
     seq: int,
     earlier: tuple[str, int],
     stub: PendingMessage,
+    *,
+    edit_policy: str | None = None,
 ) -> CompactionResult:
     """Record that the re-read stored at ``seq`` is a stub pointing at the earlier read
     ``earlier`` (path, seq): a read_dedup compaction freeing what the content would have
@@ -283,6 +285,7 @@ def record_read_dedup(
             file_path=path,
             dedup_of_seq=earlier_seq,
         ).model_dump_json(),
+        edit_policy=edit_policy,
     )
     return CompactionResult(
         id=compaction_id,
@@ -294,6 +297,7 @@ def record_read_dedup(
         tokens_freed=freed,
         steps=[step],
         created_at=stub.created_at,
+        edit_policy=edit_policy,
     )
 
 
