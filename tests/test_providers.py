@@ -18,6 +18,7 @@ from compactstore.capabilities import COMPACTION_BETA
 from compactstore.errors import InvalidInputError
 from compactstore.providers import AnthropicCompactor
 from tests.fake_messages_api import FakeMessagesAPI, fake_client
+from tests.mock_http import http_module
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -371,11 +372,19 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
     from compactstore import AsyncCompactStore
 
     client, api = fake
-    with pytest.raises(InvalidInputError, match="sync client"):
-        AnthropicCompactor(anthropic.AsyncAnthropic(api_key="x"))
+    http = http_module(anthropic)
+    aclient = anthropic.AsyncAnthropic(
+        api_key="x",
+        http_client=http.AsyncClient(transport=http.MockTransport(api)),
+        max_retries=0,
+    )
+    # An async client's compactor is awaited: the sync store refuses it, clearly.
+    with pytest.raises(InvalidInputError, match="AsyncCompactStore"):
+        CompactStore.open(str(tmp_path / "s.db"), compactor=AnthropicCompactor(aclient))
 
     async def main() -> Any:
-        compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+        compactor = AnthropicCompactor(aclient, tools=TOOLS, backoff=0)
+        api.unavailable = 1  # one 529 first: retried with asyncio.sleep
         store = await AsyncCompactStore.open(str(tmp_path / "a.db"), compactor=compactor)
         sess = await store.session("loop", format="anthropic", model=NEW, now=api.now)
         await sess.append({"role": "system", "content": SYSTEM}, timestamp=api.now)
@@ -398,9 +407,11 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
         return result, params
 
     result, params = asyncio.run(main())
-    assert result.strategy == "provider"
+    assert result.strategy == "provider" and result.summary is not None
+    assert result.summary.source == "provider" and not result.summary.fallback
+    assert len(api.compactions) == 1
     client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
-    assert api.errors == []
+    assert [error["type"] for error in api.errors] == ["compaction_unavailable"]
 
 
 def test_replay_of_a_provider_boundary(tmp_path: Path, fake: Any) -> None:

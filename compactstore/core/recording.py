@@ -554,13 +554,18 @@ def record_provider_compaction(
     session_id: str,
     context: ActiveContext,
     message: dict[str, Any],
-    text: str,
+    text: str | None,
     at: float,
+    *,
+    note: str = "",
+    info: SummaryInfo | None = None,
 ) -> None:
     """Record a compaction the provider did on its own (strategy provider, trigger server):
-    a boundary at this point whose summary message is the reply's compaction block."""
+    a boundary at this point whose summary message is the reply's compaction block or the
+    response's compaction item (``text`` None: opaque, see ``cut_by_provider``)."""
     recorded = ServerRun(call="server", now=at, last_seq=context.last_seq, applied_edits=[])
-    record_outcome(connection, session_id, cut_by_provider(context, message, text), recorded, at=at)
+    outcome = cut_by_provider(context, message, text, now=at, note=note, info=info)
+    record_outcome(connection, session_id, outcome, recorded, at=at)
 
 
 def _record_provider_call(
