@@ -358,5 +358,6 @@ def _answer(raw: str, model: str, attempts: int) -> ProviderCompaction:
 
 def _iterations(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A reply's ``usage.iterations``, as returned."""
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    return [dict(i) for i in usage.get("iterations") or [] if isinstance(i, dict)]
+    usage = body.get("usage")
+    found = usage.get("iterations") if isinstance(usage, dict) else None
+    return [dict(i) for i in found or [] if isinstance(i, dict)]
