@@ -80,7 +80,12 @@ _REFUSALS = ("compaction_signature_invalid", "invalid_encrypted_content")
 def refuses_provider_object(error: str) -> bool:
     """Whether an API error text refuses a provider compaction object sent back (its
     signature no longer verifies, or the model cannot read it)."""
-    return any(kind in error for kind in _REFUSALS)
+    if any(kind in error for kind in _REFUSALS):
+        return True
+    # The Responses API's message for invalid_encrypted_content, which the SDK's exception
+    # text carries without the code: "The encrypted content ... could not be verified."
+    lowered = error.lower()
+    return "encrypted content" in lowered and "could not be verified" in lowered
 
 
 def split_compaction(

@@ -219,7 +219,7 @@ def _check_encrypted(api: FakeResponsesAPI, req: Request) -> None:
             raise ApiError(
                 400,
                 f"The encrypted content for item {item.get('id') or f'input[{i}]'} could not "
-                f"be verified.",
+                f"be verified. Reason: Encrypted content could not be decrypted or parsed.",
                 code="invalid_encrypted_content",
                 param=f"input[{i}].encrypted_content",
             )
