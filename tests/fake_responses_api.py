@@ -416,6 +416,7 @@ class FakeResponsesAPI:
         self.bodies: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.compactions: list[dict[str, Any]] = []  # the compaction items issued
+        self.issued_at: list[int] = []  # for each, the index in ``bodies`` that made it
         self.cache: dict[str, float] = {}
         self.cache_read = 0
         self.input_total = 0
@@ -501,6 +502,7 @@ class FakeResponsesAPI:
         payload = {"k": "compaction", "id": item_id, "m": req.model, "n": summary, "t": tasks}
         item = {"id": item_id, "type": "compaction", "encrypted_content": self.seal(payload)}
         self.compactions.append(item)
+        self.issued_at.append(len(self.bodies) - 1)
         return item
 
     def _tasks_before(self, req: Request) -> int:
