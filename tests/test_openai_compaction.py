@@ -329,3 +329,29 @@ def test_async_openai_on_the_async_store(tmp_path: Path, fake: Any) -> None:
     assert sent[:2] == [{"role": "user", "content": "Fix the failing tests."}, api.compactions[0]]
     client.responses.create(model=MODEL, input=sent, store=False)
     assert [error["code"] for error in api.errors] == [None]  # the one 503
+
+
+def test_a_server_boundary_rolls_back_and_is_not_replayed(tmp_path: Path, fake: Any) -> None:
+    from compactstore.errors import ConflictError
+
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "r.db"))
+    sess = _session(store, api, None)
+    for _ in range(3):
+        _step(sess, client, api)
+    _step(
+        sess, client, api, context_management=[{"type": "compaction", "compact_threshold": 1_000}]
+    )
+    [boundary] = sess.boundaries()
+    assert boundary.trigger == "server" and boundary.summary_text.startswith(
+        f"[compaction by the provider: opaque item {api.compactions[0]['id']}"
+    )
+    with pytest.raises(ConflictError, match="the provider did on its own"):
+        sess.replay(boundary.id)
+    sess.rollback(now=api.now)
+    sent = sess.request_params(now=api.now)["input"]
+    assert all(item.get("type") != "compaction" for item in sent)
+    assert sent[:2] == PINNED and len(sent) == len(sess.messages())
+    _step(sess, client, api)
+    assert api.errors == []
+    store.close()
