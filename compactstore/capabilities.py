@@ -35,7 +35,12 @@ BINDING_BETA = "thinking-binding-controls-2026-08-01"
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 COMPACTION_BETA = "compact-2026-09-04"  # on-demand compaction, and requests sending its block
 
-ProviderCompaction = Literal["anthropic_on_demand", "anthropic_threshold", "openai_compact"]
+# anthropic_on_demand / anthropic_threshold: on-demand and threshold compaction (Messages
+# API); openai_compact / openai_server: ``responses.compact`` and server-side compaction
+# (``context_management`` with a ``compact_threshold``) on the Responses API.
+ProviderCompaction = Literal[
+    "anthropic_on_demand", "anthropic_threshold", "openai_compact", "openai_server"
+]
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,9 @@ MODEL_CAPABILITIES: Mapping[str, ModelCapabilities] = MappingProxyType(
         "claude-sonnet-4-5": ModelCapabilities(context_window=200_000, context_editing=True),
         "claude-sonnet-4": ModelCapabilities(context_window=200_000, context_editing=True),
         "claude-haiku-4-5": ModelCapabilities(context_window=200_000, context_editing=True),
-        "gpt-5": ModelCapabilities(compaction=("openai_compact",), context_window=400_000),
+        "gpt-5": ModelCapabilities(
+            compaction=("openai_compact", "openai_server"), context_window=400_000
+        ),
     }
 )
 

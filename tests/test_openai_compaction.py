@@ -355,3 +355,11 @@ def test_a_server_boundary_rolls_back_and_is_not_replayed(tmp_path: Path, fake: 
     _step(sess, client, api)
     assert api.errors == []
     store.close()
+
+
+def test_the_capability_table_lists_both_openai_compactions() -> None:
+    from compactstore.capabilities import capabilities_for, resolve_policy
+
+    entry = capabilities_for("gpt-5-2025-08-07")
+    assert entry.compaction == ("openai_compact", "openai_server")
+    assert not entry.prefix_checks and resolve_policy("auto", "gpt-5") == ("rewrite", False)
