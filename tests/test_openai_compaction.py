@@ -363,3 +363,60 @@ def test_the_capability_table_lists_both_openai_compactions() -> None:
     entry = capabilities_for("gpt-5-2025-08-07")
     assert entry.compaction == ("openai_compact", "openai_server")
     assert not entry.prefix_checks and resolve_policy("auto", "gpt-5") == ("rewrite", False)
+
+
+@pytest.mark.slow
+def test_the_item_survives_backup_and_restore_byte_for_byte(tmp_path: Path, fake: Any) -> None:
+    from compactstore.transfer import backup, restore
+
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "r.db"))
+    sess = _session(store, api, OpenAICompactor(client, model=MODEL))
+    for _ in range(5):
+        _step(sess, client, api)
+    assert sess.compact(now=api.now).strategy == "provider"
+    first = sess.request_params(now=api.now)["input"]
+    backup(store, tmp_path / "backup.db")
+    other = CompactStore.open(str(tmp_path / "other.db"))
+    restore(other, tmp_path / "backup.db")
+    again = other.session("r").request_params(now=api.now)["input"]
+    assert json.dumps(again) == json.dumps(first) and api.compactions[0] in again
+    client.responses.create(model=MODEL, input=again, store=False)
+    assert api.errors == []
+    other.close()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        (lambda item: [item, dict(item)], "2 compaction items"),
+        (lambda item: [item, {"role": "user", "content": "after"}], "not one last item"),
+        (lambda item: [{**item, "summary": "x"}], "unknown field"),
+        (lambda item: [{**item, "encrypted_content": ""}], "non-empty string"),
+        (lambda item: [{"role": "user", "content": "no item"}], "0 compaction items"),
+    ],
+    ids=["two-items", "not-last", "unknown-field", "empty-content", "no-item"],
+)
+def test_a_malformed_answer_never_becomes_a_boundary(
+    tmp_path: Path, fake: Any, output: Any, reason: str
+) -> None:
+    client, api = fake
+    store = CompactStore.open(str(tmp_path / "r.db"))
+    sess = _session(store, api, OpenAICompactor(client, model=MODEL))
+    for _ in range(5):
+        _step(sess, client, api)
+    answer = api._compacted
+
+    def malformed(req: Any) -> dict[str, Any]:
+        body = answer(req)
+        return {**body, "output": output(body["output"][-1])}
+
+    api._compacted = malformed
+    result = sess.compact(now=api.now)
+    assert result.strategy == "full" and result.summary is not None
+    assert result.summary.fallback and reason in str(result.summary.reason)
+    assert all(b.strategy != "provider" for b in sess.boundaries(True))
+    _step(sess, client, api)
+    assert api.errors == []
+    store.close()
