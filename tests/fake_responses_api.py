@@ -422,6 +422,8 @@ class FakeResponsesAPI:
         self.input_total = 0
         self.unavailable = 0  # compact requests still to answer 503
         self.revoked: set[str] = set()
+        # Tests that need a malformed compact answer set this: it rewrites each one.
+        self.rewrite_compact: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._key = b"fake-responses-api-key-0"
         self._next_id = 0
 
@@ -487,6 +489,8 @@ class FakeResponsesAPI:
             self.errors.append({"rule": name, **error.body()["error"]})
             return self.http.Response(error.status, json=error.body())
         answer = self._compacted(req) if req.compact else self._response(req)
+        if req.compact and self.rewrite_compact is not None:
+            answer = self.rewrite_compact(answer)
         return self.http.Response(200, json=answer)
 
     def _id(self, prefix: str) -> str:

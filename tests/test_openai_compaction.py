@@ -406,13 +406,7 @@ def test_a_malformed_answer_never_becomes_a_boundary(
     sess = _session(store, api, OpenAICompactor(client, model=MODEL))
     for _ in range(5):
         _step(sess, client, api)
-    answer = api._compacted
-
-    def malformed(req: Any) -> dict[str, Any]:
-        body = answer(req)
-        return {**body, "output": output(body["output"][-1])}
-
-    api._compacted = malformed
+    api.rewrite_compact = lambda body: {**body, "output": output(body["output"][-1])}
     result = sess.compact(now=api.now)
     assert result.strategy == "full" and result.summary is not None
     assert result.summary.fallback and reason in str(result.summary.reason)
