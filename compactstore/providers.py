@@ -7,12 +7,20 @@ makes the API summarise the messages sent and answer with one signed ``compactio
 (``stop_reason: "compaction"``), billed in ``usage.iterations``. Later requests send that
 block first, unchanged, in place of the messages it summarised.
 
-Set it like a summarizer (``store.session(..., compactor=)`` or
+:class:`OpenAICompactor` asks the Responses API's ``responses.compact``: the answer's
+opaque ``compaction`` item stands for the range on the wire, in its place, unchanged. A
+Responses reply whose output starts with a ``compaction`` item (server-side compaction), like
+an Anthropic reply starting with a threshold compaction block, is recorded by
+``append_response`` as a boundary (strategy ``provider``, trigger ``server``).
+
+Set a compactor like a summarizer (``store.session(..., compactor=)`` or
 ``CompactStore.open(..., compactor=)``): when auto-compact or ``compact()`` cuts, the store
 chooses the cut as for a full compact and the compactor summarises the range, outside every
-transaction, under the session's lease, within ``summarizer_timeout_seconds``. A 529 is
-retried with backoff; a typed failure, any other error or a timeout falls back to the
-client summary (the summarizer's, else the rule-based one) and the compaction records why.
+transaction, under the session's lease, within ``summarizer_timeout_seconds``. An
+overloaded service (529; 503 for OpenAI) is retried with backoff; a typed failure, any
+other error or a timeout falls back to the client summary (the summarizer's, else the
+rule-based one) and the compaction records why. Both take the sync client on either store,
+or the async client on :class:`~compactstore.AsyncCompactStore`.
 """
 
 from __future__ import annotations
