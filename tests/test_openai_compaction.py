@@ -201,9 +201,9 @@ def test_server_side_compaction_is_a_boundary(tmp_path: Path, fake: Any) -> None
     store.close()
 
 
-def test_bad_compaction_items_are_refused(tmp_path: Path, fake: Any) -> None:
+def test_bad_compaction_items_are_refused(db_url: str, fake: Any) -> None:
     client, api = fake
-    store = CompactStore.open(str(tmp_path / "r.db"))
+    store = CompactStore.open(db_url)
     sess = _session(store, api, None)
     other = _session(store, api, None, name="other")
     for _ in range(3):
