@@ -414,3 +414,42 @@ def test_a_malformed_answer_never_becomes_a_boundary(
     _step(sess, client, api)
     assert api.errors == []
     store.close()
+
+
+@pytest.mark.slow
+def test_an_async_compaction_that_times_out_falls_back(tmp_path: Path, fake: Any) -> None:
+    from compactstore import CompactionConfig
+
+    _, api = fake
+    http = http_module(openai)
+    aclient = openai.AsyncOpenAI(
+        api_key="x",
+        http_client=http.AsyncClient(transport=http.MockTransport(api)),
+        max_retries=0,
+    )
+    # The retry after a 503 waits 0.5 s on the event loop, past the 0.1 s timeout.
+    compactor = OpenAICompactor(aclient, model=MODEL, backoff=0.5)
+
+    async def main() -> Any:
+        store = await AsyncCompactStore.open(str(tmp_path / "a.db"), compactor=compactor)
+        sess = await store.session(
+            "r",
+            format="responses",
+            model=MODEL,
+            now=api.now,
+            config=CompactionConfig(summarizer_timeout_seconds=0.1),
+        )
+        await sess.append({"role": "user", "content": "Fix the failing tests."})
+        for n in range(3):
+            await sess.append({"role": "user", "content": f"step {n} " * 200})
+            await sess.append({"role": "assistant", "content": f"done {n}"})
+        api.unavailable = 1
+        result = await sess.compact(now=api.now)
+        sent = (await sess.request_params())["input"]
+        await store.close()
+        return result, sent
+
+    result, sent = asyncio.run(main())
+    assert result.strategy == "full" and result.summary is not None
+    assert result.summary.fallback and "timed out" in str(result.summary.reason)
+    assert api.compactions == [] and all(x.get("type") != "compaction" for x in sent)
