@@ -237,7 +237,10 @@ def test_bad_compaction_items_are_refused(db_url: str, fake: Any) -> None:
     store.close()
 
 
-def test_an_item_the_provider_no_longer_reads_is_repaired(tmp_path: Path, fake: Any) -> None:
+@pytest.mark.parametrize("how", ["revoked", "rotated key", "edited in the database"])
+def test_an_item_the_provider_no_longer_reads_is_repaired(
+    tmp_path: Path, fake: Any, how: str
+) -> None:
     client, api = fake
     store = CompactStore.open(str(tmp_path / "r.db"))
     sess = _session(store, api, OpenAICompactor(client, model=MODEL))
@@ -245,7 +248,23 @@ def test_an_item_the_provider_no_longer_reads_is_repaired(tmp_path: Path, fake: 
         _step(sess, client, api)
     assert sess.compact(now=api.now).strategy == "provider"
     logged = sess.messages()
-    api.revoke(api.compactions[-1]["id"])
+    if how == "revoked":
+        api.revoke(api.compactions[-1]["id"])
+    elif how == "rotated key":
+        # Every item sealed before stops decoding, the reasoning items' too: the repaired
+        # request sends reasoning sealed under the old key, so only the recovery is checked.
+        api.rotate_key()
+    else:
+        item = api.compactions[-1]
+        edited = item["encrypted_content"][:-4] + "AAAA"
+        with store.engine.begin() as connection:
+            connection.execute(
+                text("UPDATE compact_boundaries SET summary_message = :m WHERE session_id = 'r'"),
+                {"m": json.dumps({**item, "encrypted_content": edited})},
+            )
+        store.close()
+        store = CompactStore.open(str(tmp_path / "r.db"))
+        sess = store.session("r", compactor=OpenAICompactor(client, model=MODEL))
     with pytest.raises(openai.BadRequestError) as refused:
         _call(sess, client, api)
     assert api.errors[-1]["code"] == "invalid_encrypted_content"
@@ -257,8 +276,9 @@ def test_an_item_the_provider_no_longer_reads_is_repaired(tmp_path: Path, fake: 
     assert sess.messages() == logged  # nothing lost: the log keeps every item
     sent = sess.request_params(now=api.now)["input"]
     assert all(x.get("type") != "compaction" for x in sent)
-    _step(sess, client, api)
-    assert api.errors[-1]["code"] == "invalid_encrypted_content" and len(api.errors) == 1
+    if how != "rotated key":
+        _step(sess, client, api)
+        assert api.errors[-1]["code"] == "invalid_encrypted_content" and len(api.errors) == 1
     store.close()
 
 
