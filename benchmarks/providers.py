@@ -6,6 +6,7 @@ server-side edits, prompt caching on a simulated clock, the window).
     python -m benchmarks.providers --model claude-opus-5-5 --calls 300 --window 60000
     python -m benchmarks.providers --model claude-opus-5-5 --compactor --pattern
     python -m benchmarks.providers --cost                 # and the cost comparison
+    python -m benchmarks.providers --responses            # the Responses API (gpt-5)
 
 The loop is the README's: ``process_request()``, ``client.messages.create(...,
 **sess.request_params(cache_control=True, thinking=..., extra_headers=...))``,
@@ -23,6 +24,12 @@ summary of auto-compact); the session's cost is the ledger's (``Session.cost()``
 compactions' own calls included). ``--pattern`` also runs the provider's recommended loop
 without compactstore: append-only, on-demand compaction once the last call's input reached
 85% of the window (keeping the turn in progress after the block), priced the same way.
+
+``--responses`` runs the session on the Responses API instead (the strict fake of
+tests/fake_responses_api.py): once with an ``OpenAICompactor`` (``responses.compact``),
+once with server-side compaction (``context_management`` at 70% of the window); it counts
+the requests made after a compaction item was issued and those that sent the newest one
+byte-identical (:func:`responses_run`).
 
 ``--cost`` runs the same session again with ``cache_aware=False`` (in-place clears
 regardless of the cache), then both append-only loops without compactstore (:func:`pattern`,
@@ -379,6 +386,146 @@ def clear_pattern(
     }
 
 
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": name,
+        "description": f"{name} in the repository",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    for name in ("read_file", "grep", "run_tests", "edit_file")
+]
+
+
+def responses_run(
+    mode: str,
+    *,
+    model: str = "gpt-5",
+    calls: int = 300,
+    window: int = 60_000,
+    seed: int = 7,
+    step_seconds: float = 300.0,
+) -> dict[str, Any]:
+    """One coding session on the Responses API through compactstore, against the strict
+    fake of the Responses API (tests/fake_responses_api.py). ``mode`` ``compactor``: an
+    OpenAICompactor (``responses.compact``) summarises each auto-compact's range;
+    ``server``: every request carries ``context_management`` with a ``compact_threshold``
+    of 70% of the window and the server compacts on its own. Figures: API errors by rule,
+    steps lost, compactions by strategy/trigger, the compaction items issued and whether
+    every later request sent the newest one byte-identical."""
+    import openai
+
+    from compactstore.providers import OpenAICompactor
+    from tests.fake_responses_api import fake_client
+
+    client, api = fake_client(openai, window=window)
+    rng = random.Random(seed)
+    extra: dict[str, Any] = {}
+    if mode == "server":
+        extra["context_management"] = [
+            {"type": "compaction", "compact_threshold": int(window * 0.7)}
+        ]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = CompactStore.open(str(Path(tmp) / "responses.db"))
+        sess = store.session(
+            "bench",
+            context_window=window,
+            format="responses",
+            now=api.now,
+            model=model,
+            compactor=OpenAICompactor(client, model=model) if mode == "compactor" else None,
+        )
+        sess.append({"role": "developer", "content": SYSTEM}, timestamp=api.now)
+        sess.append({"role": "user", "content": TASKS[0]}, timestamp=api.now)
+        steps = lost = tasks = 0
+        errors: Counter[str] = Counter()
+        while api.calls < calls:
+            steps += 1
+            sess.process_request(now=api.now)
+            response = None
+            for attempt in range(2):
+                try:
+                    response = client.responses.create(
+                        model=model,
+                        tools=RESPONSES_TOOLS,
+                        include=["reasoning.encrypted_content"],
+                        store=False,
+                        **sess.request_params(now=api.now),
+                        **extra,
+                    )
+                    break
+                except openai.BadRequestError as error:
+                    errors[api.errors[-1]["rule"]] += 1
+                    if attempt == 0:
+                        sess.reactive_recover(str(error), now=api.now)
+                if api.calls >= calls:
+                    break
+            api.advance(step_seconds)
+            if response is None:
+                lost += 1
+                continue
+            sess.append_response(response, timestamp=api.now, now=api.now)
+            used = [item for item in response.output if item.type == "function_call"]
+            for call in used:
+                path = str(json.loads(call.arguments).get("path", "x.py"))
+                sess.append_tool_result(
+                    call.call_id,
+                    _tool_output(call.name, path, rng),
+                    tool_name=call.name,
+                    file_path=path if call.name == "read_file" else None,
+                    timestamp=api.now,
+                )
+            if not used:
+                tasks += 1
+                sess.append(
+                    {"role": "user", "content": TASKS[tasks % len(TASKS)]}, timestamp=api.now
+                )
+        history = sess.compactions()
+        compactions = Counter(f"{row.strategy}/{row.trigger}" for row in history if row.success)
+        fallbacks = sum(1 for row in history if row.summary is not None and row.summary.fallback)
+        logged = len(sess.messages())
+        store.close()
+    carried, intact = _items_carried(api)
+    return {
+        "api": "responses",
+        "mode": mode,
+        "model": model,
+        "calls": api.calls,
+        "steps": steps,
+        "steps_lost": lost,
+        "tasks_done": tasks,
+        "api_errors": sum(errors.values()),
+        "errors_by_rule": dict(errors),
+        "compactions": dict(compactions),
+        "compaction_items": len(api.compactions),
+        "requests_after_an_item": carried,
+        "item_byte_identical": intact,
+        "summary_fallbacks": fallbacks,
+        "items_logged": logged,
+        "items_last_sent": len(api.bodies[-1].get("input", [])),
+        "cache_read_share": round(api.cache_read / max(1, api.input_total), 3),
+    }
+
+
+def _items_carried(api: Any) -> tuple[int, int]:
+    """(requests made after the first compaction item was issued, those that sent the
+    newest item issued before them, byte for byte, and no other compaction item)."""
+    carried = intact = 0
+    for index, body in enumerate(api.bodies):
+        if not api.paths[index].endswith("/responses"):
+            continue
+        before = [
+            item for item, at in zip(api.compactions, api.issued_at, strict=True) if at < index
+        ]
+        if not before:
+            continue
+        carried += 1
+        sent = [item for item in body.get("input", []) if item.get("type") == "compaction"]
+        newest = json.dumps(before[-1], sort_keys=True)
+        intact += [json.dumps(item, sort_keys=True) for item in sent] == [newest]
+    return carried, intact
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append")
@@ -394,7 +541,23 @@ def main() -> None:
         help="compare the cost: compactstore's default, cache_aware=False and the "
         "providers' append-only pattern without compactstore",
     )
+    parser.add_argument(
+        "--responses",
+        action="store_true",
+        help="the Responses API instead: an OpenAICompactor, then server-side compaction",
+    )
     args = parser.parse_args()
+    if args.responses:
+        for mode in ("compactor", "server"):
+            figures = responses_run(
+                mode,
+                model=(args.model or ["gpt-5"])[0],
+                calls=args.calls,
+                window=args.window,
+                step_seconds=args.step_seconds,
+            )
+            print(json.dumps(figures))
+        return
     models = args.model or ["claude-opus-5-5", "claude-sonnet-4-5"]
     for model in models:
         thinking = None

@@ -11,6 +11,7 @@ no provider compaction, so its sessions keep the ``rewrite`` policy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -35,7 +36,12 @@ BINDING_BETA = "thinking-binding-controls-2026-08-01"
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 COMPACTION_BETA = "compact-2026-09-04"  # on-demand compaction, and requests sending its block
 
-ProviderCompaction = Literal["anthropic_on_demand", "anthropic_threshold", "openai_compact"]
+# anthropic_on_demand / anthropic_threshold: on-demand and threshold compaction (Messages
+# API); openai_compact / openai_server: ``responses.compact`` and server-side compaction
+# (``context_management`` with a ``compact_threshold``) on the Responses API.
+ProviderCompaction = Literal[
+    "anthropic_on_demand", "anthropic_threshold", "openai_compact", "openai_server"
+]
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,9 @@ MODEL_CAPABILITIES: Mapping[str, ModelCapabilities] = MappingProxyType(
         "claude-sonnet-4-5": ModelCapabilities(context_window=200_000, context_editing=True),
         "claude-sonnet-4": ModelCapabilities(context_window=200_000, context_editing=True),
         "claude-haiku-4-5": ModelCapabilities(context_window=200_000, context_editing=True),
-        "gpt-5": ModelCapabilities(compaction=("openai_compact",), context_window=400_000),
+        "gpt-5": ModelCapabilities(
+            compaction=("openai_compact", "openai_server"), context_window=400_000
+        ),
     }
 )
 
@@ -119,22 +127,21 @@ def capabilities_for(
     model: str | None, table: Mapping[str, ModelCapabilities] = MODEL_CAPABILITIES
 ) -> ModelCapabilities:
     """The entry of ``model`` in ``table``: the model id itself, or its id without a date
-    (``claude-opus-5-5-20261015``) or channel tag (``-latest``, ``-preview``); so
-    ``claude-opus-5`` never stands for ``claude-opus-5-5``. No capabilities for an unknown
-    model or None."""
+    (``claude-opus-5-5-20261015``, ``gpt-5-2025-08-07``) or channel tag (``-latest``,
+    ``-preview``); so ``claude-opus-5`` never stands for ``claude-opus-5-5``. No
+    capabilities for an unknown model or None."""
     if not model:
         return _NONE
     if model in table:
         return table[model]
-    base, _, tail = model.rpartition("-")
-    if base in table and _is_date_suffix(tail):
-        return table[base]
+    dated = _DATED.fullmatch(model)
+    if dated is not None and dated.group(1) in table:
+        return table[dated.group(1)]
     return _NONE
 
 
-def _is_date_suffix(rest: str) -> bool:
-    """A dated id's tail (``20261015``) or a channel tag (``latest``)."""
-    return rest.isdigit() or rest in ("latest", "preview")
+# A dated id (Anthropic's -20261015, OpenAI's -2025-08-07) or one with a channel tag.
+_DATED = re.compile(r"(.+?)-(\d{8}|\d{4}-\d{2}-\d{2}|latest|preview)")
 
 
 def resolve_policy(

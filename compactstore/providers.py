@@ -7,90 +7,66 @@ makes the API summarise the messages sent and answer with one signed ``compactio
 (``stop_reason: "compaction"``), billed in ``usage.iterations``. Later requests send that
 block first, unchanged, in place of the messages it summarised.
 
-Set it like a summarizer (``store.session(..., compactor=)`` or
+:class:`OpenAICompactor` asks the Responses API's ``responses.compact``: the answer's
+opaque ``compaction`` item stands for the range on the wire, in its place, unchanged. A
+Responses reply whose output starts with a ``compaction`` item (server-side compaction), like
+an Anthropic reply starting with a threshold compaction block, is recorded by
+``append_response`` as a boundary (strategy ``provider``, trigger ``server``).
+
+Set a compactor like a summarizer (``store.session(..., compactor=)`` or
 ``CompactStore.open(..., compactor=)``): when auto-compact or ``compact()`` cuts, the store
 chooses the cut as for a full compact and the compactor summarises the range, outside every
-transaction, under the session's lease, within ``summarizer_timeout_seconds``. A 529 is
-retried with backoff; a typed failure, any other error or a timeout falls back to the
-client summary (the summarizer's, else the rule-based one) and the compaction records why.
+transaction, under the session's lease, within ``summarizer_timeout_seconds``. An
+overloaded service (529; 503 for OpenAI) is retried with backoff; a typed failure, any
+other error or a timeout falls back to the client summary (the summarizer's, else the
+rule-based one) and the compaction records why. Both take the sync client on either store,
+or the async client on :class:`~compactstore.AsyncCompactStore`.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.capabilities import BINDING_BETA, COMPACTION_BETA
+from compactstore.core.openai_compactor import (
+    OpenAICompactor,
+    item_note,
+    split_responses_compaction,
+)
+from compactstore.core.provider_compaction import (
+    ProviderCompaction,
+    ProviderCompactionError,
+    async_client,
+    check_provided,
+    with_retries,
+    with_retries_async,
+)
 from compactstore.errors import InvalidInputError, InvalidMessageError
 
 __all__ = [
     "COMPACTION_BETA",
     "AnthropicCompactor",
+    "OpenAICompactor",
     "ProviderCompaction",
     "ProviderCompactionError",
+    "check_provided",
     "compaction_block",
     "compaction_text",
+    "provided_note",
+    "provided_text",
     "refuses_provider_object",
     "split_compaction",
+    "split_provided",
+    "split_responses_compaction",
 ]
 
 # The fields a compaction block may carry (the SDK's BetaCompactionBlockParam).
 _BLOCK_FIELDS = frozenset(
     {"type", "content", "encrypted_content", "signature", "tool_changes", "cache_control"}
 )
-
-
-class ProviderCompactionError(Exception):
-    """The provider did not compact: ``kind`` is its typed error (e.g.
-    ``compaction_nothing_to_summarize``, ``compaction_unavailable``) or ``failed`` (a
-    documented failure: no block), ``error`` (any other error)."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class ProviderCompaction:
-    """What a provider compaction gave: ``message`` (the message that stands for the range
-    on the wire, its block exactly as returned), the block's readable ``text`` (None when
-    opaque), the ``model``, the billed ``iterations`` (``usage.iterations``, as returned)
-    and how many attempts it took."""
-
-    message: dict[str, Any]
-    text: str | None
-    model: str
-    iterations: list[dict[str, Any]] = field(default_factory=list)
-    attempts: int = 1
-    provider: str = "anthropic"
-
-    @property
-    def block(self) -> dict[str, Any]:
-        block = compaction_block(self.message)
-        assert block is not None
-        return block
-
-    @property
-    def usage(self) -> dict[str, int]:
-        """The compaction's own billed tokens, summed over its ``compaction`` iterations."""
-        total = {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "cache_creation_input_tokens": 0,
-        }
-        for item in self.iterations:
-            if item.get("type") != "compaction":
-                continue
-            for key in total:
-                value = item.get(key)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    total[key] += value
-        return total
 
 
 def compaction_block(message: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -112,7 +88,12 @@ _REFUSALS = ("compaction_signature_invalid", "invalid_encrypted_content")
 def refuses_provider_object(error: str) -> bool:
     """Whether an API error text refuses a provider compaction object sent back (its
     signature no longer verifies, or the model cannot read it)."""
-    return any(kind in error for kind in _REFUSALS)
+    if any(kind in error for kind in _REFUSALS):
+        return True
+    # The Responses API's message for invalid_encrypted_content, which the SDK's exception
+    # text carries without the code: "The encrypted content ... could not be verified."
+    lowered = error.lower()
+    return "encrypted content" in lowered and "could not be verified" in lowered
 
 
 def split_compaction(
@@ -141,20 +122,23 @@ def split_compaction(
             "the reply holds a compaction block that is not its first block, or more than "
             "one: a provider compaction is one block, first in the reply"
         )
-    block = blocks[0]
-    returned = getattr(response, "content", None)
-    if isinstance(returned, list) and returned:
-        first_block = returned[0]
-        dump = getattr(first_block, "model_dump", None)
-        whole = dump(mode="json", exclude_none=True) if callable(dump) else first_block
-        if isinstance(whole, dict) and whole.get("type") == "compaction":
-            block = whole
-    block = check_block(block, "the reply's compaction block")
+    block = check_block(_returned_block(response) or blocks[0], "the reply's compaction block")
     if block.get("content") is None and block.get("encrypted_content") is None:
         raise InvalidMessageError("the reply's compaction block has no content (a failure)")
     rest = {**first, "content": blocks[1:]}
     turn = ([rest] if rest["content"] else []) + messages[1:]
     return {"role": "assistant", "content": [block]}, turn
+
+
+def _returned_block(response: Any) -> dict[str, Any] | None:
+    """The compaction block an SDK reply starts with, whole (every field as returned)."""
+    returned = getattr(response, "content", None)
+    if not isinstance(returned, list) or not returned:
+        return None
+    first_block = returned[0]
+    dump = getattr(first_block, "model_dump", None)
+    whole = dump(mode="json", exclude_none=True) if callable(dump) else first_block
+    return whole if isinstance(whole, dict) and whole.get("type") == "compaction" else None
 
 
 def compaction_text(message: dict[str, Any]) -> str:
@@ -164,6 +148,41 @@ def compaction_text(message: dict[str, Any]) -> str:
     if isinstance(text, str) and text:
         return text
     return "[compaction by the provider: opaque block, no readable summary]"
+
+
+def split_provided(
+    format_name: str, messages: list[dict[str, Any]], response: Any = None
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(the compaction a provider's response starts with, the rest to store as the turn):
+    an Anthropic reply's threshold compaction block (:func:`split_compaction`), a Responses
+    output's server-side compaction item (:func:`split_responses_compaction`); (None,
+    ``messages``) for other formats or none.
+
+    Raises:
+        InvalidMessageError: a malformed block or item, a second one, or one out of place.
+    """
+    if not messages:
+        return None, messages
+    if format_name == "anthropic":
+        return split_compaction(messages, response)
+    if format_name == "responses":
+        return split_responses_compaction(messages, response)
+    return None, messages
+
+
+def provided_text(message: dict[str, Any]) -> str | None:
+    """The readable summary of a provider's compaction (an Anthropic block's ``content``);
+    None for an opaque one (an encrypted block, every OpenAI compaction item)."""
+    block = compaction_block(message)
+    text = block.get("content") if block is not None else None
+    return text if isinstance(text, str) and text else None
+
+
+def provided_note(message: dict[str, Any]) -> str:
+    """The one-line note naming an opaque provider compaction."""
+    if compaction_block(message) is not None:
+        return "compaction by the provider: opaque block, no readable summary"
+    return item_note(message)
 
 
 def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:
@@ -186,9 +205,10 @@ def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:
 
 
 class AnthropicCompactor:
-    """On-demand compaction through the official sync client (``anthropic.Anthropic``), on
-    :class:`~compactstore.CompactStore` and :class:`~compactstore.AsyncCompactStore` alike
-    (the compaction runs in the store's worker threads, never on the event loop).
+    """On-demand compaction through the official client: the sync ``anthropic.Anthropic``
+    (on either store: the compaction runs in the store's worker threads) or the async
+    ``anthropic.AsyncAnthropic`` (on :class:`~compactstore.AsyncCompactStore`: awaited on
+    its event loop).
 
     Args:
         client: the SDK client; ``client.beta.messages`` is called.
@@ -200,7 +220,8 @@ class AnthropicCompactor:
         max_tokens: the compaction request's ``max_tokens``.
         retries: how many times a 529 ``compaction_unavailable`` is retried.
         backoff: seconds before the first retry, doubled for each next one.
-        sleep: how to wait between retries (tests pass a no-op).
+        sleep: how a sync client waits between retries (tests pass a no-op); an async
+            client waits with ``asyncio.sleep``.
     """
 
     name = "anthropic_compaction"
@@ -224,17 +245,11 @@ class AnthropicCompactor:
                 f"AnthropicCompactor needs an anthropic client (client.beta.messages), got "
                 f"{type(client).__name__}"
             )
-        messages = beta.messages
-        if inspect.iscoroutinefunction(getattr(messages, "create", None)) or type(
-            messages
-        ).__name__.startswith("Async"):
-            raise InvalidInputError(
-                "AnthropicCompactor takes the sync client (anthropic.Anthropic), on either "
-                "store: the compaction runs in the store's worker threads"
-            )
         if instructions is not None and not isinstance(instructions, str):
             raise InvalidInputError(f"instructions must be a string, got {instructions!r}")
         self.client = client
+        # An async client is awaited on the async store's event loop.
+        self.asynchronous = async_client(beta.messages)
         self.instructions = instructions
         self.model = model
         self.tools = [dict(tool) for tool in tools] if tools is not None else None
@@ -256,6 +271,45 @@ class AnthropicCompactor:
         when there is one). ``drop_block``: the session's requests carry the thinking
         binding ``prefix_mismatch_behavior: "drop_block"``, and so does this one. Raises
         ProviderCompactionError when the provider did not."""
+        if self.asynchronous:
+            raise ProviderCompactionError(
+                "error", "an async client's compactor is awaited: use AsyncCompactStore"
+            )
+        options, use = self._options(messages, model, system, instructions, drop_block)
+        raw, attempts = with_retries(
+            lambda: self.client.beta.messages.with_raw_response.create(**options),
+            retries=self.retries,
+            backoff=self.backoff,
+            sleep=self.sleep,
+        )
+        return _answer(raw.http_response.text, use, attempts)
+
+    async def acompact(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model: str | None,
+        system: Any = None,
+        instructions: str | None = None,
+        drop_block: bool = False,
+    ) -> ProviderCompaction:
+        """:meth:`__call__` with the async client."""
+        options, use = self._options(messages, model, system, instructions, drop_block)
+        create = self.client.beta.messages.with_raw_response.create
+        raw, attempts = await with_retries_async(
+            lambda: create(**options), retries=self.retries, backoff=self.backoff
+        )
+        return _answer(raw.http_response.text, use, attempts)
+
+    def _options(
+        self,
+        messages: list[dict[str, Any]],
+        model: str | None,
+        system: Any,
+        instructions: str | None,
+        drop_block: bool,
+    ) -> tuple[dict[str, Any], str]:
+        """The compaction request's keyword arguments, and the model it asks."""
         use = self.model or model
         if not use:
             raise ProviderCompactionError(
@@ -280,25 +334,13 @@ class AnthropicCompactor:
             binding = {"prefix_mismatch_behavior": "drop_block"}
             options["thinking"] = {"type": "adaptive", "block_binding": binding}
             options["betas"] = [COMPACTION_BETA, BINDING_BETA]
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                raw = self.client.beta.messages.with_raw_response.create(**options)
-            except Exception as exc:
-                kind = _error_kind(exc)
-                if kind == "compaction_unavailable" and attempt <= self.retries:
-                    self.sleep(self.backoff * 2 ** (attempt - 1))
-                    continue
-                raise ProviderCompactionError(kind, f"{kind}: {_error_message(exc)}") from exc
-            break
-        return _answer(raw, use, attempt)
+        return options, use
 
 
-def _answer(raw: Any, model: str, attempts: int) -> ProviderCompaction:
+def _answer(raw: str, model: str, attempts: int) -> ProviderCompaction:
     """The compaction the raw response holds: its JSON as sent (the block verbatim)."""
     try:
-        body = json.loads(raw.http_response.text)
+        body = json.loads(raw)
     except ValueError as exc:
         raise ProviderCompactionError("error", f"the response is not JSON: {exc}") from exc
     content = body.get("content") if isinstance(body, dict) else None
@@ -318,37 +360,17 @@ def _answer(raw: Any, model: str, attempts: int) -> ProviderCompaction:
         raise ProviderCompactionError("error", str(exc)) from exc
     if block.get("content") is None:
         raise ProviderCompactionError("failed", "the compaction block has no content")
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    iterations = [dict(i) for i in usage.get("iterations") or [] if isinstance(i, dict)]
     return ProviderCompaction(
         message={"role": "assistant", "content": [block]},
         text=block.get("content"),
         model=str(body.get("model") or model),
-        iterations=iterations,
+        iterations=_iterations(body),
         attempts=attempts,
     )
 
 
-def _error_kind(exc: Exception) -> str:
-    """The typed error of an SDK exception (``error.type`` of its body), else ``error``."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        error = body.get("error") if isinstance(body.get("error"), dict) else body
-        kind = error.get("type") if isinstance(error, dict) else None
-        if isinstance(kind, str) and kind:
-            if getattr(exc, "status_code", None) == 529 and kind == "overloaded_error":
-                return "compaction_unavailable"
-            return kind
-    if getattr(exc, "status_code", None) == 529:
-        return "compaction_unavailable"
-    return "error"
-
-
-def _error_message(exc: Exception) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        error = body.get("error") if isinstance(body.get("error"), dict) else body
-        message = error.get("message") if isinstance(error, dict) else None
-        if isinstance(message, str):
-            return message
-    return f"{type(exc).__name__}: {exc}"
+def _iterations(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A reply's ``usage.iterations``, as returned."""
+    usage = body.get("usage")
+    found = usage.get("iterations") if isinstance(usage, dict) else None
+    return [dict(i) for i in found or [] if isinstance(i, dict)]

@@ -48,8 +48,15 @@ from compactstore.models import (
     CompactionResult,
     CompactStrategy,
     CompactTrigger,
+    SummaryInfo,
 )
-from compactstore.providers import compaction_text, refuses_provider_object, split_compaction
+from compactstore.providers import (
+    check_provided,
+    provided_note,
+    provided_text,
+    refuses_provider_object,
+    split_provided,
+)
 from compactstore.session_history import SessionHistory
 from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
@@ -153,11 +160,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
         messages, count = response_turn(self.format, response)
-        provided = None
-        if self.format == "anthropic" and messages:
-            # A threshold compaction: the reply starts with the provider's block. It becomes
-            # a boundary (strategy provider, trigger server); the rest is the turn.
-            provided, messages = split_compaction(messages, response)
+        # A compaction the provider did on its own: an Anthropic reply starting with its
+        # threshold compaction block, a Responses output starting with a server-side
+        # compaction item. It becomes a boundary (strategy provider, trigger server); the
+        # rest is the turn.
+        provided, messages = split_provided(self.format, messages, response)
         ledger = response_usage(self.format, response)
         cost = None if ledger is None else usage_cost(self.store.prices, ledger)
         model = response_model(response)
@@ -179,13 +186,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                 repo.update_session(connection, self.id, model=model)
                 row = self._locked(connection)
             if provided is not None:
+                check_provided(connection, self.id, provided)
                 record_provider_compaction(
                     connection,
                     self.id,
                     self._context(connection, row),
                     provided,
-                    compaction_text(provided),
+                    provided_text(provided),
                     called,
+                    note=provided_note(provided),
+                    info=SummaryInfo(source="provider", model=model),
                 )
                 row = self._locked(connection)
             if edits:
@@ -303,14 +313,17 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         expected: tuple[str, int] | None,
         final: bool,
     ) -> tuple[int, CompactionResult | None] | None:
+        row = self._locked(connection)
+        policy, _ = resolve_policy(row.config.edit_policy, row.model, self.store.model_capabilities)
         return store_tool_result(
             connection,
-            self._locked(connection),
+            row,
             self.adapter,
             result,
             pending,
             expected=expected,
             final=final,
+            edit_policy=policy,
         )
 
     def invalidate(self, file_path: str) -> bool:

@@ -139,7 +139,7 @@ class CompactStore:
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
         self.summarizer = check_summarizer(summarizer, allow_async=self._async_summarizers)
-        self.compactor = check_compactor(compactor)
+        self.compactor = check_compactor(compactor, allow_async=self._async_summarizers)
         self.memory_provider = checked_memory_provider(memory_provider)
         for name, value in (("on_compaction", on_compaction), ("redactor", redactor)):
             if value is not None and not callable(value):
@@ -462,7 +462,7 @@ class CompactStore:
         created = checks.now_or_clock(now)
         own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
-        own_compactor = check_compactor(compactor)
+        own_compactor = check_compactor(compactor, allow_async=self._async_summarizers)
 
         def tx(connection: Connection) -> repo.SessionRow:
             row = open_session(

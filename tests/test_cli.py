@@ -624,7 +624,8 @@ def test_history_has_a_row_per_compaction_and_what_was_lost(
     # is longer than the tiny file, so it freed nothing.
     dedup = compactions[4]
     assert dedup.strategy is not None and dedup.strategy.value == "read_dedup"
-    assert rows[4].split()[3:7] == ["auto", "read_dedup", "-", "no"]  # no policy recorded
+    # Recorded under the session's policy, as every compaction is.
+    assert rows[4].split()[3:7] == ["auto", "read_dedup", "rewrite", "no"]
     assert dedup.tokens_freed < 0
     assert lost[4].strip() == "seq 16 re-read src/small.py unchanged: points at seq 14"
     assert rows[5].split()[3:5] == ["manual", "partial"]

@@ -325,3 +325,23 @@ def test_a_long_coding_session_gets_no_api_error(
     assert figures["api_errors"] == 0, figures
     assert figures["steps_lost"] == 0
     assert figures["compactions"], figures
+
+
+@pytest.mark.parametrize(("model", "policy"), [(NEW, "append_only"), (OLD, "rewrite")])
+def test_read_dedup_compactions_record_the_edit_policy(
+    tmp_path: Path, model: str, policy: str
+) -> None:
+    store = _open(tmp_path)
+    sess = store.session("dedup", format="anthropic", model=model, now=T0)
+    content = "def f():\n    return 1\n" * 40
+    for n in (1, 2):
+        sess.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file", "input": {}}],
+            }
+        )
+        sess.append_tool_result(f"r{n}", content, tool_name="read_file", file_path="src/f.py")
+    [dedup] = [c for c in sess.compactions() if c.strategy == "read_dedup"]
+    assert dedup.success and dedup.edit_policy == policy
+    store.close()

@@ -18,6 +18,7 @@ from compactstore.capabilities import COMPACTION_BETA
 from compactstore.errors import InvalidInputError
 from compactstore.providers import AnthropicCompactor
 from tests.fake_messages_api import FakeMessagesAPI, fake_client
+from tests.mock_http import http_module
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -371,11 +372,19 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
     from compactstore import AsyncCompactStore
 
     client, api = fake
-    with pytest.raises(InvalidInputError, match="sync client"):
-        AnthropicCompactor(anthropic.AsyncAnthropic(api_key="x"))
+    http = http_module(anthropic)
+    aclient = anthropic.AsyncAnthropic(
+        api_key="x",
+        http_client=http.AsyncClient(transport=http.MockTransport(api)),
+        max_retries=0,
+    )
+    # An async client's compactor is awaited: the sync store refuses it, clearly.
+    with pytest.raises(InvalidInputError, match="AsyncCompactStore"):
+        CompactStore.open(str(tmp_path / "s.db"), compactor=AnthropicCompactor(aclient))
 
     async def main() -> Any:
-        compactor = AnthropicCompactor(client, tools=TOOLS, sleep=lambda s: None)
+        compactor = AnthropicCompactor(aclient, tools=TOOLS, backoff=0)
+        api.unavailable = 1  # one 529 first: retried with asyncio.sleep
         store = await AsyncCompactStore.open(str(tmp_path / "a.db"), compactor=compactor)
         sess = await store.session("loop", format="anthropic", model=NEW, now=api.now)
         await sess.append({"role": "system", "content": SYSTEM}, timestamp=api.now)
@@ -398,9 +407,11 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
         return result, params
 
     result, params = asyncio.run(main())
-    assert result.strategy == "provider"
+    assert result.strategy == "provider" and result.summary is not None
+    assert result.summary.source == "provider" and not result.summary.fallback
+    assert len(api.compactions) == 1
     client.messages.create(model=NEW, max_tokens=1_024, tools=TOOLS, **params)
-    assert api.errors == []
+    assert [error["type"] for error in api.errors] == ["compaction_unavailable"]
 
 
 def test_replay_of_a_provider_boundary(tmp_path: Path, fake: Any) -> None:
@@ -468,4 +479,18 @@ def test_a_threshold_compaction_in_a_reply_is_a_boundary(tmp_path: Path, fake: A
     big = {**edit, "trigger": {"type": "input_tokens", "value": 150_000}}
     call([big])
     assert api.errors == []
+    store.close()
+
+
+def test_a_provider_summary_counts_its_tokens(tmp_path: Path, fake: Any) -> None:
+    """The block's summary costs what it sends: replaying the boundary with its recorded
+    text frees exactly what the provider compaction did."""
+    client, api = fake
+    store, sess = _compacted(tmp_path, client, api)
+    boundary = sess.boundaries()[-1]
+    [done] = [c for c in sess.compactions() if c.strategy == "provider"]
+    assert done.tokens_after < done.tokens_before
+    again = sess.replay(boundary.id)
+    assert again.summary is not None and again.summary.source == "recorded"
+    assert again.tokens_after == done.tokens_after
     store.close()

@@ -215,6 +215,7 @@ def store_tool_result(
     *,
     expected: tuple[str, int] | None,
     final: bool,
+    edit_policy: str | None = None,
 ) -> tuple[int, CompactionResult | None] | None:
     """Store a tool result prepared for ``expected`` (the earlier read it points at, or
     None for the whole content): its seq, and the read_dedup compaction recorded when it
@@ -232,4 +233,6 @@ def store_tool_result(
         repo.set_dedup_entry(connection, sid, path, digest, seq, pending.created_at)
     if expected is None:
         return seq, None
-    return seq, recording.record_read_dedup(connection, session, seq, expected, pending)
+    return seq, recording.record_read_dedup(
+        connection, session, seq, expected, pending, edit_policy=edit_policy
+    )

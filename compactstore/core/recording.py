@@ -239,6 +239,8 @@ def record_read_dedup(
     seq: int,
     earlier: tuple[str, int],
     stub: PendingMessage,
+    *,
+    edit_policy: str | None = None,
 ) -> CompactionResult:
     """Record that the re-read stored at ``seq`` is a stub pointing at the earlier read
     ``earlier`` (path, seq): a read_dedup compaction freeing what the content would have
@@ -283,6 +285,7 @@ def record_read_dedup(
             file_path=path,
             dedup_of_seq=earlier_seq,
         ).model_dump_json(),
+        edit_policy=edit_policy,
     )
     return CompactionResult(
         id=compaction_id,
@@ -294,6 +297,7 @@ def record_read_dedup(
         tokens_freed=freed,
         steps=[step],
         created_at=stub.created_at,
+        edit_policy=edit_policy,
     )
 
 
@@ -550,13 +554,18 @@ def record_provider_compaction(
     session_id: str,
     context: ActiveContext,
     message: dict[str, Any],
-    text: str,
+    text: str | None,
     at: float,
+    *,
+    note: str = "",
+    info: SummaryInfo | None = None,
 ) -> None:
     """Record a compaction the provider did on its own (strategy provider, trigger server):
-    a boundary at this point whose summary message is the reply's compaction block."""
+    a boundary at this point whose summary message is the reply's compaction block or the
+    response's compaction item (``text`` None: opaque, see ``cut_by_provider``)."""
     recorded = ServerRun(call="server", now=at, last_seq=context.last_seq, applied_edits=[])
-    record_outcome(connection, session_id, cut_by_provider(context, message, text), recorded, at=at)
+    outcome = cut_by_provider(context, message, text, now=at, note=note, info=info)
+    record_outcome(connection, session_id, outcome, recorded, at=at)
 
 
 def _record_provider_call(

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext
 from compactstore.core import replay_inputs
 from compactstore.core.recording import compaction_model, record_outcome, rolled_back_model
-from compactstore.core.replay_inputs import EditRun, EngineRun, ImportedRun
+from compactstore.core.replay_inputs import EditRun, EngineRun, ImportedRun, ServerRun
 from compactstore.core.summarizing import RecordedSummary
 from compactstore.db import repository as repo
 from compactstore.engines import pipeline
@@ -200,6 +200,12 @@ def plan_replay(
         raise ConflictError(
             f"boundary {boundary.id} was recorded by {recorded.call} (an edit, not an engine "
             f"run): there is nothing to replay; rollback undoes it"
+        )
+    if isinstance(recorded, ServerRun):
+        raise ConflictError(
+            f"boundary {boundary.id} is a compaction the provider did on its own (a "
+            f"compaction block or item in a response): nothing of compactstore's ran, so "
+            f"there is nothing to replay; rollback undoes it"
         )
     if not isinstance(recorded, EngineRun):  # only engine runs cut, so this row is damaged
         raise DatabaseError(f"boundary {boundary.id} of session {sid!r} has no engine inputs")

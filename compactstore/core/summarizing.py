@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.core.checks import MAX_INT
+from compactstore.core.provider_compaction import ProviderCompactionError, is_async_compactor
 from compactstore.engines.base import Summarizer, SummaryAnswer, SummaryRequest, SummaryResult
 from compactstore.errors import InvalidInputError
 from compactstore.formats.base import storable_text
@@ -152,17 +153,24 @@ def check_summarizer(summarizer: Any, *, allow_async: bool = False) -> Summarize
     return summarizer  # type: ignore[no-any-return]
 
 
-def check_compactor(compactor: Any) -> Any:
-    """A provider compactor the store can run (compactstore.providers), or None.
+def check_compactor(compactor: Any, *, allow_async: bool = False) -> Any:
+    """A provider compactor the store can run (compactstore.providers), or None: with
+    ``allow_async`` (the async store) one over an async client too.
 
     Raises:
-        InvalidInputError: not callable.
+        InvalidInputError: not callable, or async without ``allow_async``.
     """
     if compactor is None:
         return None
     if not callable(compactor):
         raise InvalidInputError(
             f"compactor must be a provider compactor (compactstore.providers), got {compactor!r}"
+        )
+    if not allow_async and is_async_compactor(compactor):
+        raise InvalidInputError(
+            f"compactor {summarizer_name(compactor)} is async (a compactor over an async "
+            f"client such as AsyncAnthropic or AsyncOpenAI): CompactStore runs sync "
+            f"compactors only; use AsyncCompactStore, or give the compactor a sync client"
         )
     return compactor
 
@@ -246,15 +254,12 @@ class SummaryCall:
     def _provider(self, request: SummaryRequest) -> tuple[SummaryAnswer | None, str]:
         """The provider's compaction of the range, or (None, why it gave none). It is sent
         the messages as they went on the wire (no redactor: they went to it already)."""
-        from compactstore.providers import ProviderCompactionError
-
         compactor = self.compactor
         name = getattr(compactor, "name", None) or summarizer_name(compactor)
         if not request.wire:
             return None, f"provider compaction ({name}): nothing to send"
         started = time.perf_counter()
-        future = self.executor.submit(
-            _compact,
+        args = (
             compactor,
             [dict(message) for message in request.wire],
             self.model,
@@ -262,6 +267,14 @@ class SummaryCall:
             request.instructions,
             self.drop_block,
         )
+        future: Future[Any]
+        if is_async_compactor(compactor):
+            if self.loop is None:
+                return None, f"provider compaction ({name}) is async: use AsyncCompactStore"
+            # Awaited on the async store's event loop (this call runs in a worker thread).
+            future = asyncio.run_coroutine_threadsafe(_acompact(*args), self.loop)
+        else:
+            future = self.executor.submit(_compact, *args)
         try:
             result = future.result(timeout=self.timeout)
         except FutureTimeout:
@@ -402,6 +415,24 @@ def _compact(
             messages, model=model, system=system, instructions=instructions, drop_block=True
         )
     return compactor(messages, model=model, system=system, instructions=instructions)
+
+
+async def _acompact(
+    compactor: Any,
+    messages: list[dict[str, Any]],
+    model: str | None,
+    system: Any,
+    instructions: str | None,
+    drop_block: bool,
+) -> Any:
+    """An async compactor's answer: its ``acompact`` (a compactor over an async client),
+    or the compactor itself when calling it gives a coroutine."""
+    call = getattr(compactor, "acompact", None) or compactor
+    if drop_block:
+        return await call(
+            messages, model=model, system=system, instructions=instructions, drop_block=True
+        )
+    return await call(messages, model=model, system=system, instructions=instructions)
 
 
 async def _awaited(summarizer: Any, *args: Any) -> Any:

@@ -183,6 +183,19 @@ def insert_boundary(connection: Connection, session_id: str, **values: Any) -> i
     return int(result.scalar_one())
 
 
+def boundaries_holding(connection: Connection, key: str) -> list[tuple[str, int, float | None]]:
+    """(session id, boundary id, rolled back at) of every boundary whose summary message
+    holds ``key`` (a provider compaction object's id or signature)."""
+    rows = connection.execute(
+        select(
+            compact_boundaries.c.session_id,
+            compact_boundaries.c.id,
+            compact_boundaries.c.rolled_back_at,
+        ).where(compact_boundaries.c.summary_message.contains(key, autoescape=True))
+    )
+    return [(str(row[0]), int(row[1]), row[2]) for row in rows]
+
+
 def insert_compaction(connection: Connection, session_id: str, **values: Any) -> int:
     """Insert a compactions row; one that changed messages of the context
     (``changed_after_seq``) records the context version its transaction produces. The

@@ -28,7 +28,7 @@ from compactstore.frozen import thaw
 from compactstore.media import without_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 from compactstore.pairs import legal_cuts
-from compactstore.providers import compaction_block
+from compactstore.providers import compaction_block, provided_note
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
 
@@ -136,10 +136,8 @@ def summarise_answer(
     )
     info = answer.info
     if answer.message is not None:
-        if answer.text is None:  # an opaque block: a note naming it, the rule summary beside
-            note = "summary written by the provider (opaque compaction block)"
-            return f"[{note}]\n\n{rule_text}", note, state, answer
-        return answer.text, "summary written by the provider (compaction block)", state, answer
+        text, note = _provider_summary(answer, rule_text)
+        return text, note, state, answer
     if answer.text is None:
         reason = info.reason or "no summary text"
         note = f"{reason}; used the rule-based summary" if info.reason else ""
@@ -147,6 +145,16 @@ def summarise_answer(
     if info.source == "recorded":
         return answer.text, "reused the recorded summary text", state, answer
     return answer.text, "summary written by the summarizer", state, answer
+
+
+def _provider_summary(answer: SummaryAnswer, rule_text: str) -> tuple[str, str]:
+    """(summary text, note) of a provider's compaction: its readable text, or for an opaque
+    object a note naming it with the rule-based summary of the same range beside it."""
+    assert answer.message is not None
+    if answer.text is None:
+        note = provided_note(answer.message)
+        return f"[{note}]\n\n{rule_text}", note
+    return answer.text, "summary written by the provider (compaction block)"
 
 
 def run(

@@ -13,6 +13,7 @@ from typing import Any
 from compactstore.context import ActiveContext
 from compactstore.engines import summary
 from compactstore.engines.base import Cut, StageResult
+from compactstore.engines.full_compact import rule_summary
 from compactstore.engines.pipeline import Outcome
 from compactstore.models import (
     CompactStrategy,
@@ -55,13 +56,33 @@ def cut_as_imported(context: ActiveContext, boundary: ImportedBoundary) -> Outco
     return Outcome(start=context, context=after, stages=[stage])
 
 
-def cut_by_provider(context: ActiveContext, message: dict[str, Any], text: str) -> Outcome:
+def cut_by_provider(
+    context: ActiveContext,
+    message: dict[str, Any],
+    text: str | None,
+    *,
+    now: float | None = None,
+    note: str = "",
+    info: SummaryInfo | None = None,
+) -> Outcome:
     """The outcome of a compaction the provider did on its own (a threshold compaction a
-    reply starts with): everything kept so far is summarised by ``message`` (the block as
-    returned); ``text`` is its readable summary."""
+    reply starts with, a server-side compaction item a response's output starts with):
+    everything kept so far is summarised by ``message`` (the block or item as returned);
+    ``text`` is its readable summary. An opaque one (``text`` None) is summarised by
+    ``note`` (naming it) and the rule-based summary of the same range, written at ``now``,
+    kept beside it for audit, recall and fallback."""
     removed = [item for item in context.kept if not item.pinned]
     previous = context.boundary.summary_state if context.boundary is not None else SummaryState()
     state = summary.fold(previous, removed, context)
+    if text is None:
+        replaces = sum(item.tokens for item in removed) + (
+            context.summary.tokens if context.summary is not None else 0
+        )
+        rule_text, state = rule_summary(
+            context, state, "Server-side compaction", now or 0.0, replaces=max(2, replaces)
+        )
+        named = note or "compaction by the provider: opaque, no readable summary"
+        text = f"[{named}]\n\n{rule_text}"
     after = context.cut(len(context.kept), text, message)
     stage = StageResult(
         strategy=CompactStrategy.PROVIDER,
@@ -70,7 +91,8 @@ def cut_by_provider(context: ActiveContext, message: dict[str, Any], text: str) 
         context=after,
         tokens_before=context.usage,
         tokens_after=after.usage,
-        cut=Cut.of(after, removed, text, state, SummaryInfo(source="provider")),
-        detail="compacted by the provider at its threshold (a compaction block in the reply)",
+        cut=Cut.of(after, removed, text, state, info or SummaryInfo(source="provider")),
+        detail="compacted by the provider at its threshold (a compaction "
+        + ("block in the reply)" if "content" in message else "item in the response)"),
     )
     return Outcome(start=context, context=after, stages=[stage])

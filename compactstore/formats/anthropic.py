@@ -86,6 +86,17 @@ class AnthropicFormat(MessageFormat):
     def text(self, message: dict[str, Any]) -> str:
         return content_text(message.get("content"))
 
+    def token_text(self, message: dict[str, Any]) -> str:
+        """The base count plus a provider compaction block's summary (its readable
+        ``content``, else its opaque ``encrypted_content``): what it sends costs tokens."""
+        parts = [super().token_text(message)]
+        for block in content_blocks(message):
+            if block.get("type") == "compaction":
+                value = block.get("content") or block.get("encrypted_content")
+                if isinstance(value, str):
+                    parts.append(value)
+        return "\n".join(p for p in parts if p)
+
     def replace_tool_results(
         self, message: dict[str, Any], replacements: dict[str, str]
     ) -> dict[str, Any]:
