@@ -43,7 +43,7 @@ from typing import Any
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Entry, Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
 from compactstore.ledger import CallUsage, codex_usage

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.codex import shell_read_path
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
@@ -227,6 +227,10 @@ def _files(name: str, arguments: str, cwd: str | None) -> tuple[str | None, str 
     return None, None
 
 
+# Where an observation keeps the text the model saw, in order of preference.
+_RESULT_KEYS = ("content", "output", "message", "text")
+
+
 def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     """(the text the model saw for a result, whether it reports a failure)."""
     kind = event.get("kind")
@@ -239,13 +243,17 @@ def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     observation = event.get("observation")
     if not isinstance(observation, dict):
         return _text(observation), False
+    text = next((found for key in _RESULT_KEYS if (found := _text(observation.get(key)))), "")
+    text, failed = _with_failure(observation, text)
+    if not text:
+        text = json.dumps({k: v for k, v in observation.items() if k != "kind"}, ensure_ascii=False)
+    return text, failed
+
+
+def _with_failure(observation: dict[str, Any], text: str) -> tuple[str, bool]:
+    """An observation's text with its error and exit code, and whether it failed."""
     failed = observation.get("is_error") is True
     error = observation.get("error")
-    text = ""
-    for key in ("content", "output", "message", "text"):
-        text = _text(observation.get(key))
-        if text:
-            break
     if isinstance(error, str) and error and error not in ("False", "false"):
         failed = True
         text = f"{text}\n{error}" if text and error not in text else text or error
@@ -254,8 +262,6 @@ def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     if isinstance(code, int) and not isinstance(code, bool):
         failed = failed or code != 0
         text = f"{text}\n[The command completed with exit code {code}.]"
-    if not text:
-        text = json.dumps({k: v for k, v in observation.items() if k != "kind"}, ensure_ascii=False)
     return text, failed
 
 
