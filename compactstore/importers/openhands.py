@@ -13,6 +13,8 @@ class in ``kind``; the ones the model sees become messages:
   whose text is the ``thought`` of the first;
 - ``ObservationEvent``, ``UserRejectObservation`` and ``AgentErrorEvent``: the tool result
   of their ``tool_call_id`` (the observation's text, the rejection, or the error);
+- the first observation's ``metadata.working_dir`` (the terminal's directory) is the
+  session's working directory: the summary's file paths are relative to it;
 - ``Condensation``: a compaction the agent's condenser did. OpenHands forgets the events
   listed in ``forgotten_event_ids`` and puts ``summary`` in their place; the events after
   the last forgotten one stay. It becomes an imported boundary that cuts just after the
@@ -83,11 +85,22 @@ def convert(
             _action(state, where, event, timestamp)
         elif kind in _RESULT_KINDS:
             _result(state, where, event, timestamp)
+            if file.cwd is None:
+                file.cwd = state.cwd = _working_dir(event)
         elif kind == "Condensation":
             _condensation(state, where, event, timestamp)
         state.out.release(_held_from(state))
         yield from state.out.drain()
     yield from state.out.finish()
+
+
+def _working_dir(event: dict[str, Any]) -> str | None:
+    """The terminal's working directory an observation reports (``metadata.working_dir``):
+    the first one is the session's, what the file paths are relative to."""
+    observation = event.get("observation")
+    meta = observation.get("metadata") if isinstance(observation, dict) else None
+    found = meta.get("working_dir") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) and found.strip() else None
 
 
 def _held_from(state: _State) -> int:
