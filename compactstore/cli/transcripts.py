@@ -41,8 +41,9 @@ def _transcript_name(file: Path) -> str:
     "format_",
     metavar="FORMAT",
     help="The transcript's source (claude-code, codex, swe-agent, openhands, mini-swe-agent, "
-    "copilot-cli, jsonl) or the message "
-    "format of plain JSONL (anthropic, openai, minicode); default: detected from the content.",
+    "copilot-cli, jsonl) or the message format of plain JSONL (anthropic, openai, minicode); "
+    "responses imports a Codex rollout as Responses items (reasoning and compaction items "
+    "kept) instead of openai messages; default: detected from the content.",
 )
 @click.option(
     "--context-window",

@@ -3,7 +3,7 @@
 These sources are understood, detected from the file's content:
 
 - ``claude-code``: Claude Code transcript JSONL (session format ``anthropic``);
-- ``codex``: Codex CLI rollout JSONL (session format ``openai``);
+- ``codex``: Codex CLI rollout JSONL (session format ``openai``; ``responses`` when asked);
 - ``swe-agent``: SWE-agent ``.traj`` trajectories (session format ``openai``);
 - ``openhands``: OpenHands agent-sdk event streams, one event per line (``openai``);
 - ``mini-swe-agent``: mini-swe-agent ``.traj.json`` trajectories (``openai``);
@@ -36,6 +36,7 @@ from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers import (
     claude_code,
     codex,
+    codex_responses,
     copilot,
     jsonl,
     mini_swe_agent,
@@ -66,6 +67,7 @@ from compactstore.store import CompactStore, Session
 from compactstore.transfer import staging
 
 __all__ = [
+    "ALSO_IMPORTS_AS",
     "SOURCES",
     "SOURCE_FORMATS",
     "BoundaryEntry",
@@ -107,6 +109,13 @@ SOURCE_FORMATS: dict[str, str | None] = {
     "jsonl": None,
 }
 
+# The other session formats a source can import as, asked for with ``format``: a Codex
+# rollout as Responses items (its reasoning and compaction items kept; see
+# ``importers.codex_responses``). The default stays ``SOURCE_FORMATS``': Chat Completions
+# messages lose only what only the provider can read (encrypted reasoning and compaction
+# items), and sessions already imported from rollouts keep their format.
+ALSO_IMPORTS_AS: dict[str, tuple[str, ...]] = {"codex": ("responses",)}
+
 
 def _resolve(format: str | None) -> tuple[str | None, str | None]:
     """(source, session format) named by a ``format`` argument: a source of
@@ -138,9 +147,11 @@ def convert(
     source, session_format = _resolve(format)
     found = source or detect_file(file, plain=session_format is not None)
     produces = SOURCE_FORMATS[found]
-    if session_format is not None and produces is not None and session_format != produces:
+    also = ALSO_IMPORTS_AS.get(found, ())
+    if session_format not in (None, produces, *also) and produces is not None:
+        ways = " or ".join(repr(f) for f in (produces, *also))
         raise InvalidInputError(
-            f"{file.name} is a {found} transcript, which imports as format {produces!r}, "
+            f"{file.name} is a {found} transcript, which imports as format {ways}, "
             f"not {session_format!r}"
         )
     fmt, items = _converter(file, found, session_format, progress, extension)
@@ -159,6 +170,8 @@ def _converter(
     """The session format and the items of a transcript of source ``found``."""
     if found == "claude-code":
         return "anthropic", claude_code.convert(file, progress, extension)
+    if found == "codex" and session_format == "responses":
+        return "responses", codex_responses.convert(file, progress, extension)
     if found == "codex":
         return "openai", codex.convert(file, progress, extension)
     if found == "swe-agent":
