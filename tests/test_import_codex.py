@@ -5,6 +5,7 @@ default format unchanged, the real request the one the summary quotes."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -320,3 +321,47 @@ def test_simulate_makes_one_model_call_per_response(tmp_path: Path) -> None:
 
     # The three responses, and the compaction Codex asked the provider for.
     assert report.calls == 4 and report.valid_calls == 4
+
+
+def _long_rollout(path: Path, size: int) -> None:
+    """A rollout of about ``size`` bytes: turns of reasoning, a call and its output."""
+    with path.open("w", encoding="utf-8") as out:
+        for line in rollout()[:4]:
+            out.write(json.dumps(line) + "\n")
+        turn = 0
+        while out.tell() < size:
+            turn += 1
+            call = json.dumps({"cmd": f"cat src/f{turn}.rs"})
+            for line in (
+                _item({"type": "reasoning", "summary": [], "encrypted_content": SECRET}),
+                _item(
+                    {
+                        "type": "function_call",
+                        "name": "exec_command",
+                        "arguments": call,
+                        "call_id": f"c{turn}",
+                    }
+                ),
+                _count(10_000 + turn),
+                _item(
+                    {"type": "function_call_output", "call_id": f"c{turn}", "output": "x" * 2000}
+                ),
+            ):
+                out.write(json.dumps(line) + "\n")
+
+
+@pytest.mark.slow
+def test_import_memory_as_responses_does_not_grow_with_the_rollout(tmp_path: Path) -> None:
+    peaks: list[int] = []
+    for size in (1_000_000, 4_000_000):
+        path = tmp_path / f"r{size}.jsonl"
+        _long_rollout(path, size)
+        with CompactStore.open(tmp_path / f"{size}.db") as store:
+            tracemalloc.start()
+            try:
+                session = import_file(store, path, format="responses")
+                peaks.append(tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+            assert session.format == "responses"
+    assert peaks[1] < peaks[0] + 1_500_000, [f"{p / 1e6:.1f} MB" for p in peaks]
