@@ -307,9 +307,10 @@ class CompactionConfig(BaseModel):
         160, ge=20, description="Each error in the summary is one line of at most this length."
     )
     plan_tool_names: tuple[str, ...] = Field(
-        ("update_plan", "TodoWrite", "write_todos"),
-        description="Calls whose input is the agent's plan or todo list: the latest one's "
-        "items are the summary's pending tasks.",
+        ("update_plan", "TodoWrite", "write_todos", "task_tracker", "TaskCreate", "TaskUpdate"),
+        description="Calls that keep the agent's plan or task list: a whole list per call "
+        "(the latest one is the list) or TaskCreate/TaskUpdate, one task per call; the open "
+        "tasks at a cut are the summary's pending tasks.",
     )
 
     # Recall.
@@ -744,6 +745,7 @@ class EarlierInstructions(_StateModel):
 class PlanItem(_StateModel):
     text: str
     status: str = "pending"
+    id: str | None = None  # a task of a TaskCreate/TaskUpdate list: its number
 
 
 class Plan(_StateModel):

@@ -238,6 +238,26 @@ def test_an_openhands_event_stream_imports_with_its_condensations(tmp_path: Path
     assert transcript.write_paths[5] == ["/w/main.py"]
 
 
+def test_an_openhands_session_works_in_the_terminal_s_directory(tmp_path: Path) -> None:
+    # OpenHands names files by absolute path; its own summaries name them relative to the
+    # repository the terminal works in (observation metadata.working_dir).
+    events = [event for event in openhands_events() if event["kind"] != "Condensation"]
+    for event in events:
+        observation = event.get("observation")
+        if isinstance(observation, dict):
+            observation["metadata"] = {"exit_code": 0, "working_dir": "/w"}
+            observation["output"] += "\n" + "output line\n" * 400
+    path = write_lines(tmp_path / "run.events.jsonl", events)
+
+    assert read_transcript(path).cwd == "/w"
+    with CompactStore.open(tmp_path / "s.db") as store:
+        sess = import_file(store, path, session_id="oh")
+        text = sess.compact(up_to_seq=6, now=0.0).summary_text
+
+    files = text.split("## Files (newest first)\n")[1].split("\n\n")[0].splitlines()
+    assert [line.split(" — ")[0] for line in files] == ["- main.py"]
+
+
 def test_an_openhands_condensation_keeps_a_result_with_its_call(tmp_path: Path) -> None:
     """Forgetting a call but not its result cuts after the result, not between them."""
     events = openhands_events()[:7]

@@ -14,6 +14,7 @@ from compactstore.cli.errors import library_errors, library_warnings
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
 from compactstore.db import model_calls
+from compactstore.db.engine import read_tx
 from compactstore.store import CompactStore
 
 __all__ = ["demo", "import_", "simulate"]
@@ -40,8 +41,9 @@ def _transcript_name(file: Path) -> str:
     "format_",
     metavar="FORMAT",
     help="The transcript's source (claude-code, codex, swe-agent, openhands, mini-swe-agent, "
-    "copilot-cli, jsonl) or the message "
-    "format of plain JSONL (anthropic, openai, minicode); default: detected from the content.",
+    "copilot-cli, jsonl) or the message format of plain JSONL (anthropic, openai, minicode); "
+    "responses imports a Codex rollout as Responses items (reasoning and compaction items "
+    "kept) instead of openai messages; default: detected from the content.",
 )
 @click.option(
     "--context-window",
@@ -107,7 +109,8 @@ def import_(
         count = sess.message_count()
         boundaries = len(sess.boundaries())
         usage = sess.token_usage()
-        calls = store._read(lambda c: model_calls.calls_of(c, sess.id))
+        with read_tx(store.engine) as connection:
+            calls = model_calls.calls_of(connection, sess.id)
         subagents = sess.subagents()
     last = next((call for call in reversed(calls) if call.real_tokens), None)
     if as_json:

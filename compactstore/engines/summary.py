@@ -28,6 +28,7 @@ from typing import Any
 from compactstore.boilerplate import request_text, strip_boilerplate
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.engines.tasks import next_plan, open_items, plan_items, task_line
 from compactstore.formats import ToolCall
 from compactstore.formats.base import json_text
 from compactstore.models import (
@@ -38,8 +39,6 @@ from compactstore.models import (
     FileAction,
     FileEntry,
     Instruction,
-    Plan,
-    PlanItem,
     SummaryState,
 )
 from compactstore.recall import RECALL_LINE
@@ -232,45 +231,6 @@ def _inner_calls(call: ToolCall) -> list[ToolCall] | None:
     ]
 
 
-def plan_items(call: ToolCall, tool_names: Iterable[str]) -> tuple[PlanItem, ...] | None:
-    """The items of a plan/todo call (``update_plan{plan:[{step,status}]}``,
-    ``TodoWrite{todos:[{content,status}]}``, ``write_todos``; made from a code-mode program
-    too), None for other calls."""
-    inner = _inner_calls(call)
-    if inner is not None:
-        plans = [plan_items(each, tool_names) for each in inner]
-        return next((plan for plan in reversed(plans) if plan is not None), None)
-    if call.name not in tool_names:
-        return None
-    arguments = _arguments(call)
-    if not isinstance(arguments, dict):
-        return None
-    entries = next(
-        (arguments[key] for key in ("plan", "todos", "items", "tasks") if key in arguments),
-        None,
-    )
-    if not isinstance(entries, list):
-        return None
-    items: list[PlanItem] = []
-    for entry in entries:
-        if isinstance(entry, str):
-            items.append(PlanItem(text=entry))
-        elif isinstance(entry, dict):
-            text = next(
-                (
-                    entry[key]
-                    for key in ("step", "content", "title", "task", "description", "text")
-                    if isinstance(entry.get(key), str)
-                ),
-                "",
-            )
-            status = entry.get("status")
-            items.append(
-                PlanItem(text=" ".join(text.split()), status=str(status) if status else "pending")
-            )
-    return tuple(items)
-
-
 # A Windows drive ("D:" then a separator or the end); a drive as MSYS/Git Bash, WSL and
 # Cygwin spell it ("/d/…", "/mnt/d/…", "/cygdrive/d/…"); a home directory.
 _DRIVE = re.compile(r"^([A-Za-z]):(?=[\\/]|$)")
@@ -430,9 +390,7 @@ def fold(
                 instructions.append(Instruction(seq=seq, text=text))
         for call in item.calls:
             calls[call.id] = call
-            items = plan_items(call, config.plan_tool_names)
-            if items is not None:
-                plan = Plan(seq=seq, tool=call.name, items=items)
+            plan = next_plan(plan, call, seq, config.plan_tool_names)
             for path, action in file_actions(call):
                 _touch(files, normalise_path(path, cwd), action, seq)
         for result in item.results:
@@ -604,11 +562,11 @@ def _sections(
     lines.extend(_instruction_line(entry) for entry in state.instructions)
     if lines:
         parts.append("## Later instructions from the user (oldest first)\n" + "\n".join(lines))
-    plan = state.plan
-    if plan and plan.items:
+    plan, pending = state.plan, open_items(state.plan)
+    if plan and pending:
         parts.append(
             f"## Pending tasks (latest {plan.tool}, seq {plan.seq})\n"
-            + "\n".join(f"- [{i.status}] {i.text}" for i in plan.items)
+            + "\n".join(task_line(item) for item in pending)
         )
     work = state.current_work
     if work:

@@ -31,9 +31,9 @@ conversation that made the call (the call's result, the subagent's answer, is). 
 keeps it as sidechain records (``isSidechain: true``, with the subagent's ``agentId``) in the
 same file, as ``agent_progress`` progress records (``data.agentId``, ``data.message`` a user or
 assistant record, ``parentToolUseID`` the call) in the same file, or (newer versions) in a
-file of its own, ``<session>/subagents/agent-<agentId>.jsonl``. :func:`subagents` lists the
-subagents a transcript holds and the call that started each (the call's result names the
-``agentId`` in its ``toolUseResult``); ``convert(..., agent=ID)`` converts one subagent's
+file of its own, ``<session>/subagents/agent-<agentId>.jsonl``. ``claude_records.subagents``
+lists the subagents a transcript holds and the call that started each (the call's result
+names the ``agentId`` in its ``toolUseResult``); ``convert(..., agent=ID)`` converts one subagent's
 records as a conversation of its own.
 
 Dropped: records that are not conversation (progress, file-history-snapshot, attachments,
@@ -57,12 +57,13 @@ from compactstore.formats.block_types import (
     BlockTypeExtension,
     allowed_block_types,
 )
-from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.claude_records import agent_records
 from compactstore.importers.files import Progress, TranscriptFile
-from compactstore.ledger import claude_code_usage
+from compactstore.ledger import CallUsage, claude_code_usage
 from compactstore.models import CompactTrigger, ImportedBoundary
 
-__all__ = ["READ_TOOLS", "WRITE_TOOLS", "Subagents", "convert", "subagents"]
+__all__ = ["READ_TOOLS", "WRITE_TOOLS", "convert"]
 
 READ_TOOLS = frozenset({"Read"})
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
@@ -111,80 +112,6 @@ class _State:
     preserved: tuple[str, int] | None = None
 
 
-@dataclass
-class Subagents:
-    """The subagents a transcript holds records of, and the tool calls that started them."""
-
-    # The agentIds whose records the file holds (sidechain or agent_progress), in order.
-    inline: list[str] = field(default_factory=list)
-    # agentId -> the id of the tool call that started it (from the call's result, or from
-    # the progress records' parentToolUseID), for every subagent the file names.
-    calls: dict[str, str] = field(default_factory=dict)
-
-
-def subagents(file: TranscriptFile) -> Subagents:
-    """The subagents of a main transcript (none for a subagent's own transcript)."""
-    found = Subagents()
-    main = False
-    for _, record in file.records():
-        kind = record.get("type")
-        agent = record.get("agentId")
-        if kind in ("user", "assistant") and not record.get("isSidechain"):
-            main = True
-            result = record.get("toolUseResult")
-            named = result.get("agentId") if isinstance(result, dict) else None
-            message = record.get("message")
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(named, str) and named and isinstance(content, list):
-                for block in content:
-                    call = block.get("tool_use_id") if isinstance(block, dict) else None
-                    if block.get("type") == "tool_result" and isinstance(call, str):
-                        found.calls.setdefault(named, call)
-                        break
-        elif kind in ("user", "assistant") and isinstance(agent, str) and agent:
-            if agent not in found.inline:
-                found.inline.append(agent)
-        elif kind == "progress":
-            data = _agent_progress(record)
-            if data is not None:
-                agent = data["agentId"]
-                if agent not in found.inline:
-                    found.inline.append(agent)
-                parent = record.get("parentToolUseID")
-                if isinstance(parent, str) and parent:
-                    found.calls.setdefault(agent, parent)
-    return found if main else Subagents()
-
-
-def _agent_progress(record: dict[str, Any]) -> dict[str, Any] | None:
-    """An ``agent_progress`` record's data, when it carries a user or assistant record."""
-    data = record.get("data")
-    if not isinstance(data, dict) or data.get("type") != "agent_progress":
-        return None
-    agent, message = data.get("agentId"), data.get("message")
-    if not (isinstance(agent, str) and agent and isinstance(message, dict)):
-        return None
-    return data if message.get("type") in ("user", "assistant") else None
-
-
-def _records(
-    file: TranscriptFile, progress: Progress | None, agent: str | None
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The file's records; for one subagent (``agent``), only its own, its progress
-    records unwrapped into the records they carry."""
-    for number, record in file.records(progress):
-        if agent is None:
-            yield number, record
-        elif record.get("type") == "progress":
-            data = _agent_progress(record)
-            if data is not None and data["agentId"] == agent:
-                inner = dict(data["message"])
-                inner.setdefault("cwd", record.get("cwd"))
-                yield number, {**inner, "isSidechain": True, "agentId": agent}
-        elif record.get("isSidechain") and record.get("agentId") == agent:
-            yield number, record
-
-
 def convert(
     file: TranscriptFile,
     progress: Progress | None = None,
@@ -194,18 +121,8 @@ def convert(
     """Convert a Claude Code transcript (see the module docstring for what is kept); with
     ``agent``, the records of that subagent of it instead."""
     state = _State(TranscriptBuilder(file.name, "claude-code", "anthropic", extension), extension)
-    # A subagent's own transcript is all sidechain: then the sidechain is the conversation.
-    # (A main transcript shows a main-conversation record within its first lines.)
-    main_only = False
-    for number, record in _records(file, None, agent):
-        if _is_conversation(state.out, number, record):
-            main_only = main_only or not record.get("isSidechain")
-            if record["type"] == "user":
-                state.user_texts.add(_text(record["message"]["content"]).strip())
-            head = _preserved_head(record)
-            if head is not None:
-                state.preserved_heads.add(head)
-    for number, record in _records(file, progress, agent):
+    main_only = _scan(state, file, agent)
+    for number, record in agent_records(file, progress, agent):
         queued = _queued(record)
         if queued is not None:
             if queued not in state.user_texts and all(q[0] != queued for q in state.queued):
@@ -219,30 +136,50 @@ def convert(
             continue
         if file.cwd is None and isinstance(record.get("cwd"), str) and record["cwd"].strip():
             file.cwd = record["cwd"]  # the session's working directory (every record has it)
-        if state.queued and _opens_a_turn(state, record):
-            _place_queued(state)
-        uuid = record.get("uuid")
-        if isinstance(uuid, str):
-            if uuid in state.seen_uuids:
-                continue  # written twice (resumed sessions repeat records)
-            state.seen_uuids.add(uuid)
-        where = f"line {number}"
-        before = state.out.count
-        if record.get("type") == "system":
-            _boundary(state, where, record)
-        elif record["type"] == "assistant":
-            _assistant(state, where, record)
-        else:
-            _user(state, where, record)
-        if isinstance(uuid, str) and uuid in state.preserved_heads:
-            grouped = record["type"] == "assistant" and state.out.count == before
-            start = state.group_index if grouped and state.group_index is not None else before
-            state.preserved = (uuid, start)
+        _record(state, f"line {number}", record)
         state.out.release(_held_from(state))
         yield from state.out.drain()
     _flush_boundary(state)
     _place_queued(state)
     yield from state.out.finish()
+
+
+def _scan(state: _State, file: TranscriptFile, agent: str | None) -> bool:
+    """A first pass: the user texts and preserved segments' first records; returns whether
+    the sidechain records are left out (the file shows a main-conversation record: a
+    subagent's own transcript is all sidechain, and then the sidechain is the conversation)."""
+    main_only = False
+    for number, record in agent_records(file, None, agent):
+        if _is_conversation(state.out, number, record):
+            main_only = main_only or not record.get("isSidechain")
+            if record["type"] == "user":
+                state.user_texts.add(_text(record["message"]["content"]).strip())
+            head = _preserved_head(record)
+            if head is not None:
+                state.preserved_heads.add(head)
+    return main_only
+
+
+def _record(state: _State, where: str, record: dict[str, Any]) -> None:
+    """One conversation record: queued messages placed before it, repeats skipped."""
+    if state.queued and _opens_a_turn(state, record):
+        _place_queued(state)
+    uuid = record.get("uuid")
+    if isinstance(uuid, str):
+        if uuid in state.seen_uuids:
+            return  # written twice (resumed sessions repeat records)
+        state.seen_uuids.add(uuid)
+    before = state.out.count
+    if record.get("type") == "system":
+        _boundary(state, where, record)
+    elif record["type"] == "assistant":
+        _assistant(state, where, record)
+    else:
+        _user(state, where, record)
+    if isinstance(uuid, str) and uuid in state.preserved_heads:
+        grouped = record["type"] == "assistant" and state.out.count == before
+        start = state.group_index if grouped and state.group_index is not None else before
+        state.preserved = (uuid, start)
 
 
 def _queued(record: dict[str, Any]) -> str | None:
@@ -418,16 +355,36 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
         ledger = claude_code_usage(message)
     except InvalidInputError as exc:
         raise state.out.error(where, str(exc)) from None
-    out = state.out
     if not blocks:
         if state.group_index is not None and ledger is not None:
             # The API message's usage is repeated on each of its records, the output count
             # growing as it streamed: the last record's is the call's.
-            out.entry(state.group_index).ledger = ledger
+            state.out.entry(state.group_index).ledger = ledger
         return
+    index = _add_assistant(state, where, record, blocks, ledger)
+    if message_id is None:
+        state.group_index = None
+    for block in blocks:
+        if block.get("type") == "tool_use":
+            tool_input = block.get("input")
+            path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
+            read = str(block.get("name")) in READ_TOOLS and isinstance(path, str) and path
+            state.calls[block["id"]] = _Call(index, path if read else None, state.epoch)
+
+
+def _add_assistant(
+    state: _State,
+    where: str,
+    record: dict[str, Any],
+    blocks: list[dict[str, Any]],
+    ledger: CallUsage | None,
+) -> int:
+    """Add an assistant record's blocks: a new message, or more of the API message being
+    grouped (its usage and ledger completed); returns the message's index."""
+    message = record["message"]
     writes = _write_paths(blocks)
     if state.group_index is None:
-        index = out.add(
+        state.group_index = state.out.add(
             {"role": "assistant", "content": blocks},
             where=where,
             timestamp=parse_timestamp(record.get("timestamp")),
@@ -435,22 +392,15 @@ def _assistant(state: _State, where: str, record: dict[str, Any]) -> None:
             write_paths=writes,
             ledger=ledger,
         )
-        state.group_index = index if message_id is not None else None
-    else:
-        index = state.group_index
-        entry = out.entry(index)
-        entry.message["content"].extend(blocks)
-        entry.write_paths.extend(p for p in writes if p not in entry.write_paths)
-        if entry.usage is None:
-            entry.usage = _usage(message.get("usage"))
-        if ledger is not None:
-            entry.ledger = ledger
-    for block in blocks:
-        if block.get("type") == "tool_use":
-            tool_input = block.get("input")
-            path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
-            read = str(block.get("name")) in READ_TOOLS and isinstance(path, str) and path
-            state.calls[block["id"]] = _Call(index, path if read else None, state.epoch)
+        return state.group_index
+    entry = state.out.entry(state.group_index)
+    entry.message["content"].extend(blocks)
+    entry.write_paths.extend(p for p in writes if p not in entry.write_paths)
+    if entry.usage is None:
+        entry.usage = _usage(message.get("usage"))
+    if ledger is not None:
+        entry.ledger = ledger
+    return state.group_index
 
 
 def _user(state: _State, where: str, record: dict[str, Any]) -> None:

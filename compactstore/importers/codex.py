@@ -3,8 +3,10 @@
 A rollout is a list of ``{timestamp, type, payload}`` records (older rollouts wrote the
 response items as bare records). What the model saw is in the ``response_item`` records:
 
-- ``message`` items become ``user``, ``developer``, ``system`` or ``assistant`` messages
-  (their ``input_text``/``output_text`` parts joined into text);
+- ``message`` items become ``user``, ``developer``, ``system`` or ``assistant`` messages;
+  a user, developer or system message of several text parts keeps them as parts (newer
+  Codex sends the AGENTS.md instructions, the ``<environment_context>`` block and the
+  request as parts of one message), an assistant's are joined into text;
 - ``function_call`` items become ``tool_calls`` of an assistant message — consecutive calls
   (parallel ones) and the assistant text before them form one message — and their
   ``function_call_output`` becomes a ``tool`` message, paired by ``call_id``; the output
@@ -43,13 +45,24 @@ from typing import Any
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Entry, Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Entry, Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
 from compactstore.ledger import CallUsage, codex_usage
 from compactstore.models import CompactStrategy, CompactTrigger, ImportedBoundary
 
-__all__ = ["apply_patch_paths", "convert", "shell_read_path"]
+__all__ = [
+    "COMPACTION_ITEMS",
+    "apply_patch_paths",
+    "call_paths",
+    "convert",
+    "output_text",
+    "replacement_text",
+    "shell_read_path",
+    "succeeded",
+    "token_count",
+    "unwrap",
+]
 
 _CALL_TYPES = frozenset(
     {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call"}
@@ -63,7 +76,7 @@ _OUTPUT_TYPES = frozenset(
     }
 )
 # Items a server-side compaction returns in place of the history it summarised.
-_COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
+COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
 _TRIGGERS = {"auto": CompactTrigger.AUTO, "manual": CompactTrigger.MANUAL}
 # Calls the provider runs itself: the rollout holds the call and no output item.
 _SERVER_CALLS = {"web_search_call": "web_search"}
@@ -108,7 +121,7 @@ def convert(
     state = _State(TranscriptBuilder(file.name, "codex", "openai", extension))
     for number, record in file.records(progress):
         where = f"line {number}"
-        kind, payload = _unwrap(record)
+        kind, payload = unwrap(record)
         if payload is None:
             continue
         if not isinstance(payload, dict):
@@ -142,7 +155,7 @@ def _held_from(state: _State) -> int | None:
     return 0 if state.instructions is not None else state.group
 
 
-def _unwrap(record: dict[str, Any]) -> tuple[str, Any]:
+def unwrap(record: dict[str, Any]) -> tuple[str, Any]:
     """The record's kind and payload; old rollouts have no wrapper (None: nothing to use)."""
     kind = record.get("type") if isinstance(record.get("type"), str) else None
     if "payload" in record and kind is not None:
@@ -177,27 +190,42 @@ def _prepend_instructions(state: _State) -> None:
     text, where, timestamp = state.instructions
     state.instructions = None
     wanted = text.strip()
-    if any(
-        isinstance(entry.message.get("content"), str) and wanted in entry.message["content"]
-        for entry in state.out.held()
-    ):
+    if any(wanted in "\n".join(_content_texts(entry.message)) for entry in state.out.held()):
         return
     state.out.insert_first(Entry({"role": "system", "content": text}, where, timestamp))
 
 
-def _event(state: _State, where: str, payload: dict[str, Any]) -> None:
+def _content_texts(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    return text_parts(content) if isinstance(content, list) else []
+
+
+def token_count(
+    out: TranscriptBuilder, where: str, payload: dict[str, Any], model: str | None
+) -> tuple[int, CallUsage | None] | None:
+    """The prompt size and billed usage a ``token_count`` event reports for the last model
+    call (None for other events, and for one without a count)."""
     if payload.get("type") != "token_count":
-        return
+        return None
     info = payload.get("info")
     last = info.get("last_token_usage") if isinstance(info, dict) else None
     tokens = last.get("input_tokens") if isinstance(last, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
-        return
+        return None
     assert isinstance(last, dict)
     try:
-        ledger = codex_usage(last, state.model)
+        return tokens, codex_usage(last, model)
     except InvalidInputError as exc:
-        raise state.out.error(where, str(exc)) from None
+        raise out.error(where, str(exc)) from None
+
+
+def _event(state: _State, where: str, payload: dict[str, Any]) -> None:
+    counted = token_count(state.out, where, payload, state.model)
+    if counted is None:
+        return
+    tokens, ledger = counted
     # Newer Codex writes the count after the response's items, older before them.
     if state.group is not None and state.out.entry(state.group).usage is None:
         state.out.entry(state.group).usage = tokens
@@ -219,7 +247,7 @@ def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: fl
     text = summary if isinstance(summary, str) and summary.strip() else None
     strategy = CompactStrategy.FULL
     if history:
-        text = _replacement_text(state, where, history, text)
+        text = replacement_text(state.out, where, history, text, state.leading)
         strategy = CompactStrategy.PROVIDER
     if not text or not state.out.count:
         return
@@ -236,17 +264,23 @@ def _compacted(state: _State, where: str, payload: dict[str, Any], timestamp: fl
     )
 
 
-def _replacement_text(
-    state: _State, where: str, history: list[Any], message: str | None
+def replacement_text(
+    out: TranscriptBuilder,
+    where: str,
+    history: list[Any],
+    message: str | None,
+    leading: set[str],
+    *,
+    notes: bool = True,
 ) -> str | None:
     """What a server-side compaction left in the context, as one summary text: each kept
-    message with its role (but the session's leading instructions, which stay in the
-    context), and a note for an encrypted ``compaction`` item (the Chat Completions format
-    cannot carry it; only the provider can read it)."""
+    message with its role (but the session's ``leading`` instructions, which stay in the
+    context), and (``notes``) a note for an encrypted ``compaction`` item (the Chat
+    Completions format cannot carry it; only the provider can read it)."""
     parts: list[str] = []
     for number, item in enumerate(history):
         if not isinstance(item, dict):
-            raise state.out.error(where, f"replacement_history[{number}] must be an object")
+            raise out.error(where, f"replacement_history[{number}] must be an object")
         kind = item.get("type")
         if kind == "message":
             content = item.get("content")
@@ -256,9 +290,9 @@ def _replacement_text(
                 body = "\n".join(text_parts(content))
             else:
                 continue
-            if body.strip() and body not in state.leading:
+            if body.strip() and body not in leading:
                 parts.append(f"[{item.get('role', 'user')}]\n{body}")
-        elif kind in _COMPACTION_ITEMS:
+        elif kind in COMPACTION_ITEMS and notes:
             secret = item.get("encrypted_content")
             size = len(secret) if isinstance(secret, str) else 0
             parts.append(
@@ -319,7 +353,7 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
         state.group = None
         if role in ("developer", "system") and out.count == len(state.leading):
             state.leading.add(text)
-        out.add({"role": role, "content": text}, where=where, timestamp=timestamp)
+        out.add({"role": role, "content": _parts(content, text)}, where=where, timestamp=timestamp)
         return
     if state.group is not None:
         message = out.entry(state.group).message
@@ -327,6 +361,18 @@ def _message(state: _State, where: str, item: dict[str, Any], timestamp: float |
         message["content"] = f"{earlier}\n\n{text}" if earlier else text
         return
     _open_group(state, where, timestamp, content=text)
+
+
+def _parts(content: Any, text: str) -> str | list[dict[str, Any]]:
+    """A user, developer or system message's content: its text parts kept as parts when
+    there are several (newer Codex sends the AGENTS.md instructions, the environment and
+    the request as parts of one message; the classifier tells them apart by part)."""
+    if not isinstance(content, list):
+        return text
+    parts = [part for part in text_parts(content) if part.strip()]
+    if len(parts) < 2:
+        return text
+    return [{"type": "text", "text": part} for part in parts]
 
 
 def _open_group(state: _State, where: str, timestamp: float | None, *, content: str | None) -> int:
@@ -367,15 +413,23 @@ def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | No
     )
     entry = state.out.entry(index)
     entry.message.setdefault("tool_calls", []).append(call)
-    parsed = _parse_arguments(arguments)
-    # A code-mode program (exec) reads and writes through the tools it calls.
-    inner = inner_calls(text) if name in CODE_MODE_TOOLS else [(name, parsed)]
-    for inner_name, inner_arguments in inner:
-        for path in _write_paths(inner_name, inner_arguments, text, state.cwd):
-            if path not in entry.write_paths:
-                entry.write_paths.append(path)
-    read = _read_path(*inner[0], state.cwd) if len(inner) == 1 else None
+    read, writes = call_paths(name, arguments, state.cwd)
+    entry.write_paths.extend(path for path in writes if path not in entry.write_paths)
     state.calls[call_id] = _Call(read_path=read, epoch=state.epoch)
+
+
+def call_paths(name: str, arguments: Any, cwd: str | None) -> tuple[str | None, list[str]]:
+    """(the one file a call reads, the files it writes); a code-mode program (exec) reads
+    and writes through the tools it calls."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    inner = inner_calls(text) if name in CODE_MODE_TOOLS else [(name, _parse_arguments(arguments))]
+    writes: list[str] = []
+    for inner_name, inner_arguments in inner:
+        for path in _write_paths(inner_name, inner_arguments, text, cwd):
+            if path not in writes:
+                writes.append(path)
+    read = _read_path(*inner[0], cwd) if len(inner) == 1 else None
+    return read, writes
 
 
 def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
@@ -390,8 +444,8 @@ def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | 
     if "output" not in item and "tools" in item:  # tool_search_output: the tools it loaded
         text = json.dumps(item["tools"], ensure_ascii=False)
     else:
-        text = _output_text(item.get("output"))
-    read = call.read_path if call.read_path is not None and _succeeded(text) else None
+        text = output_text(item.get("output"))
+    read = call.read_path if call.read_path is not None and succeeded(text) else None
     state.out.add(
         {"role": "tool", "tool_call_id": call_id, "content": text},
         where=where,
@@ -400,7 +454,7 @@ def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | 
     )
 
 
-def _output_text(output: Any) -> str:
+def output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list):
@@ -410,7 +464,7 @@ def _output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False)
 
 
-def _succeeded(output: str) -> bool:
+def succeeded(output: str) -> bool:
     """Whether a shell output says the command worked (no evidence of failure)."""
     if output.startswith(("failed in sandbox", "execution error", "error:")):
         return False

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.codex import apply_patch_paths, shell_read_path
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts

@@ -20,7 +20,7 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder
+from compactstore.importers.builder import Item, TranscriptBuilder
 from compactstore.importers.files import Progress, TranscriptFile
 
 __all__ = ["convert", "detect_format", "text_parts"]

@@ -27,7 +27,7 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder, _NoMessagesError, parse_timestamp
+from compactstore.importers.builder import Item, NoMessagesError, TranscriptBuilder, parse_timestamp
 from compactstore.importers.codex import shell_read_path
 from compactstore.importers.files import Progress, TranscriptFile, parse_json
 from compactstore.importers.jsonl import text_parts
@@ -61,19 +61,7 @@ def convert(
     they are converted.
     """
     name = file.name
-    try:
-        document = parse_json(name, file.text())
-    except InvalidInputError:
-        if _is_jsonl(file):  # records, one per line: another kind of transcript
-            raise _NoMessagesError(
-                f"{name} is not a mini-swe-agent trajectory: it is JSONL, not one JSON document"
-            ) from None
-        raise
-    messages = document.get("messages") if isinstance(document, dict) else None
-    if not isinstance(messages, list):
-        raise _NoMessagesError(
-            f"{name} is not a mini-swe-agent trajectory: it has no 'messages' list"
-        )
+    document, messages = _document(file)
     cwd = _cwd(document)
     out = TranscriptBuilder(name, "mini-swe-agent", "openai", extension)
     open_calls: dict[str, str | None] = {}  # unanswered call id -> the file it reads
@@ -92,16 +80,7 @@ def convert(
         extra: dict[str, Any] = raw if isinstance(raw, dict) else {}
         timestamp = parse_timestamp(extra.get("timestamp", entry.get("timestamp")))
         if role == "tool":
-            call_id = entry.get("tool_call_id")
-            if not isinstance(call_id, str) or call_id not in open_calls:
-                continue  # unknown, or answered already
-            read = open_calls.pop(call_id)
-            out.add(
-                {"role": "tool", "tool_call_id": call_id, "content": text},
-                where=where,
-                timestamp=timestamp,
-                read_path=read if _succeeded(text, extra) else None,
-            )
+            _tool_result(out, where, entry, text, timestamp, open_calls, extra)
         elif role == "assistant":
             open_calls.clear()  # calls left unanswered were abandoned
             message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -124,6 +103,47 @@ def convert(
         out.release()
         yield from out.drain()
     yield from out.finish()
+
+
+def _document(file: TranscriptFile) -> tuple[Any, list[Any]]:
+    """The trajectory document and its ``messages`` list."""
+    name = file.name
+    try:
+        document = parse_json(name, file.text())
+    except InvalidInputError:
+        if _is_jsonl(file):  # records, one per line: another kind of transcript
+            raise NoMessagesError(
+                f"{name} is not a mini-swe-agent trajectory: it is JSONL, not one JSON document"
+            ) from None
+        raise
+    messages = document.get("messages") if isinstance(document, dict) else None
+    if not isinstance(messages, list):
+        raise NoMessagesError(
+            f"{name} is not a mini-swe-agent trajectory: it has no 'messages' list"
+        )
+    return document, messages
+
+
+def _tool_result(
+    out: TranscriptBuilder,
+    where: str,
+    entry: dict[str, Any],
+    text: str,
+    timestamp: float | None,
+    open_calls: dict[str, str | None],
+    extra: dict[str, Any],
+) -> None:
+    """A tool message answering an open call (else left out: unknown, or answered)."""
+    call_id = entry.get("tool_call_id")
+    if not isinstance(call_id, str) or call_id not in open_calls:
+        return
+    read = open_calls.pop(call_id)
+    out.add(
+        {"role": "tool", "tool_call_id": call_id, "content": text},
+        where=where,
+        timestamp=timestamp,
+        read_path=read if _succeeded(text, extra) else None,
+    )
 
 
 def _is_jsonl(file: TranscriptFile) -> bool:

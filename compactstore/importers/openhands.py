@@ -13,6 +13,8 @@ class in ``kind``; the ones the model sees become messages:
   whose text is the ``thought`` of the first;
 - ``ObservationEvent``, ``UserRejectObservation`` and ``AgentErrorEvent``: the tool result
   of their ``tool_call_id`` (the observation's text, the rejection, or the error);
+- the first observation's ``metadata.working_dir`` (the terminal's directory) is the
+  session's working directory: the summary's file paths are relative to it;
 - ``Condensation``: a compaction the agent's condenser did. OpenHands forgets the events
   listed in ``forgotten_event_ids`` and puts ``summary`` in their place; the events after
   the last forgotten one stay. It becomes an imported boundary that cuts just after the
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Item, TranscriptBuilder, parse_timestamp
 from compactstore.importers.codex import shell_read_path
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
@@ -83,11 +85,22 @@ def convert(
             _action(state, where, event, timestamp)
         elif kind in _RESULT_KINDS:
             _result(state, where, event, timestamp)
+            if file.cwd is None:
+                file.cwd = state.cwd = _working_dir(event)
         elif kind == "Condensation":
             _condensation(state, where, event, timestamp)
         state.out.release(_held_from(state))
         yield from state.out.drain()
     yield from state.out.finish()
+
+
+def _working_dir(event: dict[str, Any]) -> str | None:
+    """The terminal's working directory an observation reports (``metadata.working_dir``):
+    the first one is the session's, what the file paths are relative to."""
+    observation = event.get("observation")
+    meta = observation.get("metadata") if isinstance(observation, dict) else None
+    found = meta.get("working_dir") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) and found.strip() else None
 
 
 def _held_from(state: _State) -> int:
@@ -227,6 +240,10 @@ def _files(name: str, arguments: str, cwd: str | None) -> tuple[str | None, str 
     return None, None
 
 
+# Where an observation keeps the text the model saw, in order of preference.
+_RESULT_KEYS = ("content", "output", "message", "text")
+
+
 def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     """(the text the model saw for a result, whether it reports a failure)."""
     kind = event.get("kind")
@@ -239,13 +256,17 @@ def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     observation = event.get("observation")
     if not isinstance(observation, dict):
         return _text(observation), False
+    text = next((found for key in _RESULT_KEYS if (found := _text(observation.get(key)))), "")
+    text, failed = _with_failure(observation, text)
+    if not text:
+        text = json.dumps({k: v for k, v in observation.items() if k != "kind"}, ensure_ascii=False)
+    return text, failed
+
+
+def _with_failure(observation: dict[str, Any], text: str) -> tuple[str, bool]:
+    """An observation's text with its error and exit code, and whether it failed."""
     failed = observation.get("is_error") is True
     error = observation.get("error")
-    text = ""
-    for key in ("content", "output", "message", "text"):
-        text = _text(observation.get(key))
-        if text:
-            break
     if isinstance(error, str) and error and error not in ("False", "false"):
         failed = True
         text = f"{text}\n{error}" if text and error not in text else text or error
@@ -254,8 +275,6 @@ def _result_text(event: dict[str, Any]) -> tuple[str, bool]:
     if isinstance(code, int) and not isinstance(code, bool):
         failed = failed or code != 0
         text = f"{text}\n[The command completed with exit code {code}.]"
-    if not text:
-        text = json.dumps({k: v for k, v in observation.items() if k != "kind"}, ensure_ascii=False)
     return text, failed
 
 

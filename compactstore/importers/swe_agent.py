@@ -22,7 +22,7 @@ from typing import Any
 
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers import Item, TranscriptBuilder
+from compactstore.importers.builder import Item, TranscriptBuilder
 from compactstore.importers.files import Progress, TranscriptFile, parse_json
 from compactstore.importers.jsonl import text_parts
 

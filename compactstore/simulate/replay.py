@@ -265,12 +265,17 @@ class _Replay:
 
     def run(self) -> SimulationReport:
         total = len(self.t.messages)
+        previous: str | None = None
         for index, message in enumerate(self.t.messages):
             stamp = self.t.timestamps[index]
             if stamp is not None and stamp >= self.now:
                 self.now = stamp
-            if self.fmt.kind(message) == "assistant":
+            kind = self.fmt.kind(message)
+            # One model call per turn: in a format whose turn is several items (responses:
+            # reasoning, text, calls), the call comes before the first of them.
+            if kind == "assistant" and not (self.fmt.groups_turns and previous == "assistant"):
                 self._model_call(index)
+            previous = kind
             self._append(index, message)
             if self.progress is not None and (index % 25 == 0 or index == total - 1):
                 self.progress(index + 1, total)

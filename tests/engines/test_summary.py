@@ -97,8 +97,8 @@ def test_the_summary_is_a_handoff_in_sections(store: CompactStore) -> None:
     instructions = section(text, "Later instructions")
     assert "Also keep the CSV output unchanged" in instructions
     assert "system-reminder" not in text and "TodoWrite tool hasn't" not in text
+    # The open tasks: the completed one is left out.
     assert section(text, "Pending tasks").splitlines() == [
-        "- [completed] Add the flag",
         "- [in_progress] Fix the KeyError in export",
         "- [pending] Update the README",
     ]
