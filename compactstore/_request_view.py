@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from compactstore._incremental import CACHE_INDEX
@@ -45,17 +45,18 @@ __all__ = ["RequestView"]
 Message = Mapping[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _State:
-    """The request as last built, and what it was built from."""
+    """The request as last built, and what it was built from. Never changed: a call builds
+    the next one and swaps it in, so calls from two threads each see a whole one."""
 
     lineage: object
     config: object
     cache_control: bool
     wire: tuple[Message, ...] = ()
-    at: list[int] = field(default_factory=list)  # wire index of each message of ``sent``
-    sent: list[Message] = field(default_factory=list)  # prepared non-system messages
-    system: list[int] = field(default_factory=list)  # wire indexes of the system messages
+    at: tuple[int, ...] = ()  # wire index of each message of ``sent``
+    sent: tuple[Message, ...] = ()  # prepared messages (anthropic: no system message)
+    system: tuple[int, ...] = ()  # wire indexes of the system messages (anthropic)
     led: int | None = None  # position in ``sent`` of the first compaction block
     view: tuple[Message, ...] = ()  # the format's wire view of sent[led or 0:]
 
@@ -144,7 +145,7 @@ class RequestView:
                 start = next(
                     i for i, (a, b) in enumerate(zip(old, wire, strict=False)) if a is not b
                 )
-        _extend(state, context.fmt, wire, start, config, split=split)
+        state = _extended(state, context.fmt, wire, start, config, split=split)
         self.state = state
         return state
 
@@ -160,7 +161,7 @@ def _prepared(message: Message, cache_control: bool) -> Message:
     return message
 
 
-def _extend(
+def _extended(
     state: _State,
     fmt: MessageFormat,
     wire: tuple[Message, ...],
@@ -168,39 +169,44 @@ def _extend(
     config: Any,
     *,
     split: bool,
-) -> None:
+) -> _State:
     """``state`` for ``wire``, whose messages before ``start`` are those it was built from."""
-    state.wire = wire
     keep, old_len = bisect_left(state.at, start), len(state.sent)
-    del state.at[keep:], state.sent[keep:]
-    del state.system[bisect_left(state.system, start) :]
+    at, sent = list(state.at[:keep]), list(state.sent[:keep])
+    system = list(state.system[: bisect_left(state.system, start)])
     for index in range(start, len(wire)):
         message = wire[index]
         if split and message.get("role") == "system":
-            state.system.append(index)
+            system.append(index)
         else:
-            state.at.append(index)
-            state.sent.append(_prepared(message, state.cache_control))
+            at.append(index)
+            sent.append(_prepared(message, state.cache_control))
     led = state.led
     if split and (led is None or led >= keep):
         # Nothing before ``keep`` starts with a compaction block but ``led``, if it is there.
-        sent = state.sent
         led = next((i for i in range(keep, len(sent)) if compaction_block(sent[i])), None)
     first = led or 0
-    if led != state.led or keep <= first:
-        state.led, state.view = led, _view(fmt, state.sent[first:], config)
-        return
-    before = state.sent[first:keep]
-    restart = first + fmt.wire_restart(before)
-    at: int | None = None
-    if restart < keep:
-        at = _index(state.view, state.sent[restart])
-    elif keep == old_len:
-        at = len(state.view)
-    if at is None:
-        state.view = _view(fmt, state.sent[first:], config)
-    else:
-        state.view = state.view[:at] + _view(fmt, state.sent[restart:], config)
+    view: tuple[Message, ...] | None = None
+    if led == state.led and keep > first:
+        restart = first + fmt.wire_restart(sent[first:keep])
+        kept: int | None = None
+        if restart < keep:
+            kept = _index(state.view, sent[restart])
+        elif keep == old_len:
+            kept = len(state.view)
+        if kept is not None:
+            view = state.view[:kept] + _view(fmt, sent[restart:], config)
+    if view is None:
+        view = _view(fmt, sent[first:], config)
+    return replace(
+        state,
+        wire=wire,
+        at=tuple(at),
+        sent=tuple(sent),
+        system=tuple(system),
+        led=led,
+        view=view,
+    )
 
 
 def _view(fmt: MessageFormat, messages: Sequence[Message], config: Any) -> tuple[Message, ...]:

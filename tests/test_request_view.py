@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactstore import CompactStore, Session
+from compactstore._request_view import RequestView
 from compactstore.caching import min_cacheable_tokens
 from compactstore.formats.request import build_request_params
 from tests.helpers import Chat, new_session, plain, scratch_store, words
@@ -68,12 +69,13 @@ def apply(chat: Chat, store: CompactStore, op: str, n: int) -> None:
         chat.tool(words(120, f"t{n}"))
     elif op == "big_tool":
         chat.tool(words(6_000, f"b{n}"))
-    elif op == "calls":
-        chat.calls([("bash", {"n": n}), ("grep", {"q": n})])
+    elif op == "calls":  # two calls, one answered: the next result merges with it
+        _, ids = chat.calls([("bash", {"n": n}), ("grep", {"q": n})])
+        chat.result(ids[0], f"first {n}")
     elif op == "result":
-        open_ids = [i for i in sess.context().unanswered]
+        open_ids = list(sess.context().unanswered)
         if open_ids:
-            chat.result(open_ids[0], f"result {n}")
+            chat.result(open_ids[-1], f"result {n}")
     elif op == "thinking":
         thinking_turn(chat, n)
     elif op == "process":
@@ -93,25 +95,57 @@ def apply(chat: Chat, store: CompactStore, op: str, n: int) -> None:
         chat.add({"role": "system", "content": f"rule {n}"})
 
 
+KNOBS = st.tuples(
+    st.sampled_from(["5m", "1h"]),  # ttl
+    st.sampled_from([0, 50, 2_000]),  # min_tokens
+    st.sampled_from([None, 1, 2]),  # server_clear
+    st.sampled_from([None, {"type": "adaptive"}]),  # thinking=
+    st.sampled_from([None, {"anthropic-beta": "b1"}]),  # extra_headers=
+)
+
+
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(OPS, min_size=1, max_size=25), st.booleans())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(OPS, KNOBS), min_size=1, max_size=25), st.booleans())
 def test_after_any_steps_the_request_equals_the_one_built_from_the_rows(
-    ops: list[str], cache_control: bool
+    steps: list[tuple[str, tuple[Any, ...]]], cache_control: bool
 ) -> None:
+    probe = RequestView()  # the same context, the breakpoint knobs the session never turns
     with scratch_store() as store:
         chat = new_session(store, "anthropic", context_window=12_000)
         chat.system("You are terse.")
         chat.request("Fix the bug")
-        for n, op in enumerate(ops):
+        for n, (op, (ttl, min_tokens, server_clear, thinking, headers)) in enumerate(steps):
             if op == "flip":
                 cache_control = not cache_control
             else:
                 apply(chat, store, op, n)
-            params = chat.sess.request_params(cache_control)
+            params = chat.sess.request_params(
+                cache_control, thinking=thinking, extra_headers=headers, now=chat.clock
+            )
             expected = reference(store, chat.sess, cache_control)
             assert params["messages"] == expected["messages"], (n, op)
             assert params.get("system") == expected.get("system"), (n, op)
+            other = CompactStore.open(store.location)
+            try:
+                fresh = other.get_session(chat.sess.id).request_params(
+                    cache_control, thinking=thinking, extra_headers=headers, now=chat.clock
+                )
+            finally:
+                other.close()
+            assert params == fresh, (n, op)
+            context = chat.sess.context()
+            knobs = {"ttl": ttl, "min_tokens": min_tokens, "server_clear": server_clear}
+            built = build_request_params(
+                context.fmt,
+                chat.sess.config,
+                context.items,
+                context.messages(),
+                cache_control=cache_control,
+                **knobs,
+            )
+            probed = probe.params(context, chat.sess.config, cache_control=cache_control, **knobs)
+            assert probed == built, (n, op, knobs)
 
 
 def responses_turn(chat: Chat, n: int, size: int) -> None:
