@@ -4,8 +4,9 @@ A step of an agent appends a few messages to a context of hundreds; the request 
 the one before with a new tail (the wire view of the messages from the format's restart
 point on: merged tool results, thinking the context leaves out, text content as blocks
 when breakpoints are placed) and its cache breakpoints moved (at most four messages, rebuilt
-for each request). Anything but appends (a compaction, a rollback, a config change, another
-``cache_control``) builds the request again once from the whole context.
+for each request). An edit (microcompact clearing a result near the tail) rebuilds from the
+first message that changed; a cut or rollback that changed the first messages, a config
+change or another ``cache_control`` builds the request again once from the whole context.
 
 What the caller receives is a fresh ``dict`` and a fresh list of messages; the messages are
 the store's read-only ones (:mod:`compactstore.frozen`), shared with ``context_view()``: the
@@ -127,27 +128,35 @@ class RequestView:
     ) -> _State:
         wire = context.wire
         state = self.state
-        if (
-            state is None
-            or state.lineage is not context.lineage
-            or state.config is not config
-            or state.cache_control != cache_control
-            or len(wire) < len(state.wire)
-        ):
+        if state is None or state.config is not config or state.cache_control != cache_control:
             state = _State(context.lineage, config, cache_control)
             start = 0
         elif state.wire is wire:
             return state
+        elif (
+            state.lineage is context.lineage
+            and len(wire) >= len(state.wire)
+            and not context.carries_thinking
+        ):
+            start = len(state.wire)  # only appended since
         else:
-            old = state.wire
-            start = len(old)
-            if context.carries_thinking and not all(map(operator.is_, old, wire)):
-                start = next(
-                    i for i, (a, b) in enumerate(zip(old, wire, strict=False)) if a is not b
-                )
+            # Edited (microcompact clears a result near the tail), cut or rolled back: what
+            # stands before the first message that is not the same object stands.
+            start = _common(state.wire, wire)
         state = _extended(state, context.fmt, wire, start, config, split=split)
+        state = replace(state, lineage=context.lineage)
         self.state = state
         return state
+
+
+def _common(old: tuple[Message, ...], new: tuple[Message, ...]) -> int:
+    """How many leading messages ``old`` and ``new`` share (the same objects: read-only,
+    so the same content; ``old`` keeps them alive, so an id is not reused)."""
+    same = list(map(operator.is_, old, new))
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
 
 
 def _prepared(message: Message, cache_control: bool) -> Message:
