@@ -564,7 +564,7 @@ def _extended_wire(
     )
     if before == merged_ranges((a, min(b, start)) for a, b in after):
         return wire
-    items, at = new.items, new._thinking_index.at
+    items, at = new.items, new.value(THINKING).at
     changed = list(wire)
     for index in at[: bisect_left(at, start)]:
         if within(index, before) != within(index, after):

@@ -68,6 +68,11 @@ class SessionReading(SessionBase):
         header, on this and every later request of the session (recorded in
         ``sessions.thinking_binding`` at ``now``).
 
+        The dict and its ``messages`` (``input``) list are the caller's; the messages in it
+        are the store's read-only ones, shared with ``context_view()`` (the provider SDKs
+        send them unchanged; copy one before changing it). A call after appends only costs
+        what is new: the request is extended from the format's restart point.
+
         Raises:
             InvalidInputError: a minicode session (no provider API takes its messages), or
                 ``thinking`` / ``extra_headers`` that are not mappings.

@@ -1,6 +1,9 @@
 """The keyword arguments of a provider call, from the active context.
 
-``Session.request_params()`` calls :func:`build_request_params`; pure (no database).
+Pure (no database). :func:`build_request_params` builds them from fresh copies of every
+message; ``Session.request_params()`` keeps the same result up to date step by step
+(``compactstore._request_view``) with the helpers here (:func:`breakpoints`,
+:func:`marked_block`, :func:`system_param`).
 """
 
 from __future__ import annotations
