@@ -11,15 +11,18 @@ context stays at 50-420 messages; ``toolloop_plain`` is the same with ``token_fa
 (the article's plain estimate): microcompact alone keeps usage under the threshold for
 ~1,000 steps, so the context holds up to ~2,500 small messages (calls and placeholders).
 
-A compactstore step is ``extend()``, ``process_request(now=...)`` and the cheap read
-(``context_view()``; ``active_context()`` on code that has none, e.g. ``--code /work/main``),
-on a 200,000-token window with the default config. The floor is
+A compactstore step is the README's loop: ``extend()`` (the assistant's call and its
+result), ``process_request(now=...)`` and ``request_params(cache_control=True)``, on a
+200,000-token window with the default config (``--read view``: ``context_view()`` in place
+of ``request_params()``, the loop of earlier rounds). The floor is
 :class:`benchmarks.peers.FloorAdapter`. Every (store, workload, run) is a fresh process;
 floor and compactstore runs alternate. Figures:
 
 - loop: median step over the last 10% of ``--steps``, median of the runs (min-max spread);
 - flat: compactstore's last-10% / first-10% median at ``--flat-steps``;
 - size: a step on a context of 3,000 small messages / one of 300 (same loop);
+- request_params(): the call alone on a context of 1,500 small messages, after each step
+  of appends (its target: 1 ms);
 - active_context(): timed after each of the last 10% of steps, in runs of their own (the
   copies it makes would otherwise be garbage the next steps of the loop figure collect,
   which the floor's steps never pay), against the floor's step + 2 us per message returned;
@@ -48,7 +51,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 200_000
 SESSION = "bench"
-TARGETS = {"loop": 1.2, "flat": 1.2, "size": 1.3, "per_message_us": 2.0}
+TARGETS = {"loop": 1.2, "flat": 1.2, "size": 1.3, "per_message_us": 2.0, "request_ms": 1.0}
+READ = "request"  # what a step reads: "request" (request_params) or "view" (context_view)
 
 
 def _scenario(workload: str, steps: int) -> Any:
@@ -79,6 +83,8 @@ class Compactstore:
         self.config = CompactionConfig(token_factor=factor)
 
     def read(self) -> Sequence[Any]:
+        if READ == "request":
+            return self.sess.request_params(cache_control=True)["messages"]  # type: ignore[no-any-return]
         view = getattr(self.sess, "context_view", None)
         return view() if view is not None else self.sess.active_context()  # type: ignore[no-any-return]
 
@@ -139,7 +145,9 @@ def child_loop(args: argparse.Namespace) -> dict[str, Any]:
         Compactstore(args.workload) if args.store == "compactstore" else Floor()
     )
     store.open(args.db)
-    clock = time.perf_counter_ns
+    # CPU time of this thread (--clock cpu): what a step costs, without the time it waited
+    # for a core on a shared machine (SQLite's fsync waits are left out too).
+    clock = time.perf_counter_ns if args.clock == "wall" else time.thread_time_ns
     latencies: list[int] = []
     sizes: list[int] = []
     active: list[tuple[int, int]] = []  # (ns, messages) of active_context() in the last 10%
@@ -246,7 +254,7 @@ def child_size(args: argparse.Namespace) -> dict[str, Any]:
     number = 10_000_000
     store.sess.process_request(now=start + 1)
     store.read()
-    latencies = []
+    latencies, requests = [], []
     gc.collect()
     for i in range(args.steps):
         messages = _small_step(number + i)
@@ -254,9 +262,19 @@ def child_size(args: argparse.Namespace) -> dict[str, Any]:
         began = time.perf_counter_ns()
         context = store.step(messages, stamps)
         latencies.append(time.perf_counter_ns() - began)
-    count = len(context)
+        # request_params() alone, after appends only since its last call.
+        store.sess.extend(_small_step(20_000_000 + i), timestamps=stamps)
+        began = time.perf_counter_ns()
+        store.sess.request_params(cache_control=True)
+        requests.append(time.perf_counter_ns() - began)
+    count = len(store.sess.context().items)
     store.close()
-    return {"latencies_us": [x // 1000 for x in latencies], "messages": count}
+    return {
+        "latencies_us": [x // 1000 for x in latencies],
+        "request_us": [x / 1000 for x in requests],
+        "messages": count,
+        "sent": len(context),
+    }
 
 
 # -- the parent -----------------------------------------------------------------------------
@@ -298,7 +316,11 @@ def child_main(argv: list[str]) -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--profile", default=None)
     parser.add_argument("--active-context", action="store_true")
+    parser.add_argument("--read", choices=("request", "view"), default="request")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args(argv)
+    global READ  # one child process, one setting
+    READ = args.read
     run: Callable[[argparse.Namespace], dict[str, Any]] = {
         "loop": child_loop,
         "resume": child_resume,
@@ -331,6 +353,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--code", default=None, help="import compactstore from this checkout")
     parser.add_argument("--profile", default=None, metavar="WORKLOAD")
     parser.add_argument("--out", default="/tmp/compactstore-stepcost")
+    parser.add_argument(
+        "--read", choices=("request", "view"), default="request", help="what a step reads"
+    )
+    parser.add_argument("--skip-size", action="store_true", help="no context-size figures")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time steps by the wall clock or by the CPU time of the loop's thread",
+    )
+    parser.add_argument("--skip-copies", action="store_true", help="no active_context() runs")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.flat_steps, args.runs, args.flat_runs = 1000, 2000, 3, 1
@@ -367,12 +400,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         resumes: list[dict[str, Any]] = []
         valid = True
         for _ in range(args.runs):
-            common = [f"--workload={workload}", f"--steps={args.steps}"]
+            common = [
+                f"--workload={workload}",
+                f"--steps={args.steps}",
+                f"--read={args.read}",
+                f"--clock={args.clock}",
+            ]
             floor = _run(["loop", "--store=floor", *common, f"--db={fresh()}"], args.code)
             cs = _run(["loop", "--store=compactstore", *common, f"--db={fresh()}"], args.code)
-            copies = _run(
-                ["loop", "--store=compactstore", "--active-context", *common, f"--db={fresh()}"],
-                args.code,
+            copies = (
+                cs
+                if args.skip_copies
+                else _run(
+                    [
+                        "loop",
+                        "--store=compactstore",
+                        "--active-context",
+                        *common,
+                        f"--db={fresh()}",
+                    ],
+                    args.code,
+                )
             )
             resumes.append(_run(["resume", f"--db={db}"], args.code))
             valid = valid and cs["valid"] and floor["valid"] and copies["valid"]
@@ -395,6 +443,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "--store=compactstore",
                     f"--workload={workload}",
                     f"--steps={args.flat_steps}",
+                    f"--read={args.read}",
+                    f"--clock={args.clock}",
                     f"--db={fresh()}",
                 ],
                 args.code,
@@ -437,21 +487,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
         print("\n".join(lines[-9:]), flush=True)
 
-    def size_step_ms(messages: int) -> float:
-        argv = ["size", f"--messages={messages}", "--steps=200", f"--db={fresh()}"]
-        return _median(_run(argv, args.code)["latencies_us"]) / 1000
+    def size_run(messages: int, steps: int = 200) -> dict[str, Any]:
+        argv = ["size", f"--messages={messages}", f"--steps={steps}", f"--db={fresh()}"]
+        return _run([*argv, f"--read={args.read}"], args.code)
 
-    small, large = [], []
+    small, large, request, sizes = [], [], [], []
     for _ in range(args.runs):
-        small.append(size_step_ms(300))
-        large.append(size_step_ms(3000))
-    size_ratio = _median(large) / _median(small)
-    report["size"] = {"300_ms": small, "3000_ms": large, "ratio": size_ratio}
+        if not args.skip_size:
+            small.append(_median(size_run(300)["latencies_us"]) / 1000)
+            large.append(_median(size_run(3000)["latencies_us"]) / 1000)
+        run = size_run(1500, steps=50)
+        request.append(_median(run["request_us"]) / 1000)
+        sizes.append(run["messages"])
+    lines += ["## context size", ""]
+    if not args.skip_size:
+        size_ratio = _median(large) / _median(small)
+        report["size"] = {"300_ms": small, "3000_ms": large, "ratio": size_ratio}
+        lines.append(
+            f"- a step on 3,000 small messages {_spread(large)} vs on 300 {_spread(small)} = "
+            f"**{size_ratio:.2f}x** (target <= {TARGETS['size']}x)"
+        )
+    report["request_params"] = {"ms": request, "messages": sizes}
     lines += [
-        "## context size",
-        "",
-        f"- a step on 3,000 small messages {_spread(large)} vs on 300 {_spread(small)} = "
-        f"**{size_ratio:.2f}x** (target <= {TARGETS['size']}x)",
+        f"- request_params(cache_control=True) alone, appends only since its last call, on "
+        f"{min(sizes):,}-{max(sizes):,} messages: {_spread(request)} "
+        f"(target <= {TARGETS['request_ms']} ms)",
         "",
     ]
     print("\n".join(lines[-4:]), flush=True)

@@ -35,6 +35,7 @@ __all__ = [
     "choose_ttl",
     "edit_cost",
     "min_cacheable_tokens",
+    "place_breakpoints",
     "plan_breakpoints",
 ]
 
@@ -132,6 +133,31 @@ def plan_breakpoints(
     for count in tokens:
         total += max(0, count)
         cumulative.append(total)
+    return place_breakpoints(
+        cumulative,
+        system=system,
+        stable=stable,
+        previous_tail=previous_tail,
+        min_tokens=min_tokens,
+        limit=limit,
+        edit_marks=edit_marks,
+    )
+
+
+def place_breakpoints(
+    cumulative: Sequence[int],
+    *,
+    system: Sequence[int],
+    stable: Sequence[int],
+    previous_tail: int | None,
+    min_tokens: int,
+    limit: int = MAX_BREAKPOINTS,
+    edit_marks: Sequence[int] = (),
+) -> list[int]:
+    """:func:`plan_breakpoints` from the running token total (``cumulative[i]``: the
+    estimates of messages 0..i, negative ones counted as 0), which a caller extending its
+    messages step by step keeps instead of adding them up on every request."""
+    tokens = cumulative
     wanted: list[int] = []
     if system:
         wanted.append(max(system))

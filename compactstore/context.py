@@ -8,21 +8,32 @@ with live edits applied and synthetic error results for crash-orphaned tool call
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Generic, TypeVar, cast
 
-from compactstore.editable import OpenResults, open_media, open_results_of
-from compactstore.formats import MessageFormat, ToolCall, ToolResult
-from compactstore.formats.base import Kind, storable_text, storage_json
+from compactstore._incremental import (
+    ITEMS,
+    NEWEST_ASSISTANT_AT,
+    OPEN_CALLS,
+    OPEN_MEDIA_BLOCKS,
+    OPEN_RESULTS,
+    SENT_TOKENS,
+    THINKING,
+    TURN,
+    Incremental,
+    Scope,
+)
+from compactstore._message import ContextMessage, MessageState, json_copy
+from compactstore.editable import OpenResults
+from compactstore.formats import MessageFormat, ToolCall
+from compactstore.formats.base import storable_text
 from compactstore.frozen import freeze, thaw
 from compactstore.models import CompactionConfig, SummaryState
-from compactstore.pairs import advance_open_calls, match_pairs, newest_turn
-from compactstore.thinking import ThinkingIndex, TurnState, merged_ranges, sent_tokens, within
-from compactstore.tokens import TokenCounter, estimate_tokens, message_tokens
+from compactstore.pairs import match_pairs, newest_turn
+from compactstore.thinking import ThinkingIndex, TurnState, merged_ranges, within
+from compactstore.tokens import TokenCounter, message_tokens
 
 __all__ = [
     "PENDING_VERSION",
@@ -34,10 +45,6 @@ __all__ = [
     "json_copy",
 ]
 
-MessageState = Literal[
-    "original", "persisted", "cleared", "deduplicated", "summary", "pinned", "synthetic", "removed"
-]
-
 # The context version of a change an engine made and no write has recorded yet: newer than
 # every version a message answered (see ActiveContext.changes; settled() replaces it).
 PENDING_VERSION = 1 << 62
@@ -47,90 +54,24 @@ SYNTHETIC_RESULT_TEXT = (
     "The tool may or may not have run.]"
 )
 
-
-def json_copy(value: Any) -> Any:
-    """A deep copy of a JSON value: new dicts and lists, the same immutable leaves.
-
-    Equal to ``json.loads(json.dumps(value))`` for what a message holds, at a fraction of
-    the cost: strings, the bulk of a message, are shared instead of decoded again. Read-only
-    values (:mod:`compactstore.frozen`) come back as plain, mutable ones.
-    """
-    return thaw(value)
+T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class ContextMessage:
-    """One message of the active context, with what engines need to know about it."""
+class Derived(Generic[T]):
+    """A value a context computes from all of it (not by appends: see
+    :mod:`compactstore._incremental`), kept in its memo; typed for the readers."""
 
-    seq: int | None  # None for the summary and synthetic results, which are not in the log
-    # Parsed once and shared (cached), read-only (compactstore.frozen): callers get copies.
-    message: dict[str, Any]
-    payload: str  # the message as stored
-    tokens: int
-    kind: Kind
-    state: MessageState
-    calls: tuple[ToolCall, ...] = ()
-    results: tuple[ToolResult, ...] = ()
-    created_at: float | None = None
-    # Tool-use ids of results in this message already persisted or cleared by a compaction.
-    edited_ids: frozenset[str] = frozenset()
-    # Belongs to the message after it (a responses reasoning item): never cut apart.
-    glued: bool = False
-    # An assistant item that continues the turn of the assistant item before it (responses).
-    joins_turn: bool = False
-    # An assistant message: the context version it answered; None
-    # for other messages and for messages stored before versions were recorded.
-    context_version: int | None = None
-    # The estimate of its thinking blocks (counted only while the wire view sends them);
-    # None when it carries none.
-    thinking_tokens: int | None = None
+    __slots__ = ("name",)
 
-    @property
-    def pinned(self) -> bool:
-        return self.state == "pinned"
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-    def copy_message(self) -> dict[str, Any]:
-        """A fresh copy of the message, for a caller that may change it."""
-        copy: dict[str, Any]
-        try:
-            copy = json_copy(self.message)
-        except RecursionError:  # nested deeper than Python recursion goes; the C decoder copes
-            copy = json.loads(self.payload)
-        return copy
 
-    @classmethod
-    def build(
-        cls,
-        fmt: MessageFormat,
-        message: dict[str, Any],
-        *,
-        tokens: int,
-        seq: int | None,
-        state: MessageState,
-        payload: str | None = None,
-        created_at: float | None = None,
-        edited_ids: frozenset[str] = frozenset(),
-        context_version: int | None = None,
-    ) -> ContextMessage:
-        kind = fmt.kind(message)
-        thinking = fmt.thinking_text(message) if kind == "assistant" else None
-        return cls(
-            seq=seq,
-            message=freeze(message),
-            payload=storage_json(message) if payload is None else payload,
-            tokens=tokens,
-            kind=kind,
-            state=state,
-            calls=tuple(fmt.tool_calls(message)),
-            results=tuple(fmt.tool_results(message)),
-            created_at=created_at,
-            edited_ids=edited_ids,
-            glued=fmt.glued(message),
-            joins_turn=fmt.groups_turns and kind == "assistant",
-            context_version=context_version if kind == "assistant" else None,
-            # The built-in estimate: the caller's token counter never runs on a read.
-            thinking_tokens=None if thinking is None else estimate_tokens(thinking),
-        )
+_LINEAGE: Derived[object] = Derived("lineage")
+_WIRE: Derived[tuple[Mapping[str, Any], ...]] = Derived("wire")
+_CUTOFF: Derived[int | None] = Derived("thinking_cutoff")
+_RANGES: Derived[tuple[tuple[int, int], ...]] = Derived("thinking_ranges")
+_USAGE: Derived[int] = Derived("usage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,44 +110,71 @@ class ActiveContext:
     # removed one). An engine's own edits and cuts are PENDING_VERSION.
     changes: tuple[tuple[int, int], ...] = ()
 
-    # Derived values are computed once per context: a context never changes, and engines
-    # and the store ask for its usage several times per call.
+    # Derived values are computed once per context and kept in its memo (typed keys: the
+    # registry's incremental values, which extended() carries over, and Derived ones): a
+    # context never changes, and engines and the store ask for its usage several times.
+    memo: dict[object, Any] = field(
+        init=False, default_factory=dict, repr=False, compare=False, hash=False
+    )
 
-    @cached_property
+    def _derived(self, key: Derived[T], compute: Callable[[], T]) -> T:
+        memo = self.memo
+        if key in memo:
+            return cast("T", memo[key])
+        value = memo[key] = compute()
+        return value
+
+    def value(self, key: Incremental[T]) -> T:
+        """An incremental value of this context (computed once, carried by appends)."""
+        memo = self.memo
+        if key in memo:
+            return cast("T", memo[key])
+        part = self.head + self.kept if key.part == "items" else self.kept
+        value = memo[key] = key.of(self.scope, part)
+        return value
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.fmt, self.config)
+
+    @property
     def items(self) -> tuple[ContextMessage, ...]:
-        return self.head + self.kept
+        return self.value(ITEMS)
 
-    @cached_property
+    @property
     def lineage(self) -> object:
         """A token this context shares with the contexts :meth:`extended` made from it, and
         with no other: while two contexts have the same lineage, the longer one is the
         shorter with messages appended (any other change makes a new context by
         ``replace``, which starts a lineage of its own) — though with thinking, an append
         may also change which earlier messages' thinking the wire view sends."""
-        return object()
+        return self._derived(_LINEAGE, object)
 
-    @cached_property
+    @property
     def wire(self) -> tuple[Mapping[str, Any], ...]:
         """The messages to send to the model, in order: the context's own read-only
         messages, shared by every reader (what ``Session.context_view()`` returns), with
         the thinking blocks the context leaves out removed (see
         :attr:`thinking_cutoff`)."""
-        items = self.items
+        return self._derived(_WIRE, self._built_wire)
+
+    def _built_wire(self) -> tuple[Mapping[str, Any], ...]:
         ranges = self.thinking_ranges
         return tuple(
             item.message
             if item.thinking_tokens is None or within(index, ranges)
-            else self._stripped(item)
-            for index, item in enumerate(items)
+            else self.stripped(item)
+            for index, item in enumerate(self.items)
         )
 
-    def _stripped(self, item: ContextMessage) -> Mapping[str, Any]:
+    def stripped(self, item: ContextMessage) -> Mapping[str, Any]:
+        """``item``'s message without its thinking blocks (read-only)."""
         stripped: Mapping[str, Any] = freeze(self.fmt.without_thinking(item.message))
         return stripped
 
     # -- thinking ---------------------------------------------------------------
 
-    @cached_property
+    @property
     def thinking_cutoff(self) -> int | None:
         """Index in ``items`` of the first message with thinking whose prefix changed since
         the context version it answered: a change (an edit, a cut, a rollback) newer than
@@ -230,15 +198,15 @@ class ActiveContext:
                 return index
         return None
 
-    @cached_property
+    @property
     def _thinking_index(self) -> ThinkingIndex:
-        return ThinkingIndex((), ()).advanced(enumerate(self.items))
+        return self.value(THINKING)
 
-    @cached_property
+    @property
     def _turn(self) -> TurnState:
-        return TurnState(None, -1, -1).advanced(enumerate(self.items))
+        return self.value(TURN)
 
-    @cached_property
+    @property
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
         """Index ranges of ``items`` whose thinking the wire view sends.
 
@@ -249,6 +217,9 @@ class ActiveContext:
         message) keeps its thinking whatever changed before it: the Messages API refuses a
         tool-use continuation whose assistant message does not start with its thinking.
         """
+        return self._derived(_RANGES, self._ranges)
+
+    def _ranges(self) -> tuple[tuple[int, int], ...]:
         n = len(self.items)
         cutoff = self.thinking_cutoff
         end = n if cutoff is None else cutoff
@@ -260,7 +231,7 @@ class ActiveContext:
             ranges.append((start, n))
         return merged_ranges(ranges)
 
-    @cached_property
+    @property
     def thinking_tokens(self) -> int:
         """Estimated tokens of the thinking blocks the wire view sends."""
         return sum(self._thinking_index.between(a, b) for a, b in self.thinking_ranges)
@@ -319,8 +290,8 @@ class ActiveContext:
         changes = tuple((version if v == PENDING_VERSION else v, s) for v, s in self.changes)
         new = replace(self, changes=changes)
         # Every pending change is newer than what any message answered, as is ``version``:
-        # what was derived from them stands.
-        _carry(self, new, _SETTLED)
+        # what was derived from them stands (but the lineage: a new context).
+        new.memo.update((k, v) for k, v in self.memo.items() if k is not _LINEAGE)
         return new
 
     def _changed(self, seq: int | None) -> tuple[tuple[int, int], ...]:
@@ -384,47 +355,50 @@ class ActiveContext:
         """Learnt correction factor, else the configured default."""
         return self.token_factor if self.token_factor is not None else self.config.token_factor
 
-    @cached_property
+    @property
     def message_tokens_sum(self) -> int:
         """Sum of the stored estimates of every message the wire view sends (thinking
         blocks not included: see :attr:`thinking_tokens`)."""
-        return sent_tokens(self.fmt, self.config, self.items)
+        return self.value(SENT_TOKENS)
 
-    @cached_property
+    @property
     def raw_tokens(self) -> int:
         """Sum of the stored estimates of every message and of the thinking blocks the wire
         view sends (before factor and offsets)."""
         return self.message_tokens_sum + self.thinking_tokens
 
-    @cached_property
+    @property
     def usage(self) -> int:
         """Estimated prompt tokens of the context."""
+        return self._derived(_USAGE, self._usage)
+
+    def _usage(self) -> int:
         raw = round(self.factor * self.raw_tokens)
         return self.config.fixed_overhead_tokens + raw + self.usage_offset
 
-    @cached_property
+    @property
     def unanswered(self) -> dict[str, tuple[int, ...]]:
         """Calls of the kept part that no message of it answers (a synthetic result counts),
         by tool-use id, with the indexes in ``kept`` of the messages that made them (an id
         may be used again once its earlier call is closed: calls are keyed by (id, seq))."""
-        return match_pairs(self.kept).open
+        return self.value(OPEN_CALLS).open
 
-    @cached_property
+    @property
     def newest_assistant_at(self) -> float | None:
         """The latest time of an assistant message of the kept part (None: none)."""
-        return _newest_assistant_at(self.kept)
+        return self.value(NEWEST_ASSISTANT_AT)
 
-    @cached_property
+    @property
     def open_results(self) -> OpenResults:
         """How many tool results an engine may still persist or clear, and the length of the
         longest (see :class:`compactstore.editable.OpenResults`)."""
-        return open_results_of(self.kept)
+        return self.value(OPEN_RESULTS)
 
-    @cached_property
+    @property
     def open_media_blocks(self) -> int:
         """Media blocks in the tool results and user messages still in the kept part whole
-        (what ``max_media_in_context`` limits): see :func:`open_media`."""
-        return sum(found.blocks for found in open_media(self.kept))
+        (what ``max_media_in_context`` limits): see :func:`compactstore.editable.open_media`."""
+        return self.value(OPEN_MEDIA_BLOCKS)
 
     def extended(
         self,
@@ -452,41 +426,23 @@ class ActiveContext:
             real_request_seq=real_request_seq,
             cwd=cwd,
         )
-        known, derived = self.__dict__, new.__dict__  # where cached_property keeps values
-        derived["lineage"] = self.lineage
-        start = len(self.items)
-        if "items" in known:
-            derived["items"] = known["items"] + tuple(added)
-        if "message_tokens_sum" in known:
-            derived["message_tokens_sum"] = known["message_tokens_sum"] + sent_tokens(
-                self.fmt, config, added
-            )
-        if "_thinking_index" in known or "wire" in known:
-            derived["_thinking_index"] = self._thinking_index.advanced(
-                enumerate(added, start=start)
-            )
-        if "_turn" in known:
-            derived["_turn"] = known["_turn"].advanced(enumerate(added, start=start))
-        if "thinking_cutoff" in known:
+        known, memo = self.memo, new.memo
+        same_config = config is self.config or config == self.config
+        if _WIRE in known:
+            self.value(THINKING)  # the wire view is extended from the thinking index
+        added = tuple(added)
+        for key, value in known.items():
+            if isinstance(key, Incremental) and (same_config or not key.uses_config):
+                memo[key] = key.advanced(new.scope, value, added)
+        memo[_LINEAGE] = self.lineage
+        if _CUTOFF in known:
             # A message appended answered the current version: no change is newer.
-            derived["thinking_cutoff"] = known["thinking_cutoff"]
-        if "wire" in known:
-            if not derived["_thinking_index"].at:  # no thinking anywhere: nothing to strip
-                derived["wire"] = known["wire"] + tuple(item.message for item in added)
+            memo[_CUTOFF] = known[_CUTOFF]
+        if _WIRE in known:
+            if not new.value(THINKING).at:  # no thinking anywhere: nothing to strip
+                memo[_WIRE] = known[_WIRE] + tuple(item.message for item in added)
             else:
-                derived["wire"] = _extended_wire(self, new, added, start)
-        if "unanswered" in known:
-            derived["unanswered"] = advance_open_calls(
-                dict(known["unanswered"]), enumerate(added, start=len(self.kept))
-            )
-        if "newest_assistant_at" in known:
-            times = [known["newest_assistant_at"], _newest_assistant_at(added)]
-            derived["newest_assistant_at"] = max((t for t in times if t is not None), default=None)
-        if "open_results" in known:
-            derived["open_results"] = known["open_results"].merged(open_results_of(added))
-        if "open_media_blocks" in known:
-            added_media = sum(found.blocks for found in open_media(added))
-            derived["open_media_blocks"] = known["open_media_blocks"] + added_media
+                memo[_WIRE] = _extended_wire(self, new, added, len(self.items))
         return new
 
     def message_tokens(self, message: dict[str, Any]) -> int:
@@ -596,27 +552,6 @@ class ActiveContext:
         return names
 
 
-_SETTLED = (
-    "items",
-    "wire",
-    "thinking_cutoff",
-    "_thinking_index",
-    "_turn",
-    "thinking_ranges",
-    "thinking_tokens",
-    "message_tokens_sum",
-    "raw_tokens",
-)
-
-
-def _carry(old: ActiveContext, new: ActiveContext, names: Iterable[str]) -> None:
-    """Copy derived values ``old`` computed already onto ``new`` (which they still hold)."""
-    known, derived = old.__dict__, new.__dict__
-    for name in names:
-        if name in known:
-            derived[name] = known[name]
-
-
 def _extended_wire(
     old: ActiveContext, new: ActiveContext, added: Sequence[ContextMessage], start: int
 ) -> tuple[Mapping[str, Any], ...]:
@@ -624,28 +559,15 @@ def _extended_wire(
     thinking is sent or left out now where it was not before (the newest turn moved on)."""
     before, after = old.thinking_ranges, new.thinking_ranges
     wire = old.wire + tuple(
-        item.message
-        if item.thinking_tokens is None or within(index, after)
-        else new._stripped(item)
+        item.message if item.thinking_tokens is None or within(index, after) else new.stripped(item)
         for index, item in enumerate(added, start=start)
     )
     if before == merged_ranges((a, min(b, start)) for a, b in after):
         return wire
-    items, at = new.items, new._thinking_index.at
+    items, at = new.items, new.value(THINKING).at
     changed = list(wire)
     for index in at[: bisect_left(at, start)]:
         if within(index, before) != within(index, after):
             item = items[index]
-            changed[index] = item.message if within(index, after) else new._stripped(item)
+            changed[index] = item.message if within(index, after) else new.stripped(item)
     return tuple(changed)
-
-
-def _newest_assistant_at(items: Sequence[ContextMessage]) -> float | None:
-    return max(
-        (
-            item.created_at
-            for item in items
-            if item.kind == "assistant" and item.created_at is not None
-        ),
-        default=None,
-    )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from compactstore.media import media_blocks, user_media
 
 if TYPE_CHECKING:
-    from compactstore.context import ContextMessage
+    from compactstore._message import ContextMessage
     from compactstore.formats import ToolResult
 
 __all__ = ["OpenMedia", "OpenResults", "open_media", "open_results_in", "open_results_of"]

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from compactstore.context import ContextMessage
+    from compactstore._message import ContextMessage
 
 __all__ = [
     "Pairs",

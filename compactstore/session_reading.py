@@ -11,6 +11,7 @@ from typing import Any, Literal, cast
 
 from sqlalchemy import Connection
 
+from compactstore._request_view import RequestView
 from compactstore.caching import Ttl, call_gap, choose_ttl, min_cacheable_tokens
 from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
@@ -20,7 +21,7 @@ from compactstore.core.sessions import require
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
-from compactstore.formats.request import build_request_params, clear_trigger, session_fields
+from compactstore.formats.request import clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.models import DroppedThinking, EditState
 from compactstore.providers import compaction_block
@@ -31,6 +32,9 @@ __all__ = ["SessionReading"]
 
 class SessionReading(SessionBase):
     """What the agent reads: the context to send, its size, and the log."""
+
+    # request_params()'s messages, extended step by step (made on the first call).
+    _requests: RequestView | None = None
 
     def request_params(
         self,
@@ -64,6 +68,11 @@ class SessionReading(SessionBase):
         header, on this and every later request of the session (recorded in
         ``sessions.thinking_binding`` at ``now``).
 
+        The dict and its ``messages`` (``input``) list are the caller's; the messages in it
+        are the store's read-only ones, shared with ``context_view()`` (the provider SDKs
+        send them unchanged; copy one before changing it). A call after appends only costs
+        what is new: the request is extended from the format's restart point.
+
         Raises:
             InvalidInputError: a minicode session (no provider API takes its messages), or
                 ``thinking`` / ``extra_headers`` that are not mappings.
@@ -79,8 +88,6 @@ class SessionReading(SessionBase):
             if value is not None and not isinstance(value, Mapping):
                 raise InvalidInputError(f"{name} must be a mapping, got {value!r}")
         context = self.context()
-        items = context.items
-        messages = context.messages()
         ttl: Ttl = "5m"
         server_clear: int | None = None
         if cache_control and self.format == "anthropic":
@@ -90,11 +97,11 @@ class SessionReading(SessionBase):
             trigger = clear_trigger(self.context_window, self.config)
             if policy == "append_only" and editing and context.usage >= trigger:
                 server_clear = self.config.microcompact_keep_recent
-        params = build_request_params(
-            self.adapter,
+        if self._requests is None:
+            self._requests = RequestView()
+        params = self._requests.params(
+            context,
             self.config,
-            items,
-            messages,
             cache_control=cache_control,
             ttl=ttl,
             min_tokens=min_cacheable_tokens(self.model),

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from compactstore.context import ContextMessage
+    from compactstore._message import ContextMessage
     from compactstore.formats import MessageFormat
 
 __all__ = ["ThinkingIndex", "TurnState", "merged_ranges", "sent_tokens", "within"]
@@ -16,20 +16,21 @@ __all__ = ["ThinkingIndex", "TurnState", "merged_ranges", "sent_tokens", "within
 
 class ThinkingIndex(NamedTuple):
     """The messages of a context that carry thinking: their indexes in ``items`` and the
-    running total of their thinking tokens (``cum[k]``: the first k + 1 of them)."""
+    running total of their thinking tokens (``cum[k]``: the first k + 1 of them), over a
+    run of ``size`` messages."""
 
     at: tuple[int, ...]
     cum: tuple[int, ...]
+    size: int = 0
 
-    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> ThinkingIndex:
+    def advanced(self, added: Sequence[ContextMessage]) -> ThinkingIndex:
+        """This index with ``added`` after the messages it covers."""
         at, cum = list(self.at), list(self.cum)
-        for index, item in items:
+        for index, item in enumerate(added, start=self.size):
             if item.thinking_tokens is not None:
                 at.append(index)
                 cum.append((cum[-1] if cum else 0) + item.thinking_tokens)
-        if len(at) == len(self.at):
-            return self
-        return ThinkingIndex(tuple(at), tuple(cum))
+        return ThinkingIndex(tuple(at), tuple(cum), self.size + len(added))
 
     def between(self, start: int, end: int) -> int:
         """Thinking tokens of the messages at indexes start <= i < end."""
@@ -42,27 +43,30 @@ class ThinkingIndex(NamedTuple):
 class TurnState(NamedTuple):
     """Where the newest assistant turn starts (the first assistant message after the last
     user or system message before the newest assistant message; None: no assistant
-    message yet), and the indexes of the last user-or-system and assistant messages."""
+    message yet), and the indexes of the last user-or-system and assistant messages, over a
+    run of ``size`` messages."""
 
     start: int | None
     last_user: int
     last_assistant: int
+    size: int = 0
 
     @property
     def continuing(self) -> bool:
         """Only tool results follow the newest assistant message: a request continues it."""
         return self.last_assistant > self.last_user
 
-    def advanced(self, items: Iterable[tuple[int, ContextMessage]]) -> TurnState:
-        start, last_user, last_assistant = self
-        for index, item in items:
+    def advanced(self, added: Sequence[ContextMessage]) -> TurnState:
+        """This state with ``added`` after the messages it covers."""
+        start, last_user, last_assistant, size = self
+        for index, item in enumerate(added, start=size):
             if item.kind == "assistant":
                 if start is None or last_user > last_assistant:
                     start = index
                 last_assistant = index
             elif item.kind != "tool":
                 last_user = index
-        return TurnState(start, last_user, last_assistant)
+        return TurnState(start, last_user, last_assistant, size + len(added))
 
 
 def within(index: int, ranges: Sequence[tuple[int, int]]) -> bool:

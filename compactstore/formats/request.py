@@ -1,6 +1,9 @@
 """The keyword arguments of a provider call, from the active context.
 
-``Session.request_params()`` calls :func:`build_request_params`; pure (no database).
+Pure (no database). :func:`build_request_params` builds them from fresh copies of every
+message; ``Session.request_params()`` keeps the same result up to date step by step
+(``compactstore._request_view``) with the helpers here (:func:`breakpoints`,
+:func:`marked_block`, :func:`system_param`).
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from compactstore.caching import Ttl, plan_breakpoints
+from compactstore._incremental import CACHE_INDEX, CacheIndex, Scope
+from compactstore.caching import Ttl, place_breakpoints
 from compactstore.capabilities import (
     BINDING_BETA,
     COMPACTION_BETA,
@@ -20,15 +24,18 @@ from compactstore.formats.base import MessageFormat
 from compactstore.providers import compaction_block
 
 if TYPE_CHECKING:
-    from compactstore.context import ContextMessage
+    from compactstore._message import ContextMessage
     from compactstore.models import CompactionConfig
 
 __all__ = [
     "CACHE_CONTROL",
+    "breakpoints",
     "build_request_params",
     "cache_control_of",
     "clear_trigger",
+    "marked_block",
     "session_fields",
+    "system_param",
 ]
 
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -59,7 +66,7 @@ def build_request_params(
         return {"input": fmt.wire_view(messages, config)}
     marks: list[int] = []
     if cache_control:
-        marks = _breakpoints(items, min_tokens, server_clear)
+        marks = breakpoints(CACHE_INDEX.of(Scope(fmt, config), items), min_tokens, server_clear)
         # Text content as a block, on every message and every call: a breakpoint needs a
         # block, and a message whose bytes changed when its breakpoint moved on would make
         # the next call miss the cache from that message on.
@@ -78,7 +85,7 @@ def build_request_params(
     rest = [m for m in messages if m.get("role") != "system"]
     params: dict[str, Any] = {}
     if system:
-        params["system"] = _system(system, control if system_marked else None)
+        params["system"] = system_param(system, control if system_marked else None)
     # A provider's compaction block goes first, in the first message (the provider's
     # placement rule), in place of everything it summarised: the pinned messages before it
     # were sent in the compaction request (the log keeps them).
@@ -95,48 +102,46 @@ def cache_control_of(ttl: Ttl) -> dict[str, str]:
     return dict(CACHE_CONTROL) if ttl == "5m" else {**CACHE_CONTROL, "ttl": ttl}
 
 
-def _breakpoints(
-    items: Sequence[ContextMessage], min_tokens: int, server_clear: int | None
-) -> list[int]:
-    """Indexes of ``items`` to mark (compactstore.caching.plan_breakpoints): the system
-    prompt, the newest message, the last message of the previous request (the one before
-    the newest assistant message), the last pinned message of the leading pinned run and
-    the summary."""
-    system = [i for i, item in enumerate(items) if item.message.get("role") == "system"]
-    stable: list[int] = []
-    last_pinned: int | None = None
-    for index, item in enumerate(items):
-        if item.state != "pinned":
-            break
-        if item.message.get("role") != "system":
-            last_pinned = index
-    if last_pinned is not None:
-        stable.append(last_pinned)
-    stable.extend(index for index, item in enumerate(items) if item.state == "summary")
-    previous_tail: int | None = None
-    for index in range(len(items) - 1, -1, -1):
-        if items[index].kind == "assistant":
-            previous_tail = index - 1 if index > 0 else None
-            break
-    if previous_tail is not None and items[previous_tail].message.get("role") == "system":
+def breakpoints(index: CacheIndex, min_tokens: int, server_clear: int | None) -> list[int]:
+    """Indexes of the messages to mark (compactstore.caching.place_breakpoints), from the
+    context's :class:`compactstore._incremental.CacheIndex`: the system prompt, the newest
+    message, the last message of the previous request (the one before the newest assistant
+    message), the last pinned message of the leading pinned run and the summary."""
+    stable = [] if index.last_pinned is None else [index.last_pinned]
+    stable.extend(index.summaries)
+    last = index.last_assistant
+    previous_tail = last - 1 if last else None
+    if previous_tail is not None and previous_tail in index.system:
         previous_tail = None
     edit_marks: list[int] = []
     if server_clear:
-        results = [i for i, item in enumerate(items) for _ in item.results]
+        results = index.results
         # The edit clears all but the newest ``keep`` results: this call finds the prefix
         # before the (keep+1)-th newest as the previous call left it; the next one will
         # find the prefix before the keep-th newest as this one leaves it.
         for k in (server_clear + 1, server_clear):
             if len(results) >= k and results[-k] > 0:
                 edit_marks.append(results[-k] - 1)
-    return plan_breakpoints(
-        [item.tokens for item in items],
+    return place_breakpoints(
+        index.cumulative,
         edit_marks=edit_marks,
-        system=system,
+        system=index.system,
         stable=stable,
         previous_tail=previous_tail,
         min_tokens=min_tokens,
     )
+
+
+def marked_block(message: Mapping[str, Any]) -> int | None:
+    """The index in ``message``'s content list of the block a breakpoint goes on (the last
+    one that takes ``cache_control``); None when the content is not a list or has none."""
+    content = message.get("content")
+    if isinstance(content, list):
+        for index in range(len(content) - 1, -1, -1):
+            block = content[index]
+            if isinstance(block, dict) and block.get("type") not in _NO_CACHE_CONTROL:
+                return index
+    return None
 
 
 def _with_breakpoint(message: dict[str, Any], control: dict[str, str]) -> dict[str, Any]:
@@ -144,17 +149,15 @@ def _with_breakpoint(message: dict[str, Any], control: dict[str, str]) -> dict[s
     if isinstance(content, str):
         blocks = [{"type": "text", "text": content, "cache_control": dict(control)}]
         return {**message, "content": blocks}
-    if isinstance(content, list):
-        for index in range(len(content) - 1, -1, -1):
-            block = content[index]
-            if isinstance(block, dict) and block.get("type") not in _NO_CACHE_CONTROL:
-                new_content = list(content)
-                new_content[index] = {**block, "cache_control": dict(control)}
-                return {**message, "content": new_content}
+    at = marked_block(message)
+    if isinstance(content, list) and at is not None:
+        new_content = list(content)
+        new_content[at] = {**content[at], "cache_control": dict(control)}
+        return {**message, "content": new_content}
     return message
 
 
-def _system(system: list[dict[str, Any]], control: dict[str, str] | None) -> Any:
+def system_param(system: Sequence[Mapping[str, Any]], control: dict[str, str] | None) -> Any:
     """The ``system`` parameter: the system messages' text joined by blank lines, or their
     text blocks in order when any has blocks or a breakpoint (``control``) is wanted."""
     contents = [m.get("content") for m in system]
