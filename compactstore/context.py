@@ -69,7 +69,7 @@ class Derived(Generic[T]):
 
 _LINEAGE: Derived[object] = Derived("lineage")
 _WIRE: Derived[tuple[Mapping[str, Any], ...]] = Derived("wire")
-_CUTOFF: Derived[int | None] = Derived("thinking_cutoff")
+_CHANGED: Derived[tuple[int, ...]] = Derived("changed_thinking")
 _RANGES: Derived[tuple[tuple[int, int], ...]] = Derived("thinking_ranges")
 _USAGE: Derived[int] = Derived("usage")
 
@@ -178,16 +178,25 @@ class ActiveContext:
     def thinking_cutoff(self) -> int | None:
         """Index in ``items`` of the first message with thinking whose prefix changed since
         the context version it answered: a change (an edit, a cut, a rollback) newer than
-        that version at a seq before it. From there on thinking is left out of the wire
-        view (but for the turn a request continues). None when no such message."""
+        that version at a seq before it. None when no such message."""
+        changed = self.changed_thinking
+        return changed[0] if changed else None
+
+    @property
+    def changed_thinking(self) -> tuple[int, ...]:
+        """Indexes in ``items`` of the messages with thinking whose prefix changed since the
+        context version each answered, in order."""
+        return self._derived(_CHANGED, self._changed_thinking)
+
+    def _changed_thinking(self) -> tuple[int, ...]:
         changes = sorted(self.changes, reverse=True)  # newest first
         if not changes:
-            return None
+            return ()
         versions = [-version for version, _ in changes]  # ascending, for bisect
         lowest: list[int] = []  # lowest seq changed by the k newest changes
         for _, seq in changes:
             lowest.append(seq if not lowest else min(lowest[-1], seq))
-        items = self.items
+        items, found = self.items, []
         for index in self._thinking_index.at:
             item = items[index]
             if item.seq is None:
@@ -195,8 +204,8 @@ class ActiveContext:
             answered = -1 if item.context_version is None else item.context_version
             newer = bisect_left(versions, -answered)  # changes with a version > answered
             if newer and lowest[newer - 1] < item.seq:  # changed after a seq before it
-                return index
-        return None
+                found.append(index)
+        return tuple(found)
 
     @property
     def _thinking_index(self) -> ThinkingIndex:
@@ -210,26 +219,43 @@ class ActiveContext:
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
         """Index ranges of ``items`` whose thinking the wire view sends.
 
-        With ``preserved_thinking`` (the default): every message before
-        :attr:`thinking_cutoff`. Without it: the newest assistant turn's only (the last
-        assistant message and those before it back to the last user message). In both, a
-        turn that the request continues (only tool results follow its last assistant
-        message) keeps its thinking whatever changed before it: the Messages API refuses a
-        tool-use continuation whose assistant message does not start with its thinking.
-        """
+        A message's thinking is left out when its prefix changed since it was produced
+        (:attr:`changed_thinking`), and so is the rest of its turn's (made with it in the
+        prefix). A later turn's thinking, made after the change, is sent: the bytes before
+        it are what was sent then (append-only, and the prompt cache stays warm). Without
+        ``preserved_thinking`` only the newest assistant turn's thinking is sent (back to
+        the last user message). In both, a turn the request continues (only tool results
+        follow its last assistant message) keeps its thinking whatever changed before it:
+        the Messages API refuses a tool-use continuation not starting with its thinking."""
         return self._derived(_RANGES, self._ranges)
 
     def _ranges(self) -> tuple[tuple[int, int], ...]:
         n = len(self.items)
-        cutoff = self.thinking_cutoff
-        end = n if cutoff is None else cutoff
         turn = self._turn
         start = n if turn.start is None else turn.start
-        # Without preserved thinking, only the newest assistant turn's (up to the cutoff).
-        ranges = [(0, end) if self.config.preserved_thinking else (start, max(start, end))]
+        sent, begin = [], 0 if self.config.preserved_thinking else start
+        for cut, end in self._cut_turns():
+            if end > begin:
+                sent.append((begin, cut))
+                begin = end
+        sent.append((begin, n))
         if turn.continuing:
-            ranges.append((start, n))
-        return merged_ranges(ranges)
+            sent.append((start, n))
+        return merged_ranges(sent)
+
+    def _cut_turns(self) -> list[tuple[int, int]]:
+        """(first, end) index spans whose thinking is left out: from each message whose
+        prefix changed to the end of its turn (the next user or system message)."""
+        items, spans = self.items, []
+        end = 0
+        for index in self.changed_thinking:
+            if index < end:
+                continue
+            end = index + 1
+            while end < len(items) and items[end].kind in ("assistant", "tool"):
+                end += 1
+            spans.append((index, end))
+        return spans
 
     @property
     def thinking_tokens(self) -> int:
@@ -435,9 +461,9 @@ class ActiveContext:
             if isinstance(key, Incremental) and (same_config or not key.uses_config):
                 memo[key] = key.advanced(new.scope, value, added)
         memo[_LINEAGE] = self.lineage
-        if _CUTOFF in known:
+        if _CHANGED in known:
             # A message appended answered the current version: no change is newer.
-            memo[_CUTOFF] = known[_CUTOFF]
+            memo[_CHANGED] = known[_CHANGED]
         if _WIRE in known:
             if not new.value(THINKING).at:  # no thinking anywhere: nothing to strip
                 memo[_WIRE] = known[_WIRE] + tuple(item.message for item in added)
