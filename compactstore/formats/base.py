@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactstore.errors import InvalidMessageError
-from compactstore.media import MEDIA_BLOCK_TYPES, has_media
+from compactstore.media import MEDIA_BLOCK_TYPES, has_media, media_tokens
+from compactstore.tokens import TokenCounter
 
 __all__ = [
     "MAX_NESTING",
@@ -284,6 +285,11 @@ class MessageFormat(ABC):
             parts.append(call.input if isinstance(call.input, str) else json_text(call.input))
         parts.extend(result.text for result in self.tool_results(message))
         return "\n".join(p for p in parts if p)
+
+    def message_tokens(self, message: dict[str, Any], count: TokenCounter) -> int:
+        """The estimate stored with a message: ``count`` over :meth:`token_text`, plus the
+        figure of each image or document it carries."""
+        return count(self.token_text(message)) + media_tokens(message)
 
     def is_request(self, message: dict[str, Any]) -> bool:
         """True for a user message written by a person (prose, no tool results)."""

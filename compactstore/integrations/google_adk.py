@@ -40,7 +40,6 @@ import copy
 import hashlib
 import json
 import os
-import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -49,6 +48,7 @@ from typing import Any
 
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
 from compactstore.recall import RECALL_TOOL_NAME
 from compactstore.session import Session
@@ -68,24 +68,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"pip install 'compactstore[google-adk]' ({exc})"
     ) from None
 
-__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "is_overflow", "to_anthropic"]
+__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "is_context_overflow", "to_anthropic"]
 
 # The value of message_origins.source for Contents stored by this plug-in.
 SOURCE = "google_adk"
 FORMAT = "anthropic"
-
-
-# How providers say a prompt does not fit the model's window.
-_OVERFLOW = re.compile(
-    r"input token count.*exceeds|exceeds the maximum number of tokens|prompt is too long"
-    r"|context[_ ](window|length)[_ ]exceeded|maximum context length|too many tokens",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def is_overflow(error: BaseException) -> bool:
-    """The error says the prompt is too long for the model."""
-    return bool(_OVERFLOW.search(str(error)))
 
 
 def _dump(content: types.Content) -> str:
@@ -296,7 +283,7 @@ class CompactPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
         """A prompt too long for the model: recover and call the model once more."""
-        if not is_overflow(error):
+        if not is_context_overflow(error):
             return None
         agent = callback_context.get_invocation_context().agent
         model = getattr(agent, "canonical_model", None)
