@@ -33,11 +33,9 @@ from compactstore.tokens import (
 )
 
 __all__ = [
-    "ANTHROPIC_RESULT_BLOCKS",
     "GENERATED_IMAGE",
     "IMAGE_MEDIA_TYPES",
     "MEDIA_BLOCK_TYPES",
-    "RESPONSES_RESULT_PARTS",
     "USER_MEDIA",
     "Media",
     "blob_text",
@@ -66,9 +64,6 @@ MEDIA_BLOCK_TYPES = frozenset(
 IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
 # A Responses item of the hosted image generation tool: its ``result`` is the image, base64.
 GENERATED_IMAGE = "image_generation_call"
-# What append_tool_result takes in a list, per format.
-ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
-RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
 
 # The tool-use id a blob holding a user message's media is stored under (the blob table
 # keys blobs by the result they came from; a user message answers no call).

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactstore.errors import InvalidInputError
-from compactstore.formats import MessageFormat
+from compactstore.formats import MessageFormat, get_format
 from compactstore.formats.base import content_blocks, storage_json, type_name
 from compactstore.media import GENERATED_IMAGE, describe
 from compactstore.tokens import TokenCounter
@@ -109,49 +109,19 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-Shape = Literal["anthropic", "openai", "responses"]
-# How each format spells a tool definition (minicode takes Anthropic's shape).
-_SHAPES: dict[str, Shape] = {
-    "anthropic": "anthropic",
-    "minicode": "anthropic",
-    "openai": "openai",
-    "responses": "responses",
-}
-
 
 def tool_definition(format_name: str) -> dict[str, Any]:
-    """The ``recall`` tool as the session's format declares tools.
-
-    anthropic and minicode: ``{"name", "description", "input_schema"}`` (Anthropic's
-    ``ToolParam``); openai: ``{"type": "function", "function": {...}}`` (Chat Completions);
-    responses: ``{"type": "function", "name", "description", "parameters", "strict"}``.
+    """The ``recall`` tool as the session's format declares tools
+    (``MessageFormat.tool_definition``): anthropic and minicode ``{"name", "description",
+    "input_schema"}`` (Anthropic's ``ToolParam``); openai ``{"type": "function",
+    "function": {...}}`` (Chat Completions); responses ``{"type": "function", "name",
+    "description", "parameters", "strict"}``.
 
     Raises:
-        InvalidInputError: a format with no known tool shape.
+        InvalidInputError: an unknown format.
     """
-    shape = _SHAPES.get(format_name)
     schema = json.loads(json.dumps(SCHEMA))  # a fresh copy the caller may change
-    if shape == "anthropic":
-        return {"name": RECALL_TOOL_NAME, "description": DESCRIPTION, "input_schema": schema}
-    if shape == "openai":
-        return {
-            "type": "function",
-            "function": {
-                "name": RECALL_TOOL_NAME,
-                "description": DESCRIPTION,
-                "parameters": schema,
-            },
-        }
-    if shape == "responses":
-        # Not strict: strict mode would make every property required.
-        return {
-            "type": "function",
-            "name": RECALL_TOOL_NAME,
-            "description": DESCRIPTION,
-            "parameters": schema,
-            "strict": False,
-        }
-    raise InvalidInputError(f"no recall tool shape for format {format_name!r}")
+    return get_format(format_name).tool_definition(RECALL_TOOL_NAME, DESCRIPTION, schema)
 
 
 # -- arguments ------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ result is a message of its own::
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from compactstore.formats.anthropic import ANTHROPIC_ASSISTANT, ANTHROPIC_USER
 from compactstore.formats.base import (
     Kind,
     ResultContent,
@@ -34,6 +36,13 @@ class MiniCodeFormat(ResultMessageFormat):
     thinking_block_types = frozenset({"thinking", "redacted_thinking"})
     result_role = "tool_result"
     result_id_key = "toolUseId"
+    # Anthropic's block dialect; its tool results are messages of their own (text only:
+    # the article's shape has no content blocks there). No provider API takes its messages.
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": frozenset({"text"}),
+        "user": ANTHROPIC_USER - {"tool_result"},
+        "assistant": ANTHROPIC_ASSISTANT,
+    }
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)

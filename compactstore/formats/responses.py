@@ -27,9 +27,10 @@ exactly one class (:data:`ITEM_CLASSES`):
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal
 
+from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     THINKING_NOTE,
     Kind,
@@ -43,6 +44,7 @@ from compactstore.formats.base import (
     json_text,
     result_blocks,
     type_name,
+    usage_count,
 )
 from compactstore.media import GENERATED_IMAGE, MEDIA_BLOCK_TYPES
 from compactstore.media_checks import check_media_block, check_user_media
@@ -121,6 +123,7 @@ ITEM_CLASSES: dict[str, ItemClass] = {
 }
 
 _ROLES = ("assistant", "developer", "system", "user")
+_INPUT_PARTS = frozenset({"input_text", "input_image", "input_file"})
 
 ERROR_PREFIX = "Error: "
 
@@ -162,6 +165,65 @@ class ResponsesFormat(MessageFormat):
     name = "responses"
     groups_turns = True
     reuses_call_ids = True
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": _INPUT_PARTS,
+        "developer": _INPUT_PARTS,
+        "user": _INPUT_PARTS,
+        # The SDK's EasyInputMessageParam allows input parts for any role, but the API
+        # takes only output_text and refusal parts from the assistant.
+        "assistant": frozenset({"output_text", "refusal"}),
+        "function_call_output": _INPUT_PARTS,
+        "custom_tool_call_output": _INPUT_PARTS,
+    }
+    result_block_types = ("input_text", "input_image", "input_file")
+    sdk_extra = "openai"
+    request_key = "input"
+    response_name = "an OpenAI Responses Response"
+
+    def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
+        """A message item's content, a function or custom tool output's ``output`` list."""
+        kind = message.get("type", "message" if "role" in message else None)
+        if kind == "message":
+            yield from super().block_lists(message)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = message.get("output")
+            if isinstance(output, list):
+                yield kind, "output", output
+
+    def text_block(self, role: str, text: str) -> dict[str, Any]:
+        if role == "assistant":
+            return {"type": "output_text", "text": text, "annotations": []}
+        return {"type": "input_text", "text": text}
+
+    def request_type(self) -> Any:
+        """``openai.types.responses.ResponseInputItemParam``."""
+        try:
+            import openai.types.responses
+        except ImportError:
+            raise self.sdk_missing() from None
+        return openai.types.responses.ResponseInputItemParam
+
+    def is_response(self, response: Any) -> bool:
+        return getattr(response, "object", None) == "response" and hasattr(response, "output")
+
+    def response_turn(self, response: Any) -> tuple[list[dict[str, Any]], int | None]:
+        """Every output item; the prompt is ``input_tokens`` (cached tokens included)."""
+        item_type_ = self.request_type()
+        items = [to_request(item_type_, item) for item in getattr(response, "output", None) or []]
+        return items, usage_count(getattr(response, "usage", None), "input_tokens")
+
+    def tool_definition(
+        self, name: str, description: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``{"type": "function", "name", "description", "parameters", "strict"}``; not
+        strict: strict mode would make every property required."""
+        return {
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": schema,
+            "strict": False,
+        }
 
     def validate(self, message: Any) -> None:
         if not isinstance(message, dict):
