@@ -80,6 +80,9 @@ class AnthropicFormat(MessageFormat):
     prompt_caching = True
     response_name = "an Anthropic Message"
 
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(EXAMPLES)
+
     def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
         """The content list, and the content list of each ``tool_result`` block in it."""
         for role, where, content in super().block_lists(message):
@@ -233,6 +236,86 @@ class AnthropicFormat(MessageFormat):
                 ],
             }
         ]
+
+
+# The server tool result blocks: the server tool that writes each, and its error block type.
+_SERVER_RESULTS = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+    "code_execution_tool_result": "code_execution",
+    "bash_code_execution_tool_result": "bash_code_execution",
+    "text_editor_code_execution_tool_result": "text_editor_code_execution",
+    "tool_search_tool_result": "tool_search_tool_regex",
+}
+_TEXT = {"type": "text", "text": "The build log says the linker failed."}
+_IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.com/plot.png"}}
+_DOCUMENT = {
+    "type": "document",
+    "source": {"type": "text", "media_type": "text/plain", "data": "CHANGELOG: 1.2 fixes it"},
+}
+_SEARCH_RESULT = {
+    "type": "search_result",
+    "source": "https://example.com/linker",
+    "title": "Linker errors",
+    "content": [{"type": "text", "text": "Undefined symbols mean a missing library."}],
+}
+# A conversation with every block type each role may carry (AnthropicFormat.examples).
+EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {
+        "role": "user",
+        "content": [
+            _TEXT,
+            _IMAGE,
+            _DOCUMENT,
+            _SEARCH_RESULT,
+            {"type": "container_upload", "file_id": "file_build_log"},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Check the log first.", "signature": "c2ln"},
+            {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+            *(
+                block
+                for n, (result, tool) in enumerate(_SERVER_RESULTS.items())
+                for block in (
+                    {"type": "server_tool_use", "id": f"srvtoolu_{n}", "name": tool, "input": {}},
+                    {
+                        "type": result,
+                        "tool_use_id": f"srvtoolu_{n}",
+                        "content": {"type": f"{result}_error", "error_code": "unavailable"},
+                    },
+                )
+            ),
+            {"type": "text", "text": "Reading the log."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "log"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [
+                    _TEXT,
+                    _IMAGE,
+                    _DOCUMENT,
+                    _SEARCH_RESULT,
+                    {"type": "tool_reference", "tool_name": "read_file"},
+                    {
+                        "type": "browser_state",
+                        "tabs": [{"tab_id": "1", "title": "Docs", "url": "https://example.com"}],
+                    },
+                ],
+                "is_error": False,
+            }
+        ],
+    },
+    {"role": "assistant", "content": "The linker needs -lm."},
+]
 
 
 def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

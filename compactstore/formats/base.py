@@ -290,6 +290,13 @@ class MessageFormat(ABC):
         ``{"name", "description", "input_schema"}``)."""
         return {"name": name, "description": description, "input_schema": schema}
 
+    def examples(self) -> list[dict[str, Any]]:
+        """A short conversation in the format that carries every block type each role (and
+        nested list) of ``block_types`` may carry, and tool calls each answered by a
+        result: the format by example, and what tests/test_format_conformance.py checks
+        the adapter against (a fresh copy the caller may change)."""
+        return []
+
     # -- behaviour ----------------------------------------------------------------------------
 
     def check_config(self, message: dict[str, Any], config: Any) -> None:

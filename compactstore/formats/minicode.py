@@ -8,6 +8,7 @@ result is a message of its own::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -43,6 +44,9 @@ class MiniCodeFormat(ResultMessageFormat):
         "user": ANTHROPIC_USER - {"tool_result"},
         "assistant": ANTHROPIC_ASSISTANT,
     }
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)
@@ -105,3 +109,64 @@ class MiniCodeFormat(ResultMessageFormat):
             self.tool_result_message(call.id, text, tool_name=call.name, is_error=True)
             for call in calls
         ]
+
+
+# A conversation with every block type each role may carry (MiniCodeFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Why does the build fail?"},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/plot.png"}},
+            {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "build log"},
+            },
+            {
+                "type": "search_result",
+                "source": "https://example.com/linker",
+                "title": "Linker errors",
+                "content": [{"type": "text", "text": "Undefined symbols: a missing library."}],
+            },
+            {"type": "container_upload", "file_id": "file_build_log"},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Check the log first.", "signature": "c2ln"},
+            {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": {"type": "web_search_tool_result_error", "error_code": "unavailable"},
+            },
+            *(
+                {
+                    "type": kind,
+                    "tool_use_id": "srvtoolu_1",
+                    "content": {"type": f"{kind}_error", "error_code": "unavailable"},
+                }
+                for kind in (
+                    "web_fetch_tool_result",
+                    "code_execution_tool_result",
+                    "bash_code_execution_tool_result",
+                    "text_editor_code_execution_tool_result",
+                    "tool_search_tool_result",
+                )
+            ),
+            {"type": "text", "text": "Reading the log."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "log"}},
+        ],
+    },
+    {
+        "role": "tool_result",
+        "content": "ld: undefined symbol: sqrt",
+        "toolName": "read_file",
+        "toolUseId": "toolu_1",
+        "isError": False,
+    },
+    {"role": "assistant", "content": "The linker needs -lm."},
+]

@@ -8,6 +8,7 @@ listed in ``OpenAIFormat.block_types``, so a stored message is one the API takes
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -61,6 +62,9 @@ class OpenAIFormat(ResultMessageFormat):
     sdk_extra = "openai"
     request_key = "messages"
     response_name = "an OpenAI ChatCompletion"
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
 
     def result_block_problem(self, kind: Any) -> str | None:
         if kind in MEDIA_BLOCK_TYPES:
@@ -244,3 +248,37 @@ class OpenAIFormat(ResultMessageFormat):
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         return [{"role": "tool", "tool_call_id": call.id, "content": text} for call in calls]
+
+
+# A conversation with every part type each role may carry (OpenAIFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {"role": "developer", "content": [{"type": "text", "text": "Answer briefly."}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Why does the build fail?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/plot.png"}},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            {"type": "file", "file": {"file_id": "file_build_log"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Reading the log."},
+            {"type": "refusal", "refusal": "I will not delete the log."},
+        ],
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "log"}'},
+            },
+            {"id": "call_2", "type": "custom", "custom": {"name": "grep", "input": "undefined"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "ld: sqrt"}]},
+    {"role": "tool", "tool_call_id": "call_2", "content": "ld: undefined symbol: sqrt"},
+    {"role": "assistant", "content": "The linker needs -lm."},
+]

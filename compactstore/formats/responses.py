@@ -180,6 +180,9 @@ class ResponsesFormat(MessageFormat):
     request_key = "input"
     response_name = "an OpenAI Responses Response"
 
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
+
     def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
         """A message item's content, a function or custom tool output's ``output`` list."""
         kind = message.get("type", "message" if "role" in message else None)
@@ -514,3 +517,32 @@ class ResponsesFormat(MessageFormat):
 
 def _is_text_part(part: Any) -> bool:
     return isinstance(part, dict) and isinstance(part.get("text"), str)
+
+
+_PARTS: list[dict[str, Any]] = [
+    {"type": "input_text", "text": "The build log says the linker failed."},
+    {"type": "input_image", "image_url": "https://example.com/plot.png", "detail": "auto"},
+    {"type": "input_file", "file_id": "file_build_log"},
+]
+# A conversation with every part type each role and output may carry
+# (ResponsesFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"type": "message", "role": "system", "content": _PARTS},
+    {"type": "message", "role": "developer", "content": _PARTS},
+    {"type": "message", "role": "user", "content": _PARTS},
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "Reading the log.", "annotations": []},
+            {"type": "refusal", "refusal": "I will not delete the log."},
+        ],
+    },
+    {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": _PARTS},
+    {"type": "custom_tool_call", "call_id": "call_2", "name": "grep", "input": "undefined"},
+    {"type": "custom_tool_call_output", "call_id": "call_2", "output": _PARTS},
+    {"type": "message", "role": "assistant", "content": "The linker needs -lm."},
+]
