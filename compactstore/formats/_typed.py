@@ -146,42 +146,42 @@ def _walk(annotation: Any, value: Any, path: str, problems: list[str]) -> None:
     members = _members(annotation)
     if members is not None:
         _walk_union(members, value, path, problems)
-        return
-    if annotation is type(None) or annotation is None:
+    elif annotation is type(None) or annotation is None:
         if value is not None:
             problems.append(f"{at}expected null, got {_kind(value)}")
-        return
-    if value is None:
+    elif value is None:
         problems.append(f"{at}null is not allowed here")
-        return
-    origin = typing.get_origin(annotation)
-    if origin is typing.Literal:
+    elif typing.get_origin(annotation) is typing.Literal:
         allowed = typing.get_args(annotation)
         if value not in allowed or type(value) not in {type(a) for a in allowed}:
             problems.append(f"{at}{value!r} is not one of {', '.join(map(repr, allowed))}")
-        return
-    if _is_typed_dict(annotation):
+    elif _is_typed_dict(annotation):
         _walk_typed_dict(annotation, value, path, problems)
-        return
+    else:
+        _walk_container(annotation, value, path, problems)
+
+
+def _walk_container(annotation: Any, value: Any, path: str, problems: list[str]) -> None:
+    """A list, a mapping, or a leaf type."""
+    at = f"{path}: " if path else ""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
     if origin in _LIST_ORIGINS:
         if not isinstance(value, list | tuple):
             problems.append(f"{at}expected a list, got {_kind(value)}")
             return
-        args = typing.get_args(annotation)
         item_type = args[0] if args else Any
         for index, item in enumerate(value):
             _walk(item_type, item, f"{path}[{index}]", problems)
-        return
-    if origin in _MAPPING_ORIGINS:
+    elif origin in _MAPPING_ORIGINS:
         if not isinstance(value, dict):
             problems.append(f"{at}expected an object, got {_kind(value)}")
             return
-        args = typing.get_args(annotation)
         value_type = args[1] if len(args) == 2 else Any
         for key, item in value.items():
             _walk(value_type, item, f"{path}.{key}" if path else str(key), problems)
-        return
-    _walk_leaf(annotation, value, at, problems)
+    else:
+        _walk_leaf(annotation, value, at, problems)
 
 
 def _walk_leaf(annotation: Any, value: Any, at: str, problems: list[str]) -> None:
@@ -224,26 +224,11 @@ def _walk_union(members: tuple[Any, ...], value: Any, path: str, problems: list[
         if not any(m is type(None) or m is None for m in members):
             problems.append(f"{at}null is not allowed here")
         return
-    candidates = [m for m in members if m is not type(None) and m is not None]
-    for key in _DISCRIMINATORS:
-        if not (isinstance(value, dict) and isinstance(value.get(key), str)):
-            continue
-        # A discriminated union: only the members whose ``key`` matches are candidates.
-        tagged = [m for m in candidates if _literals(m, key) is not None]
-        if not tagged:
-            continue
-        matching = [m for m in tagged if value[key] in (_literals(m, key) or ())]
-        if not matching:
-            untagged = [m for m in candidates if _is_typed_dict(m) and m not in tagged]
-            if not untagged:
-                known = sorted({str(t) for m in tagged for t in _literals(m, key) or ()})
-                problems.append(
-                    f"{at}unknown {key} {value[key]!r} (expected one of: {', '.join(known)})"
-                )
-                return
-            matching = untagged
-        candidates = matching
-        break
+    candidates = _discriminated(
+        [m for m in members if m is not type(None) and m is not None], value, at, problems
+    )
+    if candidates is None:
+        return
     shaped = [m for m in candidates if _same_shape(m, value)]
     best: list[str] | None = None
     for member in shaped or candidates:
@@ -254,6 +239,31 @@ def _walk_union(members: tuple[Any, ...], value: Any, path: str, problems: list[
         if best is None or len(found) < len(best):
             best = found
     problems.extend(best or [f"{at}no type of the union accepts {_kind(value)}"])
+
+
+def _discriminated(
+    candidates: list[Any], value: Any, at: str, problems: list[str]
+) -> list[Any] | None:
+    """The members of a discriminated union a value may be: those whose ``type`` (or
+    ``role``) Literal holds the value's, else the untagged ones; None (a problem recorded)
+    when no member can be. All the candidates when the union is not discriminated."""
+    if not isinstance(value, dict):
+        return candidates
+    for key in _DISCRIMINATORS:
+        tag = value.get(key)
+        tagged = [m for m in candidates if _literals(m, key) is not None]
+        if not isinstance(tag, str) or not tagged:
+            continue
+        matching = [m for m in tagged if tag in (_literals(m, key) or ())]
+        if matching:
+            return matching
+        untagged = [m for m in candidates if _is_typed_dict(m) and m not in tagged]
+        if untagged:
+            return untagged
+        known = sorted({str(t) for m in tagged for t in _literals(m, key) or ()})
+        problems.append(f"{at}unknown {key} {tag!r} (expected one of: {', '.join(known)})")
+        return None
+    return candidates
 
 
 def _same_shape(annotation: Any, value: Any) -> bool:
@@ -331,18 +341,9 @@ def _project(annotation: Any, value: Any, *, strict: bool) -> Any:
     members = _members(annotation)
     if members is not None:
         return _project_union(members, value, strict=strict)
-    origin = typing.get_origin(annotation)
     if _is_typed_dict(annotation) and isinstance(value, dict):
-        keys, required = _typed_dict_keys(annotation)
-        shaped: dict[str, Any] = {}
-        for key, item in value.items():
-            if key in keys:
-                if item is None and strict and key not in required and _no_none(keys[key]):
-                    continue  # an output's null where the request type takes no null: absent
-                shaped[key] = _project(keys[key], item, strict=strict)
-            elif not strict:
-                shaped[key] = _dump_all(item)
-        return shaped
+        return _project_typed_dict(annotation, value, strict=strict)
+    origin = typing.get_origin(annotation)
     if origin in _LIST_ORIGINS and isinstance(value, list | tuple):
         args = typing.get_args(annotation)
         item_type = args[0] if args else Any
@@ -352,6 +353,19 @@ def _project(annotation: Any, value: Any, *, strict: bool) -> Any:
         value_type = args[1] if len(args) == 2 else Any
         return {key: _project(value_type, item, strict=strict) for key, item in value.items()}
     return _dump_all(value)
+
+
+def _project_typed_dict(cls: type, value: dict[str, Any], *, strict: bool) -> dict[str, Any]:
+    keys, required = _typed_dict_keys(cls)
+    shaped: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in keys:
+            if item is None and strict and key not in required and _no_none(keys[key]):
+                continue  # an output's null where the request type takes no null: absent
+            shaped[key] = _project(keys[key], item, strict=strict)
+        elif not strict:
+            shaped[key] = _dump_all(item)
+    return shaped
 
 
 def _no_none(annotation: Any) -> bool:
