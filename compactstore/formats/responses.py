@@ -249,30 +249,9 @@ class ResponsesFormat(MessageFormat):
         if item_class == "message":
             self._check_message(message)
         elif item_class == "call":
-            key, name, _ = CALLS[kind]
-            check_nonempty_str(message, key, f"{kind} item", "")
-            if name is None:
-                check_nonempty_str(message, "name", f"{kind} item", "")
-            if kind == "function_call" and not isinstance(message.get("arguments"), str):
-                raise self.fail(
-                    "function_call item needs a string 'arguments' (JSON text), "
-                    f"got {type_name(message.get('arguments'))}"
-                )
-            if kind == "custom_tool_call" and not isinstance(message.get("input"), str):
-                raise self.fail(
-                    f"custom_tool_call item needs a string 'input', "
-                    f"got {type_name(message.get('input'))}"
-                )
+            self._check_call(message, kind)
         elif item_class == "output":
-            key = OUTPUTS[kind][0]
-            if kind == "local_shell_call_output" and "call_id" in message:
-                key = "call_id"
-            check_nonempty_str(message, key, f"{kind} item", "")
-            content = message.get(OUTPUTS[kind][1])
-            if kind not in _NOT_REPLACEABLE and isinstance(content, list):
-                for i, part in enumerate(content):
-                    if isinstance(part, dict) and part.get("type") in MEDIA_BLOCK_TYPES:
-                        check_media_block(part, f"{OUTPUTS[kind][1]}[{i}]: ")
+            self._check_output(message, kind)
         elif kind == "reasoning":
             if not isinstance(message.get("summary"), list):
                 shown = type_name(message.get("summary"))
@@ -281,6 +260,33 @@ class ResponsesFormat(MessageFormat):
             check_nonempty_str(message, "encrypted_content", "compaction item", "")
         elif kind == "item_reference":
             check_nonempty_str(message, "id", "item_reference item", "")
+
+    def _check_call(self, message: dict[str, Any], kind: str) -> None:
+        key, name, _ = CALLS[kind]
+        check_nonempty_str(message, key, f"{kind} item", "")
+        if name is None:
+            check_nonempty_str(message, "name", f"{kind} item", "")
+        if kind == "function_call" and not isinstance(message.get("arguments"), str):
+            raise self.fail(
+                "function_call item needs a string 'arguments' (JSON text), "
+                f"got {type_name(message.get('arguments'))}"
+            )
+        if kind == "custom_tool_call" and not isinstance(message.get("input"), str):
+            raise self.fail(
+                f"custom_tool_call item needs a string 'input', "
+                f"got {type_name(message.get('input'))}"
+            )
+
+    def _check_output(self, message: dict[str, Any], kind: str) -> None:
+        key = OUTPUTS[kind][0]
+        if kind == "local_shell_call_output" and "call_id" in message:
+            key = "call_id"
+        check_nonempty_str(message, key, f"{kind} item", "")
+        content = message.get(OUTPUTS[kind][1])
+        if kind not in _NOT_REPLACEABLE and isinstance(content, list):
+            for i, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") in MEDIA_BLOCK_TYPES:
+                    check_media_block(part, f"{OUTPUTS[kind][1]}[{i}]: ")
 
     def _check_message(self, message: dict[str, Any]) -> None:
         role = message.get("role")
