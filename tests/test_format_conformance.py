@@ -35,6 +35,8 @@ from compactstore.formats.sdk_types import (
     request_type,
     to_request,
 )
+from compactstore.media import MEDIA_BLOCK_TYPES
+from compactstore.recall import render
 from compactstore.tokens import estimate_tokens, message_tokens
 from tests.conftest import module_database
 
@@ -330,6 +332,29 @@ def test_append_response_names_the_response_object_the_format_takes(
 
 
 # -- recall --------------------------------------------------------------------------------
+
+
+@each_format
+def test_recall_renders_every_block_of_a_message_and_leaves_thinking_out(name: str) -> None:
+    fmt = get_format(name)
+    for seq, message in enumerate(fmt.examples()):
+        body = render(fmt, seq, message, "removed").body
+        assert fmt.text(message) in body
+        for call in fmt.tool_calls(message):
+            assert f"tool call {call.name} (id {call.id})" in body
+        for result in fmt.tool_results(message):
+            assert f"tool result for {result.tool_use_id}" in body and result.text in body
+        thinking = fmt.thinking_text(message)
+        if thinking:
+            assert thinking not in body and "left out" in body
+        media = 0
+        for _, _, blocks in fmt.block_lists(message):
+            for block in blocks:
+                kind = block["type"]
+                media += kind in MEDIA_BLOCK_TYPES
+                read = kind in fmt.read_block_types | fmt.thinking_block_types | MEDIA_BLOCK_TYPES
+                assert read or f'"type":"{kind}"' in body, (kind, body)  # its JSON
+        assert body.count("not shown as text") == media  # a marker per image or document
 
 
 @each_format

@@ -73,6 +73,7 @@ class AnthropicFormat(MessageFormat):
             {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
         ),
     }
+    read_block_types = frozenset({"text", "tool_use", "tool_result"})
     result_block_types = ("text", "image", "document")
     sdk_extra = "anthropic"
     request_key = "messages"

@@ -215,6 +215,21 @@ class MessageFormat(ABC):
         if isinstance(role, str) and isinstance(content, list):
             yield role, "content", content
 
+    # Block types that text(), tool_calls() and tool_results() read: recall shows any other
+    # block of a message as its JSON.
+    read_block_types: ClassVar[frozenset[str]] = frozenset({"text"})
+
+    def thinking_count(self, message: Mapping[str, Any]) -> int:
+        """How many thinking blocks the message carries (what recall says it left out)."""
+        content = message.get("content")
+        if not self.thinking_block_types or not isinstance(content, list):
+            return 0
+        return sum(
+            1
+            for block in content
+            if isinstance(block, dict) and block.get("type") in self.thinking_block_types
+        )
+
     def text_block(self, role: str, text: str) -> dict[str, Any]:
         """A text block ``role`` may carry (a note standing for a block left out)."""
         del role

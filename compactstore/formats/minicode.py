@@ -37,6 +37,7 @@ class MiniCodeFormat(ResultMessageFormat):
     thinking_block_types = frozenset({"thinking", "redacted_thinking"})
     result_role = "tool_result"
     result_id_key = "toolUseId"
+    read_block_types = frozenset({"text", "tool_use"})
     # Anthropic's block dialect; its tool results are messages of their own (text only:
     # the article's shape has no content blocks there). No provider API takes its messages.
     block_types: ClassVar[Mapping[str, frozenset[str]]] = {

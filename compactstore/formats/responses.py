@@ -175,6 +175,7 @@ class ResponsesFormat(MessageFormat):
         "function_call_output": _INPUT_PARTS,
         "custom_tool_call_output": _INPUT_PARTS,
     }
+    read_block_types = frozenset({"input_text", "output_text"})
     result_block_types = ("input_text", "input_image", "input_file")
     sdk_extra = "openai"
     request_key = "input"
@@ -192,6 +193,10 @@ class ResponsesFormat(MessageFormat):
             output = message.get("output")
             if isinstance(output, list):
                 yield kind, "output", output
+
+    def thinking_count(self, message: Mapping[str, Any]) -> int:
+        """A reasoning item is one thinking block."""
+        return 1 if item_type(message) in GLUE else 0
 
     def text_block(self, role: str, text: str) -> dict[str, Any]:
         if role == "assistant":
