@@ -33,11 +33,9 @@ from compactstore.tokens import (
 )
 
 __all__ = [
-    "ANTHROPIC_RESULT_BLOCKS",
     "GENERATED_IMAGE",
     "IMAGE_MEDIA_TYPES",
     "MEDIA_BLOCK_TYPES",
-    "RESPONSES_RESULT_PARTS",
     "USER_MEDIA",
     "Media",
     "blob_text",
@@ -66,9 +64,6 @@ MEDIA_BLOCK_TYPES = frozenset(
 IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
 # A Responses item of the hosted image generation tool: its ``result`` is the image, base64.
 GENERATED_IMAGE = "image_generation_call"
-# What append_tool_result takes in a list, per format.
-ANTHROPIC_RESULT_BLOCKS = ("text", "image", "document")
-RESPONSES_RESULT_PARTS = ("input_text", "input_image", "input_file")
 
 # The tool-use id a blob holding a user message's media is stored under (the blob table
 # keys blobs by the result they came from; a user message answers no call).
@@ -289,19 +284,7 @@ def describe(block: Any) -> Media | None:
     if kind not in MEDIA_BLOCK_TYPES:
         return None
     if kind in ("image", "document"):
-        source = block.get("source")
-        source = source if isinstance(source, dict) else {}
-        media_type = source.get("media_type") if isinstance(source.get("media_type"), str) else None
-        data = source.get("data")
-        if kind == "image":
-            return _image(media_type, data if source.get("type") == "base64" else None)
-        if source.get("type") == "base64":
-            return _document(media_type, data if isinstance(data, str) else None)
-        if source.get("type") == "text" and isinstance(data, str):
-            return Media("document", "text/plain", text_tokens=estimate_tokens(data))
-        if source.get("type") == "content":
-            return Media("document", None, text_tokens=_content_tokens(source.get("content")))
-        return Media("document", None)
+        return _sourced(kind, block.get("source"))
     if kind == "input_image":
         media_type, data = _inline(block.get("image_url"))
         return _image(media_type, data if media_type else None)
@@ -312,6 +295,23 @@ def describe(block: Any) -> Media | None:
     inner = block.get("file") if kind == "file" else block
     media_type, data = _inline(inner.get("file_data") if isinstance(inner, dict) else None)
     return _document(media_type or _media_type_of(inner), data)
+
+
+def _sourced(kind: str, source: Any) -> Media:
+    """An Anthropic ``image`` or ``document`` block, by its ``source``."""
+    source = source if isinstance(source, dict) else {}
+    media_type = source.get("media_type") if isinstance(source.get("media_type"), str) else None
+    data = source.get("data")
+    source_type = source.get("type")
+    if kind == "image":
+        return _image(media_type, data if source_type == "base64" else None)
+    if source_type == "base64":
+        return _document(media_type, data if isinstance(data, str) else None)
+    if source_type == "text" and isinstance(data, str):
+        return Media("document", "text/plain", text_tokens=estimate_tokens(data))
+    if source_type == "content":
+        return Media("document", None, text_tokens=_content_tokens(source.get("content")))
+    return Media("document", None)
 
 
 def _generated_image(item: dict[str, Any]) -> Media | None:

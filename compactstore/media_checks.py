@@ -4,6 +4,7 @@ for importers, media the provider would refuse replaced by a note."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from compactstore.errors import InvalidMessageError
@@ -97,39 +98,66 @@ def check_media_block(block: dict[str, Any], at: str = "") -> None:
     """Check a media block of any dialect as the provider would; raise InvalidMessageError
     naming the problem (a base64 payload that does not decode, an image whose bytes are
     not the declared type, a source without its data)."""
-    kind = block.get("type")
-    if kind == "image":
-        _check_source(block, at, _IMAGE_SOURCES)
-    elif kind == "document":
-        _check_source(block, at, _DOCUMENT_SOURCES)
-    elif kind == "input_image":
-        url, file_id = block.get("image_url"), block.get("file_id")
-        if not (isinstance(url, str) and url) and not (isinstance(file_id, str) and file_id):
-            raise _fail(at, "input_image part needs a string 'image_url' or 'file_id'")
-        if isinstance(url, str):
-            _check_image_url(url, at, "input_image 'image_url'")
-        _check_detail(block.get("detail"), at, "input_image", ("auto", "low", "high", "original"))
-    elif kind == "image_url":  # an openai chat user message part
-        inner = block.get("image_url")
-        url = inner.get("url") if isinstance(inner, dict) else None
-        if not isinstance(inner, dict) or not isinstance(url, str) or not url:
-            raise _fail(at, "image_url part needs an 'image_url' object with a string 'url'")
-        _check_image_url(url, at, "image_url 'url'")
-        _check_detail(inner.get("detail"), at, "image_url", ("auto", "low", "high"))
-    elif kind in ("input_file", "file"):
-        inner = block.get("file") if kind == "file" else block
-        if not isinstance(inner, dict):
-            raise _fail(at, "file part needs a 'file' object")
-        given = [key for key in ("file_data", "file_id", "file_url") if inner.get(key)]
-        if not given:
-            raise _fail(at, f"{kind} part needs 'file_data', 'file_id' or 'file_url'")
-        for key in given:
-            if not isinstance(inner[key], str):
-                raise _fail(at, f"{kind} {key!r} must be a string")
-        file_data = inner.get("file_data")
-        if isinstance(file_data, str) and file_data:
-            parsed = data_url(file_data)
-            _check_base64(parsed[1] if parsed else file_data, at, kind)
+    check = _CHECKS.get(str(block.get("type")))
+    if check is not None:
+        check(block, at)
+
+
+def _check_image(block: dict[str, Any], at: str) -> None:
+    _check_source(block, at, _IMAGE_SOURCES)
+
+
+def _check_document(block: dict[str, Any], at: str) -> None:
+    _check_source(block, at, _DOCUMENT_SOURCES)
+
+
+def _check_input_image(block: dict[str, Any], at: str) -> None:
+    """A Responses ``input_image`` part."""
+    url, file_id = block.get("image_url"), block.get("file_id")
+    if not (isinstance(url, str) and url) and not (isinstance(file_id, str) and file_id):
+        raise _fail(at, "input_image part needs a string 'image_url' or 'file_id'")
+    if isinstance(url, str):
+        _check_image_url(url, at, "input_image 'image_url'")
+    _check_detail(block.get("detail"), at, "input_image", ("auto", "low", "high", "original"))
+
+
+def _check_image_url_part(block: dict[str, Any], at: str) -> None:
+    """An ``image_url`` part of an openai chat user message."""
+    inner = block.get("image_url")
+    url = inner.get("url") if isinstance(inner, dict) else None
+    if not isinstance(inner, dict) or not isinstance(url, str) or not url:
+        raise _fail(at, "image_url part needs an 'image_url' object with a string 'url'")
+    _check_image_url(url, at, "image_url 'url'")
+    _check_detail(inner.get("detail"), at, "image_url", ("auto", "low", "high"))
+
+
+def _check_file(block: dict[str, Any], at: str) -> None:
+    """A Responses ``input_file`` part, or an openai chat ``file`` part."""
+    kind = block["type"]
+    inner = block.get("file") if kind == "file" else block
+    if not isinstance(inner, dict):
+        raise _fail(at, "file part needs a 'file' object")
+    given = [key for key in ("file_data", "file_id", "file_url") if inner.get(key)]
+    if not given:
+        raise _fail(at, f"{kind} part needs 'file_data', 'file_id' or 'file_url'")
+    for key in given:
+        if not isinstance(inner[key], str):
+            raise _fail(at, f"{kind} {key!r} must be a string")
+    file_data = inner.get("file_data")
+    if isinstance(file_data, str) and file_data:
+        parsed = data_url(file_data)
+        _check_base64(parsed[1] if parsed else file_data, at, kind)
+
+
+# The check of each media block type, in every format's dialect.
+_CHECKS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    "image": _check_image,
+    "document": _check_document,
+    "input_image": _check_input_image,
+    "image_url": _check_image_url_part,
+    "input_file": _check_file,
+    "file": _check_file,
+}
 
 
 def _check_image_url(url: str, at: str, what: str) -> None:

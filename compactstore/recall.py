@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compactstore.errors import InvalidInputError
-from compactstore.formats import MessageFormat
+from compactstore.formats import MessageFormat, get_format
 from compactstore.formats.base import content_blocks, storage_json, type_name
-from compactstore.media import GENERATED_IMAGE, describe
+from compactstore.media import describe, media_blocks
 from compactstore.tokens import TokenCounter
 
 __all__ = [
@@ -109,49 +109,19 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-Shape = Literal["anthropic", "openai", "responses"]
-# How each format spells a tool definition (minicode takes Anthropic's shape).
-_SHAPES: dict[str, Shape] = {
-    "anthropic": "anthropic",
-    "minicode": "anthropic",
-    "openai": "openai",
-    "responses": "responses",
-}
-
 
 def tool_definition(format_name: str) -> dict[str, Any]:
-    """The ``recall`` tool as the session's format declares tools.
-
-    anthropic and minicode: ``{"name", "description", "input_schema"}`` (Anthropic's
-    ``ToolParam``); openai: ``{"type": "function", "function": {...}}`` (Chat Completions);
-    responses: ``{"type": "function", "name", "description", "parameters", "strict"}``.
+    """The ``recall`` tool as the session's format declares tools
+    (``MessageFormat.tool_definition``): anthropic and minicode ``{"name", "description",
+    "input_schema"}`` (Anthropic's ``ToolParam``); openai ``{"type": "function",
+    "function": {...}}`` (Chat Completions); responses ``{"type": "function", "name",
+    "description", "parameters", "strict"}``.
 
     Raises:
-        InvalidInputError: a format with no known tool shape.
+        InvalidInputError: an unknown format.
     """
-    shape = _SHAPES.get(format_name)
     schema = json.loads(json.dumps(SCHEMA))  # a fresh copy the caller may change
-    if shape == "anthropic":
-        return {"name": RECALL_TOOL_NAME, "description": DESCRIPTION, "input_schema": schema}
-    if shape == "openai":
-        return {
-            "type": "function",
-            "function": {
-                "name": RECALL_TOOL_NAME,
-                "description": DESCRIPTION,
-                "parameters": schema,
-            },
-        }
-    if shape == "responses":
-        # Not strict: strict mode would make every property required.
-        return {
-            "type": "function",
-            "name": RECALL_TOOL_NAME,
-            "description": DESCRIPTION,
-            "parameters": schema,
-            "strict": False,
-        }
-    raise InvalidInputError(f"no recall tool shape for format {format_name!r}")
+    return get_format(format_name).tool_definition(RECALL_TOOL_NAME, DESCRIPTION, schema)
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -291,9 +261,6 @@ _WHY = {
     "cleared": "cleared from the context by microcompact",
 }
 _KIND = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool result"}
-# Blocks that text(), tool_calls() and tool_results() already give.
-_READ_BLOCKS = frozenset({"text", "input_text", "output_text", "tool_use", "tool_result"})
-_THINKING = frozenset({"thinking", "redacted_thinking", "reasoning"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,16 +309,21 @@ def render(
         call_seq = None if call_seqs is None else call_seqs.get(result.tool_use_id)
         answers = "" if call_seq is None else f" (the call at seq {call_seq})"
         parts.append(f"← tool result for {result.tool_use_id}{answers}{flag}:\n{result.text}")
-    if message.get("type") == GENERATED_IMAGE and (media := describe(message)) is not None:
+        parts.extend(  # its images and documents, which its text leaves out
+            f"[{media.kind}: {media.label()}; not shown as text]"
+            for media in map(describe, media_blocks(result.blocks))
+            if media is not None
+        )
+    if (media := describe(message)) is not None:  # an item that is an image it generated
         parts.append(f"[generated {media.kind}: {media.label()}; not shown as text]")
-    thinking = 1 if message.get("type") in _THINKING else 0  # a Responses reasoning item
+    thinking = fmt.thinking_count(message)
     for block in content_blocks(message):
         kind = block.get("type")
-        if kind in _THINKING:
-            thinking += 1
-        elif (media := describe(block)) is not None:
+        if kind in fmt.thinking_block_types:
+            continue
+        if (media := describe(block)) is not None:
             parts.append(f"[{media.kind}: {media.label()}; not shown as text]")
-        elif kind not in _READ_BLOCKS:
+        elif kind not in fmt.read_block_types:
             parts.append(f"[{kind} block] {storage_json(block)}")
     if thinking:
         parts.append(f"({thinking} thinking block{'s' if thinking > 1 else ''} left out)")

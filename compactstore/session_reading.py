@@ -21,6 +21,7 @@ from compactstore.core.sessions import require
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
+from compactstore.formats import PROVIDER_FORMATS
 from compactstore.formats.request import clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.models import DroppedThinking, EditState
@@ -79,10 +80,10 @@ class SessionReading(SessionBase):
         """
         if not isinstance(cache_control, bool):
             raise InvalidInputError("cache_control must be True or False")
-        if self.format == "minicode":
+        if self.adapter.request_key is None:
             raise InvalidInputError(
-                "request_params() needs a provider format (anthropic, openai, responses); "
-                "minicode messages go to no provider API as they are"
+                f"request_params() needs a provider format ({', '.join(PROVIDER_FORMATS)}); "
+                f"{self.format} messages go to no provider API as they are"
             )
         for name, value in (("thinking", thinking), ("extra_headers", extra_headers)):
             if value is not None and not isinstance(value, Mapping):
@@ -90,7 +91,7 @@ class SessionReading(SessionBase):
         context = self.context()
         ttl: Ttl = "5m"
         server_clear: int | None = None
-        if cache_control and self.format == "anthropic":
+        if cache_control and self.adapter.prompt_caching:
             ttl = choose_ttl(self._call_gap())
             policy, _ = self.edit_policy()
             editing = capabilities_for(self.model, self.store.model_capabilities).context_editing
@@ -107,7 +108,7 @@ class SessionReading(SessionBase):
             min_tokens=min_cacheable_tokens(self.model),
             server_clear=server_clear,
         )
-        if self.format != "anthropic":
+        if not self.adapter.prompt_caching:
             return params
         policy, prefix_checks = self.edit_policy()
         if self._thinking_binding is None and prefix_checks and context.continued_thinking_changed:

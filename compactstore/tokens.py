@@ -11,10 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from compactstore.formats.base import MessageFormat
+from typing import Any, Protocol
 
 __all__ = [
     "DOCUMENT_PAGE_TOKENS",
@@ -22,6 +19,7 @@ __all__ = [
     "IMAGE_PIXELS_PER_TOKEN",
     "PDF_BYTES_PER_PAGE",
     "TokenCounter",
+    "TokenTexts",
     "document_tokens",
     "estimate_tokens",
     "image_tokens",
@@ -30,6 +28,13 @@ __all__ = [
 ]
 
 TokenCounter = Callable[[str], int]
+
+
+class TokenTexts(Protocol):
+    """What :func:`message_tokens` needs of a message format (its adapter)."""
+
+    def message_tokens(self, message: dict[str, Any], count: TokenCounter) -> int: ...
+
 
 # Han ideographs (incl. extension A and compatibility), kana, Hangul syllables and jamo.
 _CJK = re.compile(
@@ -78,12 +83,11 @@ def document_tokens(pages: int) -> int:
     return max(1, pages) * DOCUMENT_PAGE_TOKENS
 
 
-def message_tokens(fmt: MessageFormat, message: dict[str, Any], count: TokenCounter) -> int:
+def message_tokens(fmt: TokenTexts, message: dict[str, Any], count: TokenCounter) -> int:
     """The estimate stored with a message: ``count`` (the session's token counter) over its
-    text, calls and results, plus the figure of each image or document it carries."""
-    from compactstore.media import media_tokens  # media reads this module's figures
-
-    return count(fmt.token_text(message)) + media_tokens(message)
+    text, calls and results, plus the figure of each image or document it carries (the
+    format's ``message_tokens``, which knows where its media are)."""
+    return fmt.message_tokens(message, count)
 
 
 # Calibration. Growth smaller than this says little about the ratio.

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from compactstore import CompactStore, InvalidInputError
 from compactstore.formats import get_format
-from compactstore.integrations.google_adk import CompactPlugin, to_anthropic
+from compactstore.integrations.google_adk import CompactPlugin, is_context_overflow, to_anthropic
 from compactstore.tokens import estimate_tokens, message_tokens
 from tests.test_media import PIXEL_TOKENS, png
 
@@ -276,6 +276,17 @@ def test_a_second_overflow_propagates(tmp_path: Path) -> None:
     plugin = CompactPlugin(tmp_path / "o2.db", context_window=WINDOW)
     with pytest.raises(errors.ClientError, match="exceeds the maximum number of tokens"):
         run(plugin, Overflowing(fail_at=1, always=True), 1)
+
+
+def test_one_overflow_recogniser_knows_gemini_and_the_other_providers() -> None:
+    gemini = "The input token count (1200000) exceeds the maximum number of tokens"
+    assert is_context_overflow(errors.ClientError(400, {"error": {"code": 400, "message": gemini}}))
+    # The phrases the OpenAI Agents and LangChain integrations knew count here too.
+    openai_words = "This model's maximum context length is 128000 tokens"
+    assert is_context_overflow(errors.ClientError(400, {"error": {"message": openai_words}}))
+    # A server error that mentions tokens is not an overflow: retrying smaller won't help.
+    assert not is_context_overflow(errors.ServerError(500, {"error": {"message": gemini}}))
+    assert not is_context_overflow(ValueError("prompt is too long"))
 
 
 def test_recall_tool_answers_from_the_log(tmp_path: Path) -> None:

@@ -15,10 +15,9 @@ from typing import Any
 
 from compactstore.capabilities import ModelCapabilities
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
-from compactstore.formats import MessageFormat
+from compactstore.formats import MessageFormat, get_format
 from compactstore.formats.base import ResultContent, check_nesting, storable_text, storage_json
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
-from compactstore.media import ANTHROPIC_RESULT_BLOCKS, MEDIA_BLOCK_TYPES, RESPONSES_RESULT_PARTS
 from compactstore.media_checks import check_media_block
 from compactstore.models import MEMORY_KINDS, CompactionConfig
 from compactstore.tokens import TokenCounter, message_tokens
@@ -265,28 +264,21 @@ def check_tool_result(
     return NewToolResult(tool_use_id, content, tool_name, file_path, is_error)
 
 
-# Blocks a tool result's content list may hold, per format (the documentation Media).
-_RESULT_BLOCKS: dict[str, tuple[str, ...]] = {
-    "anthropic": ANTHROPIC_RESULT_BLOCKS,
-    "responses": RESPONSES_RESULT_PARTS,
-    "openai": ("text",),
-}
-
-
 def check_result_blocks(format_name: str, content: list[Any]) -> list[dict[str, Any]]:
     """A tool result given as a list of content blocks, in the session format's dialect.
 
-    anthropic takes ``text``, ``image`` and ``document`` blocks; responses ``input_text``,
-    ``input_image`` and ``input_file`` parts; openai text parts only (a Chat Completions
-    tool message cannot carry media); minicode text only (the article's shape). Each
+    The format says which blocks (``MessageFormat.result_block_types``): anthropic takes
+    ``text``, ``image`` and ``document`` blocks; responses ``input_text``, ``input_image``
+    and ``input_file`` parts; openai text parts only (a Chat Completions tool message
+    cannot carry media); minicode none (a string only, the article's shape). Each
     media block is checked as the provider would (base64 that decodes, image bytes of the
     declared type).
     """
-    allowed = _RESULT_BLOCKS.get(format_name)
-    if allowed is None:
+    fmt = get_format(format_name)
+    if fmt.result_block_types is None:
         raise InvalidInputError(
-            f"format {format_name}: a tool result's content is a string (the MiniCode "
-            f"article's shape has no content blocks), got a list"
+            f"format {format_name}: a tool result's content is a string (the format's tool "
+            f"results hold no content blocks), got a list"
         )
     if not content:
         raise InvalidInputError("tool result content is an empty list; give at least one block")
@@ -298,17 +290,9 @@ def check_result_blocks(format_name: str, content: list[Any]) -> list[dict[str, 
                 f"{at}a content block must be a dict, got {type(block).__name__}"
             )
         kind = block.get("type")
-        if format_name == "openai" and kind in MEDIA_BLOCK_TYPES | {"input_image", "input_file"}:
-            raise InvalidInputError(
-                f"{at}format openai: a Chat Completions tool message takes text only, so a "
-                f"tool result cannot carry {kind!r} content; use format 'anthropic' or "
-                f"'responses' for images and documents, or send a text description"
-            )
-        if kind not in allowed:
-            raise InvalidInputError(
-                f"{at}block type {kind!r} is not allowed in a {format_name} tool result "
-                f"(expected one of: {', '.join(allowed)})"
-            )
+        problem = fmt.result_block_problem(kind)
+        if problem is not None:
+            raise InvalidInputError(f"{at}{problem}")
         if kind in ("text", "input_text"):
             text = block.get("text")
             if not isinstance(text, str):

@@ -11,6 +11,7 @@ from compactstore.formats.responses import ResponsesFormat
 
 __all__ = [
     "FORMAT_NAMES",
+    "PROVIDER_FORMATS",
     "AnthropicFormat",
     "Kind",
     "MessageFormat",
@@ -23,13 +24,18 @@ __all__ = [
     "json_text",
 ]
 
-# Adapters hold no state, so one instance of each serves every session.
+# The registered formats. Adapters hold no state, so one instance of each serves every
+# session. Adding a format: its module, and its adapter here.
 _FORMATS: dict[str, MessageFormat] = {
     fmt.name: fmt
     for fmt in (AnthropicFormat(), MiniCodeFormat(), OpenAIFormat(), ResponsesFormat())
 }
 
 FORMAT_NAMES: tuple[str, ...] = tuple(sorted(_FORMATS))
+# The formats whose messages a provider API takes (request_params()).
+PROVIDER_FORMATS: tuple[str, ...] = tuple(
+    name for name in FORMAT_NAMES if _FORMATS[name].request_key is not None
+)
 
 
 def get_format(name: str) -> MessageFormat:

@@ -12,9 +12,10 @@ The block helpers are in :mod:`compactstore.formats.blocks`, shared with the min
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
+from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     Kind,
     MessageFormat,
@@ -26,14 +27,36 @@ from compactstore.formats.base import (
     content_text,
     flatten_result,
     result_blocks,
+    usage_count,
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
 from compactstore.frozen import FrozenDict, freeze
 from compactstore.media_checks import check_user_media
 
-__all__ = ["AnthropicFormat"]
+__all__ = ["ANTHROPIC_ASSISTANT", "ANTHROPIC_USER", "SERVER_TOOL_BLOCKS", "AnthropicFormat"]
 
 _ROLES = ("assistant", "system", "user")
+
+# Blocks of tools the provider runs itself: a call and its result both stand in the
+# assistant message (no client tool_result answers them, none gets a synthetic result).
+SERVER_TOOL_BLOCKS = frozenset(
+    {
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+    }
+)
+# The SDK's user and assistant unions are identical; the API takes these from each.
+ANTHROPIC_USER = frozenset(
+    {"text", "image", "document", "search_result", "tool_result", "container_upload"}
+)
+ANTHROPIC_ASSISTANT = frozenset(
+    {"text", "thinking", "redacted_thinking", "tool_use"} | SERVER_TOOL_BLOCKS
+)
 
 
 class AnthropicFormat(MessageFormat):
@@ -41,6 +64,65 @@ class AnthropicFormat(MessageFormat):
 
     name = "anthropic"
     thinking_block_types = frozenset({"thinking", "redacted_thinking"})
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": frozenset({"text"}),
+        "user": ANTHROPIC_USER,
+        "assistant": ANTHROPIC_ASSISTANT,
+        # Inside a tool_result block (the API nests leaf blocks only).
+        "tool_result": frozenset(
+            {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
+        ),
+    }
+    read_block_types = frozenset({"text", "tool_use", "tool_result"})
+    result_block_types = ("text", "image", "document")
+    sdk_extra = "anthropic"
+    request_key = "messages"
+    system_parameter = True
+    prompt_caching = True
+    response_name = "an Anthropic Message"
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(EXAMPLES)
+
+    def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
+        """The content list, and the content list of each ``tool_result`` block in it."""
+        for role, where, content in super().block_lists(message):
+            yield role, where, content
+            for index, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    if isinstance(inner, list):
+                        yield "tool_result", f"content[{index}].content", inner
+
+    def request_type(self) -> Any:
+        """``anthropic.types.MessageParam``."""
+        try:
+            import anthropic.types
+        except ImportError:
+            raise self.sdk_missing() from None
+        return anthropic.types.MessageParam
+
+    def system_type(self) -> Any:
+        import anthropic.types
+
+        return str | list[anthropic.types.TextBlockParam]
+
+    def is_response(self, response: Any) -> bool:
+        return getattr(response, "type", None) == "message" and (
+            getattr(response, "role", None) == "assistant"
+        )
+
+    def response_turn(self, response: Any) -> tuple[list[dict[str, Any]], int | None]:
+        """One assistant message; the prompt is ``input_tokens +
+        cache_creation_input_tokens + cache_read_input_tokens``."""
+        message = to_request(self.request_type(), response)
+        count = usage_count(
+            getattr(response, "usage", None),
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        )
+        return [{"role": "assistant", "content": message.get("content", [])}], count
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)
@@ -166,6 +248,86 @@ class AnthropicFormat(MessageFormat):
                 ],
             }
         ]
+
+
+# The server tool result blocks: the server tool that writes each, and its error block type.
+_SERVER_RESULTS = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+    "code_execution_tool_result": "code_execution",
+    "bash_code_execution_tool_result": "bash_code_execution",
+    "text_editor_code_execution_tool_result": "text_editor_code_execution",
+    "tool_search_tool_result": "tool_search_tool_regex",
+}
+_TEXT = {"type": "text", "text": "The build log says the linker failed."}
+_IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.com/plot.png"}}
+_DOCUMENT = {
+    "type": "document",
+    "source": {"type": "text", "media_type": "text/plain", "data": "CHANGELOG: 1.2 fixes it"},
+}
+_SEARCH_RESULT = {
+    "type": "search_result",
+    "source": "https://example.com/linker",
+    "title": "Linker errors",
+    "content": [{"type": "text", "text": "Undefined symbols mean a missing library."}],
+}
+# A conversation with every block type each role may carry (AnthropicFormat.examples).
+EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {
+        "role": "user",
+        "content": [
+            _TEXT,
+            _IMAGE,
+            _DOCUMENT,
+            _SEARCH_RESULT,
+            {"type": "container_upload", "file_id": "file_build_log"},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Check the log first.", "signature": "c2ln"},
+            {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+            *(
+                block
+                for n, (result, tool) in enumerate(_SERVER_RESULTS.items())
+                for block in (
+                    {"type": "server_tool_use", "id": f"srvtoolu_{n}", "name": tool, "input": {}},
+                    {
+                        "type": result,
+                        "tool_use_id": f"srvtoolu_{n}",
+                        "content": {"type": f"{result}_error", "error_code": "unavailable"},
+                    },
+                )
+            ),
+            {"type": "text", "text": "Reading the log."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "log"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [
+                    _TEXT,
+                    _IMAGE,
+                    _DOCUMENT,
+                    _SEARCH_RESULT,
+                    {"type": "tool_reference", "tool_name": "read_file"},
+                    {
+                        "type": "browser_state",
+                        "tabs": [{"tab_id": "1", "title": "Docs", "url": "https://example.com"}],
+                    },
+                ],
+                "is_error": False,
+            }
+        ],
+    },
+    {"role": "assistant", "content": "The linker needs -lm."},
+]
 
 
 def merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from compactstore.errors import InvalidMessageError
-from compactstore.media import MEDIA_BLOCK_TYPES, has_media
+from compactstore.errors import InvalidInputError, InvalidMessageError, MissingExtraError
+from compactstore.media import MEDIA_BLOCK_TYPES, has_media, media_tokens
+from compactstore.tokens import TokenCounter
 
 __all__ = [
     "MAX_NESTING",
@@ -39,6 +40,7 @@ __all__ = [
     "storable_text",
     "storage_json",
     "type_name",
+    "usage_count",
 ]
 
 # How deep lists and objects may nest inside one message. Real tool inputs nest a handful of
@@ -135,7 +137,14 @@ def json_text(value: Any) -> str:
 
 
 class MessageFormat(ABC):
-    """How one API spells messages, tool calls and tool results."""
+    """How one API spells messages, tool calls and tool results.
+
+    Everything the library knows about a format is here or in its module: how to read and
+    build its messages, which block types each role may carry, its SDK's request type and
+    response object, the shape of a provider request and of a tool definition. Adding a
+    format is one module with a subclass, plus its registration in
+    :mod:`compactstore.formats`; tests/test_format_conformance.py is the checklist.
+    """
 
     name: str
     # Whether consecutive assistant items form one turn (responses: a turn is several items,
@@ -190,6 +199,120 @@ class MessageFormat(ABC):
     @abstractmethod
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         """Messages that answer calls that never got a result with an error ``text``."""
+
+    # -- block types (compactstore.formats.block_types reads these) ----------------------------
+
+    # Role (or nested block list: ``tool_result``, an output item type) -> the content block
+    # types it may carry. A format that lists none accepts any block type.
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {}
+    # Members of the SDK's block union listed for no role -> why.
+    excluded_block_types: ClassVar[Mapping[str, str]] = {}
+
+    def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
+        """(role key, where, list) of every block list of ``message`` that ``block_types``
+        governs: by default the content list of the message's role."""
+        role, content = message.get("role"), message.get("content")
+        if isinstance(role, str) and isinstance(content, list):
+            yield role, "content", content
+
+    # Block types that text(), tool_calls() and tool_results() read: recall shows any other
+    # block of a message as its JSON.
+    read_block_types: ClassVar[frozenset[str]] = frozenset({"text"})
+
+    def thinking_count(self, message: Mapping[str, Any]) -> int:
+        """How many thinking blocks the message carries (what recall says it left out)."""
+        content = message.get("content")
+        if not self.thinking_block_types or not isinstance(content, list):
+            return 0
+        return sum(
+            1
+            for block in content
+            if isinstance(block, dict) and block.get("type") in self.thinking_block_types
+        )
+
+    def text_block(self, role: str, text: str) -> dict[str, Any]:
+        """A text block ``role`` may carry (a note standing for a block left out)."""
+        del role
+        return {"type": "text", "text": text}
+
+    # -- tool results as append_tool_result takes them -----------------------------------------
+
+    # Block types a tool result's content list may hold (None: only a string).
+    result_block_types: ClassVar[tuple[str, ...] | None] = None
+
+    def result_block_problem(self, kind: Any) -> str | None:
+        """Why a tool result's content list may not hold a block of type ``kind`` (None:
+        it may)."""
+        allowed = self.result_block_types or ()
+        if kind in allowed:
+            return None
+        return (
+            f"block type {kind!r} is not allowed in a {self.name} tool result "
+            f"(expected one of: {', '.join(allowed)})"
+        )
+
+    # -- the provider's SDK and API ----------------------------------------------------------
+
+    # The extra that installs the SDK whose request type the format's messages are (None:
+    # no official SDK type; no provider API takes them as they are).
+    sdk_extra: ClassVar[str | None] = None
+    # The keyword argument of the provider call that takes the messages (None: no provider
+    # API takes them: request_params() refuses the format).
+    request_key: ClassVar[str | None] = None
+    # Whether system messages go in a separate ``system`` parameter (Anthropic's Messages).
+    system_parameter: ClassVar[bool] = False
+    # Whether request_params() may place cache_control breakpoints and add the session's
+    # provider fields (thinking binding, server-side context editing, beta headers).
+    prompt_caching: ClassVar[bool] = False
+    # How append_response() names the response object it takes (None: it takes none).
+    response_name: ClassVar[str | None] = None
+
+    def request_type(self) -> Any:
+        """The SDK type of one item of the format's request list.
+
+        Raises:
+            InvalidInputError: the format has no SDK type.
+            MissingExtraError: the SDK is not installed (the error names the extra).
+        """
+        raise InvalidInputError(f"format {self.name!r} has no official SDK type to check against")
+
+    def sdk_missing(self) -> MissingExtraError:
+        """The error :meth:`request_type` raises when the format's SDK is not installed."""
+        extra = self.sdk_extra
+        return MissingExtraError(
+            f"checking {self.name} requests against the SDK types needs the {extra} SDK: "
+            f"pip install 'compactstore[{extra}]'"
+        )
+
+    def system_type(self) -> Any:
+        """The SDK type of the ``system`` parameter (with ``system_parameter``)."""
+        return None
+
+    def is_response(self, response: Any) -> bool:
+        """Whether ``response`` is the SDK's response object of this format (by its shape)."""
+        del response
+        return False
+
+    def response_turn(self, response: Any) -> tuple[list[dict[str, Any]], int | None]:
+        """The messages to store for a provider response (see :meth:`is_response`), and
+        the prompt size its usage reports (None when it reports none)."""
+        raise InvalidInputError(f"format {self.name!r} takes no provider response object")
+
+    def tool_definition(
+        self, name: str, description: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A tool as the format's API declares tools (by default Anthropic's ``ToolParam``:
+        ``{"name", "description", "input_schema"}``)."""
+        return {"name": name, "description": description, "input_schema": schema}
+
+    def examples(self) -> list[dict[str, Any]]:
+        """A short conversation in the format that carries every block type each role (and
+        nested list) of ``block_types`` may carry, and tool calls each answered by a
+        result: the format by example, and what tests/test_format_conformance.py checks
+        the adapter against (a fresh copy the caller may change)."""
+        return []
+
+    # -- behaviour ----------------------------------------------------------------------------
 
     def check_config(self, message: dict[str, Any], config: Any) -> None:
         """Checks that depend on the session's ``CompactionConfig`` (none by default)."""
@@ -285,6 +408,11 @@ class MessageFormat(ABC):
         parts.extend(result.text for result in self.tool_results(message))
         return "\n".join(p for p in parts if p)
 
+    def message_tokens(self, message: dict[str, Any], count: TokenCounter) -> int:
+        """The estimate stored with a message: ``count`` over :meth:`token_text`, plus the
+        figure of each image or document it carries."""
+        return count(self.token_text(message)) + media_tokens(message)
+
     def is_request(self, message: dict[str, Any]) -> bool:
         """True for a user message written by a person (prose, no tool results)."""
         return (
@@ -300,6 +428,19 @@ class MessageFormat(ABC):
 
 
 # -- validation and reading helpers shared by the adapters ---------------------------------
+
+
+def usage_count(usage: Any, *names: str) -> int | None:
+    """The sum of a response usage's whole-number fields ``names`` (a field that is not a
+    whole number counts 0); None when the response carries no usage."""
+    if usage is None:
+        return None
+    total = 0
+    for name in names:
+        value = getattr(usage, name, 0)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += value
+    return total
 
 
 def type_name(value: Any) -> str:

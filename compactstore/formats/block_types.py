@@ -2,7 +2,8 @@
 
 The SDKs' unions alone do not say which role may carry which block: Anthropic's user and
 assistant unions are identical, yet the API refuses ``tool_use`` from a user and an image
-from the assistant. :data:`BLOCK_TYPES` is the one list, format by format and role by role;
+from the assistant. Each format lists them (``MessageFormat.block_types``, gathered in
+:data:`BLOCK_TYPES`), role by role;
 a test checks that every listed type is in the pinned SDK's union and that every member of
 the union is listed for some role or in :data:`EXCLUDED_BLOCK_TYPES` with its reason.
 
@@ -26,11 +27,14 @@ synthetic result and never pair with a ``tool_result``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.formats.anthropic import SERVER_TOOL_BLOCKS
+from compactstore.formats.sdk_types import SDK_FORMATS
 
 __all__ = [
     "ALL_ROLES",
@@ -48,69 +52,15 @@ __all__ = [
     "unlisted_blocks",
 ]
 
-# Anthropic blocks of tools the provider runs itself: a call and its result both stand in
-# the assistant message (no client tool_result answers them).
-SERVER_TOOL_BLOCKS = frozenset(
-    {
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "bash_code_execution_tool_result",
-        "text_editor_code_execution_tool_result",
-        "tool_search_tool_result",
-    }
-)
-
-_ANTHROPIC_USER = frozenset(
-    {"text", "image", "document", "search_result", "tool_result", "container_upload"}
-)
-_ANTHROPIC_ASSISTANT = frozenset(
-    {"text", "thinking", "redacted_thinking", "tool_use"} | SERVER_TOOL_BLOCKS
-)
-_RESPONSES_INPUT = frozenset({"input_text", "input_image", "input_file"})
-
-# format -> role (or nested list) -> the block types it may carry.
+# format -> role (or nested list) -> the block types it may carry: each format's
+# ``MessageFormat.block_types``.
 BLOCK_TYPES: Mapping[str, Mapping[str, frozenset[str]]] = {
-    "anthropic": {
-        "system": frozenset({"text"}),
-        "user": _ANTHROPIC_USER,
-        "assistant": _ANTHROPIC_ASSISTANT,
-        # Inside a tool_result block (the API nests leaf blocks only).
-        "tool_result": frozenset(
-            {"text", "image", "document", "search_result", "tool_reference", "browser_state"}
-        ),
-    },
-    # MiniCode speaks Anthropic's block dialect; its tool results are messages of their own.
-    "minicode": {
-        "system": frozenset({"text"}),
-        "user": _ANTHROPIC_USER - {"tool_result"},
-        "assistant": _ANTHROPIC_ASSISTANT,
-    },
-    "openai": {
-        "system": frozenset({"text"}),
-        "developer": frozenset({"text"}),
-        "user": frozenset({"text", "image_url", "input_audio", "file"}),
-        "assistant": frozenset({"text", "refusal"}),
-        "tool": frozenset({"text"}),
-    },
-    "responses": {
-        "system": _RESPONSES_INPUT,
-        "developer": _RESPONSES_INPUT,
-        "user": _RESPONSES_INPUT,
-        # The SDK's EasyInputMessageParam allows input parts for any role, but the API
-        # takes only output_text and refusal parts from the assistant.
-        "assistant": frozenset({"output_text", "refusal"}),
-        "function_call_output": _RESPONSES_INPUT,
-        "custom_tool_call_output": _RESPONSES_INPUT,
-    },
+    name: get_format(name).block_types for name in FORMAT_NAMES if get_format(name).block_types
 }
 
 # format -> block type -> why a member of the SDK's union is listed for no role.
 EXCLUDED_BLOCK_TYPES: Mapping[str, Mapping[str, str]] = {
-    "anthropic": {},
-    "openai": {},
-    "responses": {},
+    name: get_format(name).excluded_block_types for name in SDK_FORMATS
 }
 
 # A role key of an extension that extends every role.
@@ -196,32 +146,6 @@ _ROLE_WORDS = {
 }
 
 
-def _block_lists(format_name: str, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
-    """(role key, where, list) of every block list of ``message`` that a list governs."""
-    if format_name == "responses":
-        kind = message.get("type", "message" if "role" in message else None)
-        if kind == "message":
-            role, content = message.get("role"), message.get("content")
-            if isinstance(role, str) and isinstance(content, list):
-                yield role, "content", content
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            output = message.get("output")
-            if isinstance(output, list):
-                yield kind, "output", output
-        return
-    role, content = message.get("role"), message.get("content")
-    if not isinstance(role, str) or not isinstance(content, list):
-        return
-    yield role, "content", content
-    if format_name != "anthropic":
-        return
-    for index, block in enumerate(content):
-        if isinstance(block, dict) and block.get("type") == "tool_result":
-            inner = block.get("content")
-            if isinstance(inner, list):
-                yield "tool_result", f"content[{index}].content", inner
-
-
 def unlisted_blocks(
     format_name: str, message: dict[str, Any], extension: BlockTypeExtension = NO_EXTENSION
 ) -> list[Unlisted]:
@@ -229,7 +153,7 @@ def unlisted_blocks(
     if format_name not in BLOCK_TYPES:
         return []
     found: list[Unlisted] = []
-    for role, where, blocks in _block_lists(format_name, message):
+    for role, where, blocks in get_format(format_name).block_lists(message):
         allowed = allowed_block_types(format_name, role, extension)
         for index, block in enumerate(blocks):
             kind = block.get("type") if isinstance(block, dict) else None
@@ -261,18 +185,11 @@ def note_unlisted(
     if not found:
         return message, []
     new = copy.deepcopy(message)
-    for role, _, blocks in _block_lists(format_name, new):
+    fmt = get_format(format_name)
+    for role, _, blocks in fmt.block_lists(new):
         allowed = allowed_block_types(format_name, role, extension)
         for index, block in enumerate(blocks):
             kind = block.get("type") if isinstance(block, dict) else None
             if isinstance(kind, str) and kind not in allowed:
-                blocks[index] = _note(format_name, role, f"[{kind} block left out]")
+                blocks[index] = fmt.text_block(role, f"[{kind} block left out]")
     return new, [item.type for item in found]
-
-
-def _note(format_name: str, role: str, text: str) -> dict[str, Any]:
-    if format_name != "responses":
-        return {"type": "text", "text": text}
-    if role == "assistant":
-        return {"type": "output_text", "text": text, "annotations": []}
-    return {"type": "input_text", "text": text}

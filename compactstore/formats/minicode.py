@@ -8,8 +8,11 @@ result is a message of its own::
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from compactstore.formats.anthropic import ANTHROPIC_ASSISTANT, ANTHROPIC_USER
 from compactstore.formats.base import (
     Kind,
     ResultContent,
@@ -34,6 +37,17 @@ class MiniCodeFormat(ResultMessageFormat):
     thinking_block_types = frozenset({"thinking", "redacted_thinking"})
     result_role = "tool_result"
     result_id_key = "toolUseId"
+    read_block_types = frozenset({"text", "tool_use"})
+    # Anthropic's block dialect; its tool results are messages of their own (text only:
+    # the article's shape has no content blocks there). No provider API takes its messages.
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": frozenset({"text"}),
+        "user": ANTHROPIC_USER - {"tool_result"},
+        "assistant": ANTHROPIC_ASSISTANT,
+    }
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
 
     def validate(self, message: Any) -> None:
         role = check_role(message, _ROLES, self.name)
@@ -96,3 +110,64 @@ class MiniCodeFormat(ResultMessageFormat):
             self.tool_result_message(call.id, text, tool_name=call.name, is_error=True)
             for call in calls
         ]
+
+
+# A conversation with every block type each role may carry (MiniCodeFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Why does the build fail?"},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/plot.png"}},
+            {
+                "type": "document",
+                "source": {"type": "text", "media_type": "text/plain", "data": "build log"},
+            },
+            {
+                "type": "search_result",
+                "source": "https://example.com/linker",
+                "title": "Linker errors",
+                "content": [{"type": "text", "text": "Undefined symbols: a missing library."}],
+            },
+            {"type": "container_upload", "file_id": "file_build_log"},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Check the log first.", "signature": "c2ln"},
+            {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": {"type": "web_search_tool_result_error", "error_code": "unavailable"},
+            },
+            *(
+                {
+                    "type": kind,
+                    "tool_use_id": "srvtoolu_1",
+                    "content": {"type": f"{kind}_error", "error_code": "unavailable"},
+                }
+                for kind in (
+                    "web_fetch_tool_result",
+                    "code_execution_tool_result",
+                    "bash_code_execution_tool_result",
+                    "text_editor_code_execution_tool_result",
+                    "tool_search_tool_result",
+                )
+            ),
+            {"type": "text", "text": "Reading the log."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "log"}},
+        ],
+    },
+    {
+        "role": "tool_result",
+        "content": "ld: undefined symbol: sqrt",
+        "toolName": "read_file",
+        "toolUseId": "toolu_1",
+        "isError": False,
+    },
+    {"role": "assistant", "content": "The linker needs -lm."},
+]

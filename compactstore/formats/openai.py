@@ -3,13 +3,17 @@
 Tool calls live in an assistant message's ``tool_calls``; each result is a ``tool`` message
 with the call's ``tool_call_id``. Keys this adapter does not know pass through untouched;
 the types of the keys it knows are checked; the content part types each role may carry are
-listed in :mod:`compactstore.formats.block_types`, so a stored message is one the API takes back.
+listed in ``OpenAIFormat.block_types``, so a stored message is one the API takes back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from compactstore.errors import InvalidInputError
+from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     Kind,
     ResultContent,
@@ -21,8 +25,10 @@ from compactstore.formats.base import (
     error_prefixed,
     flatten_result,
     type_name,
+    usage_count,
 )
 from compactstore.formats.result_messages import ResultMessageFormat
+from compactstore.media import MEDIA_BLOCK_TYPES
 from compactstore.media_checks import check_user_media
 
 __all__ = ["OpenAIFormat"]
@@ -45,6 +51,57 @@ class OpenAIFormat(ResultMessageFormat):
     result_role = "tool"
     result_id_key = "tool_call_id"
     reuses_call_ids = True
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": frozenset({"text"}),
+        "developer": frozenset({"text"}),
+        "user": frozenset({"text", "image_url", "input_audio", "file"}),
+        "assistant": frozenset({"text", "refusal"}),
+        "tool": frozenset({"text"}),
+    }
+    result_block_types = ("text",)
+    sdk_extra = "openai"
+    request_key = "messages"
+    response_name = "an OpenAI ChatCompletion"
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
+
+    def result_block_problem(self, kind: Any) -> str | None:
+        if kind in MEDIA_BLOCK_TYPES:
+            return (
+                f"format openai: a Chat Completions tool message takes text only, so a "
+                f"tool result cannot carry {kind!r} content; use format 'anthropic' or "
+                f"'responses' for images and documents, or send a text description"
+            )
+        return super().result_block_problem(kind)
+
+    def request_type(self) -> Any:
+        """``openai.types.chat.ChatCompletionMessageParam``."""
+        try:
+            import openai.types.chat
+        except ImportError:
+            raise self.sdk_missing() from None
+        return openai.types.chat.ChatCompletionMessageParam
+
+    def is_response(self, response: Any) -> bool:
+        return hasattr(response, "choices") and getattr(response, "object", None) == (
+            "chat.completion"
+        )
+
+    def response_turn(self, response: Any) -> tuple[list[dict[str, Any]], int | None]:
+        """The first choice's message; the prompt is ``prompt_tokens``."""
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise InvalidInputError("the ChatCompletion has no choices to store")
+        messages = [to_request(self.request_type(), choices[0].message)]
+        return messages, usage_count(getattr(response, "usage", None), "prompt_tokens")
+
+    def tool_definition(
+        self, name: str, description: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``{"type": "function", "function": {...}}`` (Chat Completions)."""
+        function = {"name": name, "description": description, "parameters": schema}
+        return {"type": "function", "function": function}
 
     def validate(self, message: Any) -> None:
         if isinstance(message, dict) and message.get("role") == "function":
@@ -87,7 +144,7 @@ class OpenAIFormat(ResultMessageFormat):
                 "message 'content' must be a string or a list of content parts, "
                 f"got {type_name(content)}"
             )
-        # Which part types each role may carry: formats/block_types.py (checked on append).
+        # Which part types each role may carry: block_types (checked on append).
         for i, part in enumerate(check_blocks(content, "content")):
             if part["type"] == "refusal" and not isinstance(part.get("refusal"), str):
                 raise self.fail(
@@ -191,3 +248,37 @@ class OpenAIFormat(ResultMessageFormat):
 
     def synthetic_results(self, calls: list[ToolCall], text: str) -> list[dict[str, Any]]:
         return [{"role": "tool", "tool_call_id": call.id, "content": text} for call in calls]
+
+
+# A conversation with every part type each role may carry (OpenAIFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are a careful coding agent."}]},
+    {"role": "developer", "content": [{"type": "text", "text": "Answer briefly."}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Why does the build fail?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/plot.png"}},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            {"type": "file", "file": {"file_id": "file_build_log"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Reading the log."},
+            {"type": "refusal", "refusal": "I will not delete the log."},
+        ],
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "log"}'},
+            },
+            {"id": "call_2", "type": "custom", "custom": {"name": "grep", "input": "undefined"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "ld: sqrt"}]},
+    {"role": "tool", "tool_call_id": "call_2", "content": "ld: undefined symbol: sqrt"},
+    {"role": "assistant", "content": "The linker needs -lm."},
+]

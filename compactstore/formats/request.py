@@ -20,6 +20,7 @@ from compactstore.capabilities import (
     CONTEXT_MANAGEMENT_BETA,
     ModelCapabilities,
 )
+from compactstore.errors import InvalidInputError
 from compactstore.formats.base import MessageFormat
 from compactstore.providers import compaction_block
 
@@ -56,14 +57,16 @@ def build_request_params(
 ) -> dict[str, Any]:
     """``messages`` are fresh copies of ``items``' messages, in order; they are changed.
 
-    With ``cache_control`` (anthropic), the breakpoints :func:`compactstore.caching.
+    Formats that take system messages as a parameter of their own get it; with
+    ``cache_control`` (formats with prompt caching), the breakpoints :func:`compactstore.caching.
     plan_breakpoints` chooses, with ``ttl`` writes, none on a prefix under ``min_tokens``;
     ``server_clear``: the tool uses kept by the server-side ``clear_tool_uses`` edit that
     will clear in this request, whose moving edit point gets two."""
-    if fmt.name == "openai":
-        return {"messages": fmt.wire_view(messages, config)}
-    if fmt.name == "responses":
-        return {"input": fmt.wire_view(messages, config)}
+    key = fmt.request_key
+    if key is None:
+        raise InvalidInputError(f"format {fmt.name!r} messages go to no provider API as they are")
+    if not fmt.system_parameter:
+        return {key: fmt.wire_view(messages, config)}
     marks: list[int] = []
     if cache_control:
         marks = breakpoints(CACHE_INDEX.of(Scope(fmt, config), items), min_tokens, server_clear)
@@ -92,7 +95,7 @@ def build_request_params(
     led = next((i for i, m in enumerate(rest) if compaction_block(m) is not None), None)
     if led:
         rest = rest[led:]
-    params["messages"] = fmt.wire_view(rest, config)
+    params[key] = fmt.wire_view(rest, config)
     return params
 
 

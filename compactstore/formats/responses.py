@@ -27,9 +27,10 @@ exactly one class (:data:`ITEM_CLASSES`):
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal
 
+from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     THINKING_NOTE,
     Kind,
@@ -43,6 +44,7 @@ from compactstore.formats.base import (
     json_text,
     result_blocks,
     type_name,
+    usage_count,
 )
 from compactstore.media import GENERATED_IMAGE, MEDIA_BLOCK_TYPES
 from compactstore.media_checks import check_media_block, check_user_media
@@ -121,6 +123,7 @@ ITEM_CLASSES: dict[str, ItemClass] = {
 }
 
 _ROLES = ("assistant", "developer", "system", "user")
+_INPUT_PARTS = frozenset({"input_text", "input_image", "input_file"})
 
 ERROR_PREFIX = "Error: "
 
@@ -162,6 +165,73 @@ class ResponsesFormat(MessageFormat):
     name = "responses"
     groups_turns = True
     reuses_call_ids = True
+    block_types: ClassVar[Mapping[str, frozenset[str]]] = {
+        "system": _INPUT_PARTS,
+        "developer": _INPUT_PARTS,
+        "user": _INPUT_PARTS,
+        # The SDK's EasyInputMessageParam allows input parts for any role, but the API
+        # takes only output_text and refusal parts from the assistant.
+        "assistant": frozenset({"output_text", "refusal"}),
+        "function_call_output": _INPUT_PARTS,
+        "custom_tool_call_output": _INPUT_PARTS,
+    }
+    read_block_types = frozenset({"input_text", "output_text"})
+    result_block_types = ("input_text", "input_image", "input_file")
+    sdk_extra = "openai"
+    request_key = "input"
+    response_name = "an OpenAI Responses Response"
+
+    def examples(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(_EXAMPLES)
+
+    def block_lists(self, message: dict[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
+        """A message item's content, a function or custom tool output's ``output`` list."""
+        kind = message.get("type", "message" if "role" in message else None)
+        if kind == "message":
+            yield from super().block_lists(message)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = message.get("output")
+            if isinstance(output, list):
+                yield kind, "output", output
+
+    def thinking_count(self, message: Mapping[str, Any]) -> int:
+        """A reasoning item is one thinking block."""
+        return 1 if item_type(message) in GLUE else 0
+
+    def text_block(self, role: str, text: str) -> dict[str, Any]:
+        if role == "assistant":
+            return {"type": "output_text", "text": text, "annotations": []}
+        return {"type": "input_text", "text": text}
+
+    def request_type(self) -> Any:
+        """``openai.types.responses.ResponseInputItemParam``."""
+        try:
+            import openai.types.responses
+        except ImportError:
+            raise self.sdk_missing() from None
+        return openai.types.responses.ResponseInputItemParam
+
+    def is_response(self, response: Any) -> bool:
+        return getattr(response, "object", None) == "response" and hasattr(response, "output")
+
+    def response_turn(self, response: Any) -> tuple[list[dict[str, Any]], int | None]:
+        """Every output item; the prompt is ``input_tokens`` (cached tokens included)."""
+        item_type_ = self.request_type()
+        items = [to_request(item_type_, item) for item in getattr(response, "output", None) or []]
+        return items, usage_count(getattr(response, "usage", None), "input_tokens")
+
+    def tool_definition(
+        self, name: str, description: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``{"type": "function", "name", "description", "parameters", "strict"}``; not
+        strict: strict mode would make every property required."""
+        return {
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": schema,
+            "strict": False,
+        }
 
     def validate(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -184,30 +254,9 @@ class ResponsesFormat(MessageFormat):
         if item_class == "message":
             self._check_message(message)
         elif item_class == "call":
-            key, name, _ = CALLS[kind]
-            check_nonempty_str(message, key, f"{kind} item", "")
-            if name is None:
-                check_nonempty_str(message, "name", f"{kind} item", "")
-            if kind == "function_call" and not isinstance(message.get("arguments"), str):
-                raise self.fail(
-                    "function_call item needs a string 'arguments' (JSON text), "
-                    f"got {type_name(message.get('arguments'))}"
-                )
-            if kind == "custom_tool_call" and not isinstance(message.get("input"), str):
-                raise self.fail(
-                    f"custom_tool_call item needs a string 'input', "
-                    f"got {type_name(message.get('input'))}"
-                )
+            self._check_call(message, kind)
         elif item_class == "output":
-            key = OUTPUTS[kind][0]
-            if kind == "local_shell_call_output" and "call_id" in message:
-                key = "call_id"
-            check_nonempty_str(message, key, f"{kind} item", "")
-            content = message.get(OUTPUTS[kind][1])
-            if kind not in _NOT_REPLACEABLE and isinstance(content, list):
-                for i, part in enumerate(content):
-                    if isinstance(part, dict) and part.get("type") in MEDIA_BLOCK_TYPES:
-                        check_media_block(part, f"{OUTPUTS[kind][1]}[{i}]: ")
+            self._check_output(message, kind)
         elif kind == "reasoning":
             if not isinstance(message.get("summary"), list):
                 shown = type_name(message.get("summary"))
@@ -216,6 +265,33 @@ class ResponsesFormat(MessageFormat):
             check_nonempty_str(message, "encrypted_content", "compaction item", "")
         elif kind == "item_reference":
             check_nonempty_str(message, "id", "item_reference item", "")
+
+    def _check_call(self, message: dict[str, Any], kind: str) -> None:
+        key, name, _ = CALLS[kind]
+        check_nonempty_str(message, key, f"{kind} item", "")
+        if name is None:
+            check_nonempty_str(message, "name", f"{kind} item", "")
+        if kind == "function_call" and not isinstance(message.get("arguments"), str):
+            raise self.fail(
+                "function_call item needs a string 'arguments' (JSON text), "
+                f"got {type_name(message.get('arguments'))}"
+            )
+        if kind == "custom_tool_call" and not isinstance(message.get("input"), str):
+            raise self.fail(
+                f"custom_tool_call item needs a string 'input', "
+                f"got {type_name(message.get('input'))}"
+            )
+
+    def _check_output(self, message: dict[str, Any], kind: str) -> None:
+        key = OUTPUTS[kind][0]
+        if kind == "local_shell_call_output" and "call_id" in message:
+            key = "call_id"
+        check_nonempty_str(message, key, f"{kind} item", "")
+        content = message.get(OUTPUTS[kind][1])
+        if kind not in _NOT_REPLACEABLE and isinstance(content, list):
+            for i, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") in MEDIA_BLOCK_TYPES:
+                    check_media_block(part, f"{OUTPUTS[kind][1]}[{i}]: ")
 
     def _check_message(self, message: dict[str, Any]) -> None:
         role = message.get("role")
@@ -452,3 +528,32 @@ class ResponsesFormat(MessageFormat):
 
 def _is_text_part(part: Any) -> bool:
     return isinstance(part, dict) and isinstance(part.get("text"), str)
+
+
+_PARTS: list[dict[str, Any]] = [
+    {"type": "input_text", "text": "The build log says the linker failed."},
+    {"type": "input_image", "image_url": "https://example.com/plot.png", "detail": "auto"},
+    {"type": "input_file", "file_id": "file_build_log"},
+]
+# A conversation with every part type each role and output may carry
+# (ResponsesFormat.examples).
+_EXAMPLES: list[dict[str, Any]] = [
+    {"type": "message", "role": "system", "content": _PARTS},
+    {"type": "message", "role": "developer", "content": _PARTS},
+    {"type": "message", "role": "user", "content": _PARTS},
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "Reading the log.", "annotations": []},
+            {"type": "refusal", "refusal": "I will not delete the log."},
+        ],
+    },
+    {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": _PARTS},
+    {"type": "custom_tool_call", "call_id": "call_2", "name": "grep", "input": "undefined"},
+    {"type": "custom_tool_call_output", "call_id": "call_2", "output": _PARTS},
+    {"type": "message", "role": "assistant", "content": "The linker needs -lm."},
+]

@@ -3,8 +3,9 @@
 Nothing here imports an SDK: objects are recognised by their shape (an Anthropic
 ``Message`` has ``type == "message"``, ``role``, ``content`` and ``usage.input_tokens``; an
 OpenAI ``ChatCompletion`` has ``choices`` and ``usage.prompt_tokens``; a Responses ``Response``
-has ``object == "response"``, ``output`` and ``usage.input_tokens``), then turned into request
-dicts by :func:`compactstore.formats.sdk_types.to_request`.
+has ``object == "response"``, ``output`` and ``usage.input_tokens``), each format's
+adapter says which objects are its own (``MessageFormat.is_response``) and what to store
+for one (``MessageFormat.response_turn``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactstore.errors import InvalidInputError
-from compactstore.formats.sdk_types import to_request
+from compactstore.formats import FORMAT_NAMES, get_format
 
 __all__ = ["applied_edits", "cleared_tokens", "has_sdk_object", "response_model", "response_turn"]
 
@@ -37,75 +38,32 @@ def has_sdk_object(message: Any) -> bool:
     return False
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def response_turn(format_name: str, response: Any) -> tuple[list[dict[str, Any]], int | None]:
-    """The messages to store for a provider response, and the prompt size it reports.
-
-    Anthropic ``Message`` (format anthropic): one assistant message; the prompt is
-    ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``. OpenAI
-    ``ChatCompletion`` (format openai): the first choice's message; ``prompt_tokens``.
-    Responses ``Response`` (format responses): every output item; ``input_tokens`` (which
-    includes cached tokens). The count is None when the response carries no usage.
+    """The messages to store for a provider response, and the prompt size it reports: the
+    session format's ``response_turn`` (anthropic: a ``Message``; openai: a
+    ``ChatCompletion``; responses: a ``Response``). The count is None when the response
+    carries no usage.
 
     Raises:
         InvalidInputError: not a response of the session's format.
     """
-    usage = getattr(response, "usage", None)
+    fmt = get_format(format_name)
     kind = _kind(response)
     if kind != format_name:
         raise InvalidInputError(
             f"append_response() takes the response object of the session's format "
-            f"({_EXPECTED.get(format_name, 'none for this format')}), got "
+            f"({fmt.response_name or 'none for this format'}), got "
             f"{type(response).__name__}"
             + (f" (a response of format {kind})" if kind is not None else "")
         )
-    if kind == "anthropic":
-        message = to_request("anthropic", response)
-        messages = [{"role": "assistant", "content": message.get("content", [])}]
-        count = None
-        if usage is not None:
-            count = sum(
-                _count(getattr(usage, name, 0))
-                for name in (
-                    "input_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                )
-            )
-        return messages, count
-    if kind == "openai":
-        choices = getattr(response, "choices", None) or []
-        if not choices:
-            raise InvalidInputError("the ChatCompletion has no choices to store")
-        messages = [to_request("openai", choices[0].message)]
-        return messages, None if usage is None else _count(getattr(usage, "prompt_tokens", 0))
-    items = [to_request("responses", item) for item in getattr(response, "output", None) or []]
-    return items, None if usage is None else _count(getattr(usage, "input_tokens", 0))
-
-
-_EXPECTED = {
-    "anthropic": "an Anthropic Message",
-    "openai": "an OpenAI ChatCompletion",
-    "responses": "an OpenAI Responses Response",
-}
+    return fmt.response_turn(response)
 
 
 def _kind(response: Any) -> str | None:
-    """Which API a response object came from, by its shape."""
+    """Which format's API a response object came from, by its shape."""
     if isinstance(response, dict) or not hasattr(response, "model_dump"):
         return None
-    if getattr(response, "object", None) == "response" and hasattr(response, "output"):
-        return "responses"
-    if hasattr(response, "choices") and getattr(response, "object", None) == "chat.completion":
-        return "openai"
-    if getattr(response, "type", None) == "message" and getattr(response, "role", None) == (
-        "assistant"
-    ):
-        return "anthropic"
-    return None
+    return next((name for name in FORMAT_NAMES if get_format(name).is_response(response)), None)
 
 
 def response_model(response: Any) -> str | None:

@@ -20,16 +20,13 @@ Public names: :func:`sdk_problems` (the problems, empty when valid), :func:`chec
 
 from __future__ import annotations
 
-import collections.abc
-import functools
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from typing_extensions import is_typeddict
-
-from compactstore.errors import InvalidInputError, InvalidMessageError, MissingExtraError
+from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.formats._typed import pydantic_problems, strict_problems
+from compactstore.formats._typed import to_request as _to_request
 
 __all__ = [
     "SDK_FORMATS",
@@ -38,25 +35,16 @@ __all__ = [
     "request_type",
     "sdk_problems",
     "strict_problems",
+    "to_request",
 ]
 
 # The formats with an official SDK request type, and the extra that installs that SDK.
-SDK_FORMATS: dict[str, str] = {"anthropic": "anthropic", "openai": "openai", "responses": "openai"}
+SDK_FORMATS: dict[str, str] = {
+    name: extra for name in FORMAT_NAMES if (extra := get_format(name).sdk_extra) is not None
+}
 
 # How many problems one check reports at most (a broken context could list thousands).
 MAX_PROBLEMS = 20
-
-_LIST_ORIGINS = (
-    list,
-    tuple,
-    collections.abc.Iterable,
-    collections.abc.Sequence,
-    collections.abc.MutableSequence,
-)
-_MAPPING_ORIGINS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-_WRAPPERS = {"Required", "NotRequired", "ReadOnly"}
-# Keys whose Literal value tells the members of a union apart, tried in this order.
-_DISCRIMINATORS = ("type", "role")
 
 
 def request_type(format_name: str) -> Any:
@@ -75,24 +63,7 @@ def request_type(format_name: str) -> Any:
             f"format {format_name!r} has no official SDK type to check against "
             f"(formats with one: {', '.join(sorted(SDK_FORMATS))})"
         )
-    try:
-        if format_name == "anthropic":
-            import anthropic.types
-
-            return anthropic.types.MessageParam
-        if format_name == "openai":
-            import openai.types.chat
-
-            return openai.types.chat.ChatCompletionMessageParam
-        import openai.types.responses
-
-        return openai.types.responses.ResponseInputItemParam
-    except ImportError:
-        extra = SDK_FORMATS[format_name]
-        raise MissingExtraError(
-            f"checking {format_name} requests against the SDK types needs the {extra} SDK: "
-            f"pip install 'compactstore[{extra}]'"
-        ) from None
+    return get_format(format_name).request_type()
 
 
 def sdk_problems(format_name: str, items: Sequence[Any]) -> list[str]:
@@ -108,7 +79,7 @@ def sdk_problems(format_name: str, items: Sequence[Any]) -> list[str]:
     # refusal by listing every member of a union) is reported only when the walk found none.
     problems = strict_problems(list[item_type], list(items))  # type: ignore[valid-type]
     if not problems:
-        problems = _pydantic_problems(item_type, list(items))
+        problems = pydantic_problems(item_type, list(items))
     return problems[:MAX_PROBLEMS]
 
 
@@ -129,269 +100,22 @@ def check_sdk_types(format_name: str, items: Sequence[Any]) -> None:
 
 def request_params_problems(format_name: str, params: Mapping[str, Any]) -> list[str]:
     """The problems of keyword arguments for the provider call, as ``request_params()``
-    returns them: ``messages`` (and ``system`` for anthropic) or ``input`` (responses)."""
-    key = "input" if format_name == "responses" else "messages"
+    returns them: the format's request key (``messages``, ``input``), and ``system`` where
+    the format takes system messages as a parameter of their own."""
+    fmt = get_format(format_name)
+    key = fmt.request_key or "messages"
     problems: list[str] = []
-    allowed = {key, "system"} if format_name == "anthropic" else {key}
+    allowed = {key, "system"} if fmt.system_parameter else {key}
     problems.extend(f"undeclared parameter {name!r}" for name in params if name not in allowed)
     if key not in params:
         return [*problems, f"missing parameter {key!r}"]
     problems.extend(sdk_problems(format_name, params[key]))
     if "system" in params:
-        import anthropic.types
-
-        system_type = str | list[anthropic.types.TextBlockParam]
+        system_type = fmt.system_type()
         problems.extend(
             f"system: {p}" for p in strict_problems(system_type, params["system"], "system")
         )
     return problems[:MAX_PROBLEMS]
-
-
-# -- pydantic's own check --------------------------------------------------------------------
-
-
-@functools.cache
-def _type_adapter(item_type: Any) -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(list[item_type])
-
-
-def _pydantic_problems(item_type: Any, items: list[Any]) -> list[str]:
-    from pydantic import ValidationError
-
-    try:
-        _consume(_type_adapter(item_type).validate_python(items))
-    except ValidationError as exc:
-        return [
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in exc.errors()[:3]
-        ]
-    return []
-
-
-def _consume(value: Any) -> None:
-    """Walk a validated value: the SDK types use Iterable fields, validated only when read."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, str | bytes | int | float | bool) or item is None:
-            continue
-        else:
-            try:
-                stack.extend(list(item))
-            except TypeError:
-                continue
-
-
-# -- the strict walk -------------------------------------------------------------------------
-
-
-def strict_problems(annotation: Any, value: Any, path: str = "") -> list[str]:
-    """What in ``value`` the type ``annotation`` does not declare or allow.
-
-    Checks dict keys against ``TypedDict`` annotations (undeclared keys, missing Required
-    keys), ``None`` against ``Optional``, ``Literal`` values, the JSON kinds of leaves, and
-    recurses through unions, lists and mappings. Union members that are pydantic models (the
-    SDKs' response objects) accept only instances of themselves.
-    """
-    problems: list[str] = []
-    _walk(annotation, value, path, problems)
-    return problems
-
-
-def _unwrap(annotation: Any) -> Any:
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated or (
-            origin is not None and getattr(origin, "_name", None) in _WRAPPERS
-        ):
-            annotation = typing.get_args(annotation)[0]
-        elif type(annotation).__name__ == "TypeAliasType":
-            annotation = getattr(annotation, "__value__", Any)
-        else:
-            return annotation
-
-
-def _members(annotation: Any) -> tuple[Any, ...] | None:
-    """The members of a union (None when the annotation is no union)."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or origin is types.UnionType:
-        return tuple(_unwrap(a) for a in typing.get_args(annotation))
-    return None
-
-
-@functools.cache
-def _typed_dict_keys(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
-    """A TypedDict's declared keys with their types, and its Required keys."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    total = getattr(cls, "__total__", True)
-    required: set[str] = set()
-    for key, hint in hints.items():
-        marker = getattr(typing.get_origin(hint), "_name", None)
-        if marker == "Required" or (total and marker != "NotRequired"):
-            required.add(key)
-    required |= set(getattr(cls, "__required_keys__", ()))
-    return {key: _unwrap(hint) for key, hint in hints.items()}, frozenset(required)
-
-
-def _is_typed_dict(annotation: Any) -> bool:
-    return isinstance(annotation, type) and is_typeddict(annotation)
-
-
-def _kind(value: Any) -> str:
-    return "None" if value is None else type(value).__name__
-
-
-def _walk(annotation: Any, value: Any, path: str, problems: list[str]) -> None:
-    annotation = _unwrap(annotation)
-    at = f"{path}: " if path else ""
-    if annotation is Any or annotation is object:
-        return
-    members = _members(annotation)
-    if members is not None:
-        _walk_union(members, value, path, problems)
-        return
-    if annotation is type(None) or annotation is None:
-        if value is not None:
-            problems.append(f"{at}expected null, got {_kind(value)}")
-        return
-    if value is None:
-        problems.append(f"{at}null is not allowed here")
-        return
-    origin = typing.get_origin(annotation)
-    if origin is typing.Literal:
-        allowed = typing.get_args(annotation)
-        if value not in allowed or type(value) not in {type(a) for a in allowed}:
-            problems.append(f"{at}{value!r} is not one of {', '.join(map(repr, allowed))}")
-        return
-    if _is_typed_dict(annotation):
-        _walk_typed_dict(annotation, value, path, problems)
-        return
-    if origin in _LIST_ORIGINS:
-        if not isinstance(value, list | tuple):
-            problems.append(f"{at}expected a list, got {_kind(value)}")
-            return
-        args = typing.get_args(annotation)
-        item_type = args[0] if args else Any
-        for index, item in enumerate(value):
-            _walk(item_type, item, f"{path}[{index}]", problems)
-        return
-    if origin in _MAPPING_ORIGINS:
-        if not isinstance(value, dict):
-            problems.append(f"{at}expected an object, got {_kind(value)}")
-            return
-        args = typing.get_args(annotation)
-        value_type = args[1] if len(args) == 2 else Any
-        for key, item in value.items():
-            _walk(value_type, item, f"{path}.{key}" if path else str(key), problems)
-        return
-    _walk_leaf(annotation, value, at, problems)
-
-
-def _walk_leaf(annotation: Any, value: Any, at: str, problems: list[str]) -> None:
-    if annotation is bool:
-        ok = isinstance(value, bool)
-    elif annotation is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif annotation is str:
-        ok = isinstance(value, str)
-    elif annotation in (dict, list):
-        ok = isinstance(value, annotation)
-    elif isinstance(annotation, type):
-        # A pydantic model (the SDKs' response objects) or bytes-like file content.
-        ok = isinstance(value, annotation)
-    else:  # a type this walk does not know (a TypeVar, a protocol): pydantic judged it
-        return
-    if not ok:
-        name = getattr(annotation, "__name__", str(annotation))
-        problems.append(f"{at}expected {name}, got {_kind(value)}")
-
-
-def _literals(annotation: Any, key: str) -> tuple[Any, ...] | None:
-    """The values a TypedDict's ``key`` may take (None: no such key, or not a Literal)."""
-    if not _is_typed_dict(annotation):
-        return None
-    keys, _ = _typed_dict_keys(annotation)
-    hint = keys.get(key)
-    if hint is None:
-        return None
-    if typing.get_origin(hint) is typing.Literal:
-        return typing.get_args(hint)
-    return None
-
-
-def _walk_union(members: tuple[Any, ...], value: Any, path: str, problems: list[str]) -> None:
-    at = f"{path}: " if path else ""
-    if value is None:
-        if not any(m is type(None) or m is None for m in members):
-            problems.append(f"{at}null is not allowed here")
-        return
-    candidates = [m for m in members if m is not type(None) and m is not None]
-    for key in _DISCRIMINATORS:
-        if not (isinstance(value, dict) and isinstance(value.get(key), str)):
-            continue
-        # A discriminated union: only the members whose ``key`` matches are candidates.
-        tagged = [m for m in candidates if _literals(m, key) is not None]
-        if not tagged:
-            continue
-        matching = [m for m in tagged if value[key] in (_literals(m, key) or ())]
-        if not matching:
-            untagged = [m for m in candidates if _is_typed_dict(m) and m not in tagged]
-            if not untagged:
-                known = sorted({str(t) for m in tagged for t in _literals(m, key) or ()})
-                problems.append(
-                    f"{at}unknown {key} {value[key]!r} (expected one of: {', '.join(known)})"
-                )
-                return
-            matching = untagged
-        candidates = matching
-        break
-    shaped = [m for m in candidates if _same_shape(m, value)]
-    best: list[str] | None = None
-    for member in shaped or candidates:
-        found: list[str] = []
-        _walk(member, value, path, found)
-        if not found:
-            return
-        if best is None or len(found) < len(best):
-            best = found
-    problems.extend(best or [f"{at}no type of the union accepts {_kind(value)}"])
-
-
-def _same_shape(annotation: Any, value: Any) -> bool:
-    """Whether a value is the JSON kind (object, list, scalar) a union member describes."""
-    origin = typing.get_origin(annotation)
-    if isinstance(value, dict):
-        return _is_typed_dict(annotation) or origin in _MAPPING_ORIGINS or annotation is dict
-    if isinstance(value, list | tuple):
-        return origin in _LIST_ORIGINS or annotation is list
-    return not (_is_typed_dict(annotation) or origin in _MAPPING_ORIGINS or origin in _LIST_ORIGINS)
-
-
-def _walk_typed_dict(cls: type, value: Any, path: str, problems: list[str]) -> None:
-    at = f"{path}: " if path else ""
-    if not isinstance(value, dict):
-        problems.append(f"{at}expected an object ({cls.__name__}), got {_kind(value)}")
-        return
-    keys, required = _typed_dict_keys(cls)
-    for key in value:
-        if key not in keys:
-            problems.append(
-                f"{at}undeclared key {key!r} ({cls.__name__} declares: {', '.join(keys)})"
-            )
-    for key in sorted(required - set(value)):
-        problems.append(f"{at}missing required key {key!r} ({cls.__name__})")
-    for key, item in value.items():
-        if key in keys:
-            _walk(keys[key], item, f"{path}.{key}" if path else str(key), problems)
-
-
-# -- SDK objects to request dicts ------------------------------------------------------------
 
 
 def to_request(format_name: str, value: Any) -> Any:
@@ -401,108 +125,7 @@ def to_request(format_name: str, value: Any) -> Any:
     only the keys the matching request ``Param`` type declares, at every depth (output-only
     keys such as ``status`` or ``created_by`` go; declared keys are kept, ``None`` included).
     Plain dicts and lists around the objects are kept as they are. Values without objects
-    come back unchanged (the same object).
+    come back unchanged (the same object). A format with no SDK type dumps objects whole.
     """
-    if not _has_object(value):
-        return value
-    if format_name not in SDK_FORMATS:  # minicode: no Param type to project onto
-        return _dump_all(value)
-    return _project(request_type(format_name), value, strict=False)
-
-
-def _has_object(value: Any) -> bool:
-    from pydantic import BaseModel
-
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, BaseModel):
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
-
-
-def _dump(value: Any) -> Any:
-    return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-
-def _dump_all(value: Any) -> Any:
-    from pydantic import BaseModel
-
-    if isinstance(value, BaseModel):
-        return _dump(value)
-    if isinstance(value, dict):
-        return {key: _dump_all(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_dump_all(item) for item in value]
-    return value
-
-
-def _project(annotation: Any, value: Any, *, strict: bool) -> Any:
-    """``value`` shaped by ``annotation``: objects dumped; under ``strict`` (inside a dumped
-    object) only the declared keys of each TypedDict are kept."""
-    from pydantic import BaseModel
-
-    if isinstance(value, BaseModel):
-        return _project(annotation, _dump(value), strict=True)
-    if not (strict or _has_object(value)):
-        return value
-    annotation = _unwrap(annotation)
-    members = _members(annotation)
-    if members is not None:
-        return _project_union(members, value, strict=strict)
-    origin = typing.get_origin(annotation)
-    if _is_typed_dict(annotation) and isinstance(value, dict):
-        keys, required = _typed_dict_keys(annotation)
-        shaped: dict[str, Any] = {}
-        for key, item in value.items():
-            if key in keys:
-                if item is None and strict and key not in required and _no_none(keys[key]):
-                    continue  # an output's null where the request type takes no null: absent
-                shaped[key] = _project(keys[key], item, strict=strict)
-            elif not strict:
-                shaped[key] = _dump_all(item)
-        return shaped
-    if origin in _LIST_ORIGINS and isinstance(value, list | tuple):
-        args = typing.get_args(annotation)
-        item_type = args[0] if args else Any
-        return [_project(item_type, item, strict=strict) for item in value]
-    if origin in _MAPPING_ORIGINS and isinstance(value, dict):
-        args = typing.get_args(annotation)
-        value_type = args[1] if len(args) == 2 else Any
-        return {key: _project(value_type, item, strict=strict) for key, item in value.items()}
-    return _dump_all(value)
-
-
-def _no_none(annotation: Any) -> bool:
-    """Whether a type refuses ``None``."""
-    found: list[str] = []
-    _walk(annotation, None, "", found)
-    return bool(found)
-
-
-def _project_union(members: tuple[Any, ...], value: Any, *, strict: bool) -> Any:
-    """Project onto the union member that fits best: the fewest strict problems, then the
-    most keys kept."""
-    candidates = [m for m in members if m is not type(None) and m is not None]
-    shaped = [m for m in candidates if _same_shape(m, value)]
-    if isinstance(value, dict):
-        for key in _DISCRIMINATORS:
-            if isinstance(value.get(key), str):
-                tagged = [m for m in shaped if value[key] in (_literals(m, key) or ())]
-                if tagged:
-                    shaped = tagged
-    best: tuple[int, int] | None = None
-    chosen: Any = _dump_all(value)
-    for member in shaped or candidates:
-        projected = _project(member, value, strict=strict)
-        score = (
-            len(strict_problems(member, projected)),
-            -len(projected) if isinstance(projected, dict) else 0,
-        )
-        if best is None or score < best:
-            best, chosen = score, projected
-    return chosen
+    fmt = get_format(format_name)
+    return _to_request(fmt.request_type() if fmt.sdk_extra else None, value)

@@ -40,15 +40,16 @@ import copy
 import hashlib
 import json
 import os
-import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactstore.context import ActiveContext
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError
+from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
 from compactstore.recall import RECALL_TOOL_NAME
 from compactstore.session import Session
@@ -68,24 +69,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"pip install 'compactstore[google-adk]' ({exc})"
     ) from None
 
-__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "is_overflow", "to_anthropic"]
+__all__ = ["FORMAT", "SOURCE", "CompactPlugin", "is_context_overflow", "to_anthropic"]
 
 # The value of message_origins.source for Contents stored by this plug-in.
 SOURCE = "google_adk"
 FORMAT = "anthropic"
-
-
-# How providers say a prompt does not fit the model's window.
-_OVERFLOW = re.compile(
-    r"input token count.*exceeds|exceeds the maximum number of tokens|prompt is too long"
-    r"|context[_ ](window|length)[_ ]exceeded|maximum context length|too many tokens",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def is_overflow(error: BaseException) -> bool:
-    """The error says the prompt is too long for the model."""
-    return bool(_OVERFLOW.search(str(error)))
 
 
 def _dump(content: types.Content) -> str:
@@ -131,62 +119,72 @@ def to_anthropic(
     """A Content in the ``anthropic`` session format. ``key`` names the Content (its call ids
     derive from it); ``calls`` are the (id, name) of the previous model Content's calls, which
     this Content's function responses answer, in order by name."""
-    blocks: list[dict[str, Any]] = []
     open_calls = list(calls)
-    for index, part in enumerate(content.parts or []):
-        if part.function_call is not None:
-            call = part.function_call
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": call.id or _call_id(key, index),
-                    "name": call.name or "",
-                    "input": dict(call.args or {}),
-                }
-            )
-        elif part.function_response is not None:
-            response = part.function_response
-            match = next((c for c in open_calls if c[1] == response.name), None)
-            if response.id:
-                tool_use_id = response.id
-            elif match is not None:
-                tool_use_id = match[0]
-            else:
-                tool_use_id = _call_id(key, index)
-            if match is not None:
-                open_calls.remove(match)
-            value = response.response or {}
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": tool_use_id,
-                "content": _response_text(response),
-            }
-            if "error" in value and "result" not in value:
-                result["is_error"] = True
-            blocks.append(result)
-        elif part.thought and part.text is not None:
-            signature = base64.b64encode(part.thought_signature or b"").decode()
-            blocks.append({"type": "thinking", "thinking": part.text, "signature": signature})
-        elif part.text is not None:
-            if part.text:
-                blocks.append({"type": "text", "text": part.text})
-        elif part.inline_data is not None:
-            blocks.append(_blob(part.inline_data))
-        elif part.file_data is not None and part.file_data.file_uri:
-            mime = part.file_data.mime_type or ""
-            uri = part.file_data.file_uri
-            if mime.startswith("image/") and uri.startswith(("http://", "https://")):
-                blocks.append({"type": "image", "source": {"type": "url", "url": uri}})
-            else:
-                blocks.append({"type": "text", "text": f"[file {uri}]"})
-        else:
-            kinds = [k for k, v in part.model_dump(exclude_none=True).items() if v]
-            blocks.append({"type": "text", "text": f"[{', '.join(kinds) or 'empty'} part]"})
+    blocks = [
+        block
+        for index, part in enumerate(content.parts or [])
+        if (block := _block(part, key, index, open_calls)) is not None
+    ]
     role = "assistant" if content.role == "model" else "user"
     if role == "user":
         # The API wants a user message's tool results first.
         blocks.sort(key=lambda b: b["type"] != "tool_result")
     return {"role": role, "content": blocks or ""}
+
+
+def _block(
+    part: types.Part, key: str, index: int, open_calls: list[tuple[str, str]]
+) -> dict[str, Any] | None:
+    """One Part as an anthropic content block (None: an empty text part). A function
+    response answers the first open call of its name, which leaves ``open_calls``."""
+    if part.function_call is not None:
+        call = part.function_call
+        return {
+            "type": "tool_use",
+            "id": call.id or _call_id(key, index),
+            "name": call.name or "",
+            "input": dict(call.args or {}),
+        }
+    if part.function_response is not None:
+        return _tool_result(part.function_response, key, index, open_calls)
+    if part.thought and part.text is not None:
+        signature = base64.b64encode(part.thought_signature or b"").decode()
+        return {"type": "thinking", "thinking": part.text, "signature": signature}
+    if part.text is not None:
+        return {"type": "text", "text": part.text} if part.text else None
+    if part.inline_data is not None:
+        return _blob(part.inline_data)
+    if part.file_data is not None and part.file_data.file_uri:
+        mime = part.file_data.mime_type or ""
+        uri = part.file_data.file_uri
+        if mime.startswith("image/") and uri.startswith(("http://", "https://")):
+            return {"type": "image", "source": {"type": "url", "url": uri}}
+        return {"type": "text", "text": f"[file {uri}]"}
+    kinds = [k for k, v in part.model_dump(exclude_none=True).items() if v]
+    return {"type": "text", "text": f"[{', '.join(kinds) or 'empty'} part]"}
+
+
+def _tool_result(
+    response: types.FunctionResponse, key: str, index: int, open_calls: list[tuple[str, str]]
+) -> dict[str, Any]:
+    match = next((c for c in open_calls if c[1] == response.name), None)
+    if response.id:
+        tool_use_id = response.id
+    elif match is not None:
+        tool_use_id = match[0]
+    else:
+        tool_use_id = _call_id(key, index)
+    if match is not None:
+        open_calls.remove(match)
+    value = response.response or {}
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": _response_text(response),
+    }
+    if "error" in value and "result" not in value:
+        result["is_error"] = True
+    return result
 
 
 def _calls_of(message: dict[str, Any]) -> list[tuple[str, str]]:
@@ -296,7 +294,7 @@ class CompactPlugin(BasePlugin):
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
         """A prompt too long for the model: recover and call the model once more."""
-        if not is_overflow(error):
+        if not is_context_overflow(error):
             return None
         agent = callback_context.get_invocation_context().agent
         model = getattr(agent, "canonical_model", None)
@@ -408,39 +406,45 @@ class CompactPlugin(BasePlugin):
         for index, item in enumerate(context.items):
             for call in item.calls:
                 names[call.id] = call.name
-            if item.state == "summary":
-                text = session.adapter.text(item.message)
-                view.append(types.Content(role="user", parts=[types.Part(text=text)]))
-                continue
-            if item.state == "synthetic" or item.seq is None:
-                view.append(
-                    types.Content(
-                        role="user",
-                        parts=[
-                            types.Part(
-                                function_response=types.FunctionResponse(
-                                    name=names.get(r.tool_use_id, "unknown"),
-                                    response={"error": r.text},
-                                )
-                            )
-                            for r in item.results
-                        ],
-                    )
-                )
-                continue
-            original = track.parsed.get(item.seq)
-            if original is None:  # appended through the Session API, not this plug-in
-                view.append(_from_format(session, item.message))
-                continue
-            content = copy.deepcopy(original)
-            if item.state in ("persisted", "cleared", "deduplicated") and item.results:
-                _edit_responses(content, [r.text for r in item.results])
-            if item.thinking_tokens is not None and not context.sends_thinking(index):
-                content.parts = [p for p in content.parts or [] if not p.thought]
-                if not content.parts:
-                    continue
-            view.append(content)
+            content = self._content(track, context, index, names)
+            if content is not None:
+                view.append(content)
         return view
+
+    @staticmethod
+    def _content(
+        track: _Track, context: ActiveContext, index: int, names: dict[str, str]
+    ) -> types.Content | None:
+        """The Content standing for one item of the context (None: nothing is sent)."""
+        session = track.session
+        item = context.items[index]
+        if item.state == "summary":
+            text = session.adapter.text(item.message)
+            return types.Content(role="user", parts=[types.Part(text=text)])
+        if item.state == "synthetic" or item.seq is None:
+            return types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            name=names.get(r.tool_use_id, "unknown"),
+                            response={"error": r.text},
+                        )
+                    )
+                    for r in item.results
+                ],
+            )
+        original = track.parsed.get(item.seq)
+        if original is None:  # appended through the Session API, not this plug-in
+            return _from_format(session, item.message)
+        content = copy.deepcopy(original)
+        if item.state in ("persisted", "cleared", "deduplicated") and item.results:
+            _edit_responses(content, [r.text for r in item.results])
+        if item.thinking_tokens is not None and not context.sends_thinking(index):
+            content.parts = [p for p in content.parts or [] if not p.thought]
+            if not content.parts:
+                return None
+        return content
 
     def messages(self, adk_session_id: str) -> list[types.Content]:
         """The active context of an ADK session as the model gets it."""

@@ -170,6 +170,15 @@ def _note(part: dict[str, Any]) -> str:
     return f"[{part.get('type', 'block')} block]"
 
 
+# How a LangChain message becomes a stored message, by session format (minicode speaks
+# Anthropic's block dialect for everything but tool results).
+_CONVERTERS: dict[str, Callable[[BaseMessage], dict[str, Any]]] = {
+    "anthropic": _anthropic_message,
+    "minicode": _anthropic_message,
+    "openai": _openai_message,
+}
+
+
 def _payload(message: BaseMessage) -> str:
     return json.dumps(message_to_dict(message), ensure_ascii=False, separators=(",", ":"))
 
@@ -292,10 +301,9 @@ class CompactStoreMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # -- storing --------------------------------------------------------------------------
 
     def _convert(self, session: Session, message: BaseMessage) -> dict[str, Any]:
-        if session.format in ("anthropic", "minicode"):
-            return _anthropic_message(message)
-        if session.format == "openai":
-            return _openai_message(message)
+        convert = _CONVERTERS.get(session.format)
+        if convert is not None:
+            return convert(message)
         raise InvalidInputError(
             f"session {session.id!r} is in the {session.format!r} format; "
             "CompactStoreMiddleware stores LangChain messages as 'anthropic' or 'openai'"

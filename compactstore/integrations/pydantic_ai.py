@@ -39,7 +39,6 @@ the context.
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import dataclasses
 import hashlib
@@ -49,8 +48,10 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from compactstore.context import ActiveContext
 from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
 from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
+from compactstore.formats import ToolResult
 from compactstore.integrations._store import checked_store
 from compactstore.models import CompactionConfig
 from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
@@ -64,18 +65,10 @@ try:
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ModelContextWindowExceededError, RetryModelRequest
     from pydantic_ai.messages import (
-        BinaryContent,
-        DocumentUrl,
-        ImageUrl,
         ModelMessage,
         ModelRequest,
         ModelRequestPart,
         ModelResponse,
-        ModelResponsePart,
-        RetryPromptPart,
-        SystemPromptPart,
-        TextPart,
-        ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
@@ -87,6 +80,14 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         "compactstore.integrations.pydantic_ai needs pydantic-ai, the 'pydantic-ai' extra: "
         f"pip install 'compactstore[pydantic-ai]' ({exc})"
     ) from None
+
+from compactstore.integrations._pydantic_ai_messages import (
+    from_format,
+    pieces,
+    to_anthropic,
+    with_results,
+    without_thinking,
+)
 
 __all__ = ["MARK", "SOURCE", "CompactHistory", "to_anthropic"]
 
@@ -137,112 +138,6 @@ def _part_keys(payload: str) -> list[str]:
 
 def _summary_of(part: UserPromptPart, summaries: set[str]) -> bool:
     return isinstance(part.content, str) and part.content in summaries
-
-
-def _answers(part: ModelRequestPart) -> bool:
-    """A part that answers a tool call (it goes into a tool_result block)."""
-    if isinstance(part, ToolReturnPart):
-        return True
-    return isinstance(part, RetryPromptPart) and part.tool_name is not None
-
-
-def _pieces(message: ModelMessage) -> list[ModelMessage]:
-    """``message`` as the messages it is stored as: a request holding system prompts and
-    other parts (but no tool returns, which must follow their calls) is split in two."""
-    if not isinstance(message, ModelRequest) or any(_answers(p) for p in message.parts):
-        return [message]
-    groups: list[list[ModelRequestPart]] = []
-    for part in message.parts:
-        system = isinstance(part, SystemPromptPart)
-        if groups and isinstance(groups[-1][0], SystemPromptPart) == system:
-            groups[-1].append(part)
-        else:
-            groups.append([part])
-    if len(groups) <= 1:
-        return [message]
-    return [dataclasses.replace(message, parts=group) for group in groups]
-
-
-def _media(item: Any) -> dict[str, Any]:
-    """A piece of user content as an anthropic content block."""
-    if isinstance(item, str):
-        return {"type": "text", "text": item}
-    if isinstance(item, BinaryContent):
-        data = base64.b64encode(item.data).decode()
-        source = {"type": "base64", "media_type": item.media_type, "data": data}
-        if item.is_image:
-            return {"type": "image", "source": source}
-        if item.media_type == "application/pdf":
-            return {"type": "document", "source": source}
-    elif isinstance(item, ImageUrl):
-        return {"type": "image", "source": {"type": "url", "url": item.url}}
-    elif isinstance(item, DocumentUrl) and item.media_type == "application/pdf":
-        return {"type": "document", "source": {"type": "url", "url": item.url}}
-    kind = getattr(item, "kind", type(item).__name__)
-    url = getattr(item, "url", None)
-    return {"type": "text", "text": f"[{kind}{': ' + url if isinstance(url, str) else ''}]"}
-
-
-def _request_blocks(part: ModelRequestPart) -> list[dict[str, Any]]:
-    if isinstance(part, ToolReturnPart):
-        result: dict[str, Any] = {
-            "type": "tool_result",
-            "tool_use_id": part.tool_call_id,
-            "content": part.model_response_str(),
-        }
-        if part.outcome in ("failed", "denied"):
-            result["is_error"] = True
-        return [result]
-    if isinstance(part, RetryPromptPart):
-        if part.tool_name is not None:
-            return [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": part.tool_call_id,
-                    "content": part.model_response(),
-                    "is_error": True,
-                }
-            ]
-        return [{"type": "text", "text": part.model_response()}]
-    if isinstance(part, UserPromptPart):
-        content = part.content
-        return [_media(item) for item in ([content] if isinstance(content, str) else content)]
-    text = getattr(part, "content", None)
-    if isinstance(text, str):
-        return [{"type": "text", "text": text}]
-    return [{"type": "text", "text": f"[{getattr(part, 'part_kind', type(part).__name__)}]"}]
-
-
-def _response_block(part: ModelResponsePart) -> dict[str, Any] | None:
-    if isinstance(part, TextPart):
-        return {"type": "text", "text": part.content} if part.content else None
-    if isinstance(part, ThinkingPart):
-        return {"type": "thinking", "thinking": part.content, "signature": part.signature or ""}
-    if isinstance(part, ToolCallPart) and part.part_kind == "tool-call":
-        return {
-            "type": "tool_use",
-            "id": part.tool_call_id,
-            "name": part.tool_name,
-            "input": part.args_as_dict(),
-        }
-    return {"type": "text", "text": f"[{part.part_kind}]"}
-
-
-def to_anthropic(message: ModelMessage) -> list[dict[str, Any]]:
-    """A pydantic-ai message in the ``anthropic`` session format: one message per stored
-    piece (a request with system prompts and a user prompt is two)."""
-    out: list[dict[str, Any]] = []
-    for piece in _pieces(message):
-        if isinstance(piece, ModelResponse):
-            blocks = [b for b in map(_response_block, piece.parts) if b is not None]
-            out.append({"role": "assistant", "content": blocks or ""})
-        elif all(isinstance(p, SystemPromptPart) for p in piece.parts) and piece.parts:
-            text = "\n\n".join(p.content for p in piece.parts if isinstance(p, SystemPromptPart))
-            out.append({"role": "system", "content": text})
-        else:
-            blocks = [b for part in piece.parts for b in _request_blocks(part)]
-            out.append({"role": "user", "content": blocks or ""})
-    return out
 
 
 class CompactHistory(AbstractCapability[Any]):
@@ -471,7 +366,7 @@ class CompactHistory(AbstractCapability[Any]):
             left = self._unstored(message)
             if left is None:
                 continue
-            for piece in _pieces(left):
+            for piece in pieces(left):
                 payload = _dump(piece)
                 key = _key(payload)
                 if key not in self._known:
@@ -523,35 +418,9 @@ class CompactHistory(AbstractCapability[Any]):
                 view.append(ModelRequest(parts=[UserPromptPart(text)], metadata={MARK: "summary"}))
                 continue
             if item.state == "synthetic" or item.seq is None:
-                parts: list[ModelRequestPart] = [
-                    ToolReturnPart(
-                        tool_name=names.get(result.tool_use_id, "unknown"),
-                        content=result.text,
-                        tool_call_id=result.tool_use_id,
-                        outcome="failed",
-                    )
-                    for result in item.results
-                ]
-                synthetic = ModelRequest(parts=parts, metadata={MARK: "synthetic"})
-                self._made_parts.update(_part_keys(_dump(synthetic)))
-                view.append(synthetic)
+                view.append(self._synthetic(item.results, names))
                 continue
-            stored = self._parsed.get(item.seq)
-            if stored is None:  # appended through the Session API, not this capability
-                message = _from_format(session, item.message, names)
-            else:
-                original, _ = stored
-                message = original
-                if item.state in ("persisted", "cleared", "deduplicated") and item.results:
-                    message = _with_results(message, {r.tool_use_id: r.text for r in item.results})
-                if item.thinking_tokens is not None and not context.sends_thinking(index):
-                    message = _without_thinking(message)
-                if message is original:
-                    message = copy.deepcopy(original)
-                else:  # an edited copy: recognised as stored when it comes back
-                    payload = _dump(message)
-                    self._known.add(_key(payload))
-                    self._known_parts.update(_part_keys(payload))
+            message = self._item_message(session, context, index, names)
             if isinstance(message, ModelResponse):
                 names.update(
                     (p.tool_call_id, p.tool_name)
@@ -563,65 +432,44 @@ class CompactHistory(AbstractCapability[Any]):
             view.append(message)
         return view
 
+    def _synthetic(self, results: Sequence[ToolResult], names: dict[str, str]) -> ModelRequest:
+        """The failed tool returns standing for a crash-orphaned call's missing results."""
+        parts: list[ModelRequestPart] = [
+            ToolReturnPart(
+                tool_name=names.get(result.tool_use_id, "unknown"),
+                content=result.text,
+                tool_call_id=result.tool_use_id,
+                outcome="failed",
+            )
+            for result in results
+        ]
+        synthetic = ModelRequest(parts=parts, metadata={MARK: "synthetic"})
+        self._made_parts.update(_part_keys(_dump(synthetic)))
+        return synthetic
+
+    def _item_message(
+        self, session: Session, context: ActiveContext, index: int, names: dict[str, str]
+    ) -> ModelMessage:
+        """A stored message of the context as pydantic-ai's, compaction's edits applied."""
+        item = context.items[index]
+        assert item.seq is not None
+        stored = self._parsed.get(item.seq)
+        if stored is None:  # appended through the Session API, not this capability
+            return from_format(session, item.message, names)
+        original, _ = stored
+        message = original
+        if item.state in ("persisted", "cleared", "deduplicated") and item.results:
+            message = with_results(message, {r.tool_use_id: r.text for r in item.results})
+        if item.thinking_tokens is not None and not context.sends_thinking(index):
+            message = without_thinking(message)
+        if message is original:
+            return copy.deepcopy(original)
+        payload = _dump(message)  # an edited copy: recognised as stored when it comes back
+        self._known.add(_key(payload))
+        self._known_parts.update(_part_keys(payload))
+        return message
+
     def messages(self) -> list[ModelMessage]:
         """The active context as the model gets it (empty before the first model request);
         usable as a run's ``message_history``."""
         return self._current_view()
-
-
-def _with_results(message: ModelMessage, texts: dict[str, str]) -> ModelMessage:
-    """``message`` with the content of its tool returns replaced (a compaction edit)."""
-    if not isinstance(message, ModelRequest):
-        return message
-    parts: list[ModelRequestPart] = [
-        ToolReturnPart(
-            tool_name=p.tool_name,
-            content=texts[p.tool_call_id],
-            tool_call_id=p.tool_call_id,
-            timestamp=p.timestamp,
-            outcome=p.outcome,
-        )
-        if isinstance(p, ToolReturnPart) and p.tool_call_id in texts
-        else p
-        for p in message.parts
-    ]
-    return dataclasses.replace(message, parts=parts)
-
-
-def _without_thinking(message: ModelMessage) -> ModelMessage:
-    if not isinstance(message, ModelResponse):
-        return message
-    return dataclasses.replace(
-        message, parts=[p for p in message.parts if not isinstance(p, ThinkingPart)]
-    )
-
-
-def _from_format(session: Session, message: dict[str, Any], names: dict[str, str]) -> ModelMessage:
-    """A pydantic-ai message for a stored message that has no pydantic-ai form."""
-    adapter = session.adapter
-    kind = adapter.kind(message)
-    if kind == "assistant":
-        parts: list[ModelResponsePart] = []
-        text = adapter.text(message)
-        if text:
-            parts.append(TextPart(text))
-        for call in adapter.tool_calls(message):
-            args = json.loads(call.input) if isinstance(call.input, str) else call.input
-            parts.append(ToolCallPart(call.name, args, tool_call_id=call.id))
-        return ModelResponse(parts=parts)
-    if kind == "system":
-        return ModelRequest(parts=[SystemPromptPart(adapter.text(message))])
-    results = adapter.tool_results(message)
-    if results:
-        return ModelRequest(
-            parts=[
-                ToolReturnPart(
-                    tool_name=names.get(r.tool_use_id, "unknown"),
-                    content=r.text,
-                    tool_call_id=r.tool_use_id,
-                    outcome="failed" if r.is_error else "success",
-                )
-                for r in results
-            ]
-        )
-    return ModelRequest(parts=[UserPromptPart(adapter.text(message))])
