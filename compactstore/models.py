@@ -77,21 +77,6 @@ class CompactStrategy(StrEnum):
     PROVIDER = "provider"  # the provider summarised the range (a provider compactor)
 
 
-# When several stages act in one call, the result's strategy is the heaviest of them.
-STRATEGY_WEIGHT: dict[CompactStrategy, int] = {
-    CompactStrategy.READ_DEDUP: 0,
-    CompactStrategy.TOOL_BUDGET: 1,
-    CompactStrategy.MICROCOMPACT: 2,
-    CompactStrategy.SESSION_MEMORY: 3,
-    CompactStrategy.PARTIAL: 4,
-    CompactStrategy.FULL: 5,
-    CompactStrategy.PROVIDER: 5,
-    CompactStrategy.REACTIVE: 6,
-    CompactStrategy.POP: 7,
-    CompactStrategy.CLEAR: 8,
-}
-
-
 # Fields of earlier versions that no longer mean anything (the topics list of the first summary).
 _RETIRED_FIELDS = frozenset(
     {"summary_max_topics", "summary_topic_chars", "summary_max_earlier_files"}

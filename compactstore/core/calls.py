@@ -15,10 +15,11 @@ from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities
 from compactstore.context import ActiveContext
 from compactstore.core.cache import ContextCache
 from compactstore.core.summarizing import Redactor
-from compactstore.engines import auto_compact, pipeline
+from compactstore.engines import pipeline
 from compactstore.engines.base import EngineInputs, Summarizer
 from compactstore.engines.pipeline import Outcome
 from compactstore.engines.session_memory import MemoryProvider
+from compactstore.engines.stages import PROCESS_STAGES
 from compactstore.errors import InvalidInputError
 from compactstore.formats import MessageFormat
 from compactstore.pricing import PriceTable
@@ -95,8 +96,11 @@ class Request:
         auto-compact threshold never cuts."""
         if self.call != "process":
             return True
-        return bool(self.options.get("enable_auto_compact", True)) and (
-            auto_compact.should_trigger(context, inputs)
+        return any(
+            stage.cuts is not None
+            and self.options.get(stage.switch, True)
+            and stage.cuts(context, inputs)
+            for stage in PROCESS_STAGES
         )
 
     def cheap(self) -> Request | None:
@@ -104,8 +108,8 @@ class Request:
         that are a cut and nothing else."""
         if self.call != "process":
             return None
-        flags = {**self.options, "enable_auto_compact": False}
-        return process_request(self.now, **flags)
+        cutting = {stage.switch: False for stage in PROCESS_STAGES if stage.cuts is not None}
+        return process_request(self.now, **{**self.options, **cutting})
 
 
 def process_request(now: float, **flags: bool) -> Request:

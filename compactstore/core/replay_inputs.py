@@ -13,6 +13,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from compactstore.context import ActiveContext
 from compactstore.engines.base import EngineInputs, SummaryService
+from compactstore.engines.stages import PROCESS_STAGES
 from compactstore.models import SummaryState
 
 __all__ = [
@@ -96,6 +97,12 @@ class EngineRun(_Recorded):
             cache_read=inputs.cache_read,
             **options,
         )
+
+    def switches(self) -> dict[str, bool]:
+        """process_request()'s stage switches as recorded (a stage recorded with no switch
+        of its own ran)."""
+        recorded = self.model_dump(include={stage.switch for stage in PROCESS_STAGES})
+        return {str(key): bool(value) for key, value in recorded.items()}
 
     def engine_inputs(
         self, context: ActiveContext, summarizer: SummaryService | None, instructions: str | None
