@@ -28,6 +28,15 @@ from typing import Any
 from compactstore.boilerplate import request_text, strip_boilerplate
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.engines.summary_sections import (
+    CURRENT_WORK,
+    ERRORS,
+    FILES,
+    LATER_INSTRUCTIONS,
+    ORIGINAL_REQUEST,
+    PENDING_TASKS,
+    RECALL,
+)
 from compactstore.formats import ToolCall
 from compactstore.formats.base import json_text
 from compactstore.models import (
@@ -595,7 +604,8 @@ def _sections(
     )
     if state.original_request:
         parts.append(
-            "## Original request\n"
+            ORIGINAL_REQUEST.title()
+            + "\n"
             + _unescape(state.original_request)[: config.summary_request_chars]
         )
     lines = []
@@ -603,18 +613,21 @@ def _sections(
         lines.append(_earlier_line(state.earlier_instructions, config.recall_enabled))
     lines.extend(_instruction_line(entry) for entry in state.instructions)
     if lines:
-        parts.append("## Later instructions from the user (oldest first)\n" + "\n".join(lines))
+        parts.append(LATER_INSTRUCTIONS.title() + "\n" + "\n".join(lines))
     plan = state.plan
     if plan and plan.items:
         parts.append(
-            f"## Pending tasks (latest {plan.tool}, seq {plan.seq})\n"
+            PENDING_TASKS.title(f"latest {plan.tool}, seq {plan.seq}")
+            + "\n"
             + "\n".join(f"- [{i.status}] {i.text}" for i in plan.items)
         )
     work = state.current_work
     if work:
         said = _unescape(work.text).strip()
-        text = f"## Current work (seq {work.seq})\n" + (
-            said if quote is None else _clip(said, quote)
+        text = (
+            CURRENT_WORK.title(f"seq {work.seq}")
+            + "\n"
+            + (said if quote is None else _clip(said, quote))
         )
         if work.next_step:
             text += f"\nNext step: {_one_line(work.next_step)}"
@@ -623,14 +636,14 @@ def _sections(
     if files and files_shown:
         newest = list(reversed(files))[:files_shown]
         more = len(files) - len(newest)
-        text = "## Files (newest first)\n" + "\n".join(_file_line(e) for e in newest)
+        text = FILES.title() + "\n" + "\n".join(_file_line(e) for e in newest)
         if more:
             text += f"\n- … {more} older files"
         parts.append(text)
     if state.errors:
-        parts.append("## Errors\n" + "\n".join(_error_line(e) for e in state.errors))
+        parts.append(ERRORS.title() + "\n" + "\n".join(_error_line(e) for e in state.errors))
     if config.recall_enabled:
-        parts.append("## Recall\n" + RECALL_LINE)
+        parts.append(RECALL.title() + "\n" + RECALL_LINE)
     return parts
 
 
