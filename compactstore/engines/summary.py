@@ -29,7 +29,7 @@ from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines.summary_render import budget_for, one_line, render
 from compactstore.formats import ToolCall
-from compactstore.formats.base import json_text
+from compactstore.formats.base import ToolResult, json_text
 from compactstore.models import (
     CurrentWork,
     ErrorEntry,
@@ -185,12 +185,28 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
     arguments = _arguments(call)
     if not isinstance(arguments, dict):
         return []
-    name = call.name.lower()
     named = [
         value.strip()
         for key in FILE_KEYS
         if isinstance(value := arguments.get(key), str) and value.strip()
     ]
+    known = _tool_files(call.name.lower(), arguments, named)
+    if known is not None:
+        return known
+    found: list[tuple[str, FileAction]] = [
+        (path, "named") for path in named if _looks_like_file(path)
+    ]
+    script = _command(arguments)
+    if not script:
+        return found
+    return found + _command_files(script, _workdir(arguments))
+
+
+def _tool_files(
+    name: str, arguments: dict[str, Any], named: list[str]
+) -> list[tuple[str, FileAction]] | None:
+    """What a file tool (read, write, edit, search) does to the paths it names; None for
+    other tools."""
     if name in _READ_TOOLS:
         return [(path, "read") for path in named]
     if name in _WRITE_TOOLS or arguments.get("command") == "create":
@@ -200,13 +216,12 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
         return [(path, edit) for path in named]
     if name in _SEARCH_TOOLS:
         return [(path, "read") for path in named if _looks_like_file(path)]
-    found: list[tuple[str, FileAction]] = [
-        (path, "named") for path in named if _looks_like_file(path)
-    ]
-    script = _command(arguments)
-    if not script:
-        return found
-    workdir = next(
+    return None
+
+
+def _workdir(arguments: dict[str, Any]) -> str | None:
+    """The directory a shell command runs in, when the call names one."""
+    return next(
         (
             value
             for key in ("workdir", "cwd", "working_directory")
@@ -214,7 +229,6 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
         ),
         None,
     )
-    return found + _command_files(script, workdir)
 
 
 def _inner_calls(call: ToolCall) -> list[ToolCall] | None:
@@ -385,64 +399,15 @@ def fold(
     """The summary state after summarising ``removed`` on top of ``previous`` (a version-1
     state was upgraded when it was read)."""
     config = context.config
-    fmt = context.fmt
-    patterns = config.boilerplate_patterns
-    instructions = _upgraded(previous.instructions, patterns)
-    errors = list(previous.errors)
-    # Where the unresolved errors of each call are in ``errors``: a success resolves them.
-    unresolved: dict[str, list[int]] = {}
-    for index, error in enumerate(errors):
-        if error.key and not error.resolved:
-            unresolved.setdefault(error.key, []).append(index)
-    plan = previous.plan
     work = _current_work(removed, context)
     if work is None:
         work = previous.current_work
     cwd = _cwd(context, removed, previous.cwd)
     request = original_request(context) or previous.original_request
-    files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
-    calls: dict[str, ToolCall] = {}
+    folding = _Folding(previous, context, cwd)
     for item in removed:
-        seq = item.seq
-        if item.kind == "user" and fmt.is_request(item.message) and seq != context.real_request_seq:
-            said = request_text(fmt.text(item.message), patterns)
-            if said:
-                text = " ".join(said.split())[: config.summary_request_chars]
-                instructions.append(Instruction(seq=seq, text=text))
-        for call in item.calls:
-            calls[call.id] = call
-            items = plan_items(call, config.plan_tool_names)
-            if items is not None:
-                plan = Plan(seq=seq, tool=call.name, items=items)
-            for path, action in file_actions(call):
-                _touch(files, normalise_path(path, cwd), action, seq)
-        for result in item.results:
-            made = calls.get(result.tool_use_id)
-            failed, shown = _result_outcome(result.text, result.is_error)
-            if made is None:
-                continue
-            key = _call_key(made)
-            if failed:
-                persisted = _PERSISTED.match(shown)
-                if persisted:
-                    shown = shown[persisted.end() :]
-                text = one_line(strip_boilerplate(shown, patterns), config.summary_error_chars)
-                if persisted:
-                    text += f" (whole output: blob {persisted.group(1)})"
-                unresolved.setdefault(key, []).append(len(errors))
-                errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
-                continue
-            for index in unresolved.pop(key, ()):
-                errors[index] = errors[index].model_copy(update={"resolved": True})
-            if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
-                for path, _ in file_actions(made):
-                    normal = normalise_path(path, cwd)
-                    entry = files.get(normal)
-                    if entry is not None and "created" in entry.actions:
-                        actions = [a for a in entry.actions if a != "created"]
-                        if "modified" not in actions:
-                            actions.append("modified")
-                        files[normal] = entry.model_copy(update={"actions": tuple(actions)})
+        folding.message(item)
+    files, errors = folding.files, folding.errors
     removed_seqs = [item.seq for item in removed if item.seq is not None]
     if cwd is None:
         cwd = _infer_cwd(files)
@@ -451,9 +416,9 @@ def fold(
     return SummaryState(
         original_request=request,
         cwd=cwd,
-        instructions=tuple(instructions),
+        instructions=tuple(folding.instructions),
         earlier_instructions=previous.earlier_instructions,
-        plan=plan,
+        plan=folding.plan,
         current_work=work,
         files=_merge_spellings(files.values(), cwd),
         errors=tuple(errors[-config.summary_max_errors :] if config.summary_max_errors else ()),
@@ -462,6 +427,90 @@ def fold(
         first_seq=min(first, default=None),
         last_seq=max(last, default=None),
     )
+
+
+class _Folding:
+    """The state :func:`fold` builds, message by message: instructions, the plan, files
+    and errors (an error is resolved once a later identical call succeeds)."""
+
+    def __init__(self, previous: SummaryState, context: ActiveContext, cwd: str | None) -> None:
+        self.context = context
+        self.config = context.config
+        self.patterns = context.config.boilerplate_patterns
+        self.cwd = cwd
+        self.instructions = _upgraded(previous.instructions, self.patterns)
+        self.plan = previous.plan
+        self.files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
+        self.errors = list(previous.errors)
+        # Where the unresolved errors of each call are in ``errors``: a success resolves them.
+        self.unresolved: dict[str, list[int]] = {}
+        for index, error in enumerate(self.errors):
+            if error.key and not error.resolved:
+                self.unresolved.setdefault(error.key, []).append(index)
+        self.calls: dict[str, ToolCall] = {}
+
+    def message(self, item: ContextMessage) -> None:
+        context, seq = self.context, item.seq
+        if (
+            item.kind == "user"
+            and context.fmt.is_request(item.message)
+            and seq != context.real_request_seq
+        ):
+            self.instruction(item)
+        for call in item.calls:
+            self.call(call, seq)
+        for result in item.results:
+            self.result(result, seq)
+
+    def instruction(self, item: ContextMessage) -> None:
+        said = request_text(self.context.fmt.text(item.message), self.patterns)
+        if said:
+            text = " ".join(said.split())[: self.config.summary_request_chars]
+            self.instructions.append(Instruction(seq=item.seq, text=text))
+
+    def call(self, call: ToolCall, seq: int | None) -> None:
+        self.calls[call.id] = call
+        items = plan_items(call, self.config.plan_tool_names)
+        if items is not None:
+            self.plan = Plan(seq=seq, tool=call.name, items=items)
+        for path, action in file_actions(call):
+            _touch(self.files, normalise_path(path, self.cwd), action, seq)
+
+    def result(self, result: ToolResult, seq: int | None) -> None:
+        made = self.calls.get(result.tool_use_id)
+        if made is None:
+            return
+        failed, shown = _result_outcome(result.text, result.is_error)
+        key = _call_key(made)
+        if failed:
+            self.error(made, key, shown, seq)
+            return
+        for index in self.unresolved.pop(key, ()):
+            self.errors[index] = self.errors[index].model_copy(update={"resolved": True})
+        if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
+            self.updated(made)
+
+    def error(self, made: ToolCall, key: str, shown: str, seq: int | None) -> None:
+        persisted = _PERSISTED.match(shown)
+        if persisted:
+            shown = shown[persisted.end() :]
+        text = one_line(strip_boilerplate(shown, self.patterns), self.config.summary_error_chars)
+        if persisted:
+            text += f" (whole output: blob {persisted.group(1)})"
+        self.unresolved.setdefault(key, []).append(len(self.errors))
+        self.errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
+
+    def updated(self, made: ToolCall) -> None:
+        """A write tool that says it updated a file: a file this summary has as created
+        was modified (it existed before)."""
+        for path, _ in file_actions(made):
+            normal = normalise_path(path, self.cwd)
+            entry = self.files.get(normal)
+            if entry is not None and "created" in entry.actions:
+                actions = [a for a in entry.actions if a != "created"]
+                if "modified" not in actions:
+                    actions.append("modified")
+                self.files[normal] = entry.model_copy(update={"actions": tuple(actions)})
 
 
 def _current_work(removed: Sequence[ContextMessage], context: ActiveContext) -> CurrentWork | None:
