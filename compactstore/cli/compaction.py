@@ -251,9 +251,7 @@ def replay(
         )
 
 
-def _replay_summarizer(
-    resummarize: bool, summarizer_spec: str | None, model: str | None
-) -> Any:
+def _replay_summarizer(resummarize: bool, summarizer_spec: str | None, model: str | None) -> Any:
     """The summarizer ``replay --resummarize`` asks (None: none), its options checked."""
     if resummarize and summarizer_spec is None:
         raise InvalidInputError(
