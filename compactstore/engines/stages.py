@@ -9,9 +9,12 @@ runs the registered stages in order, the compaction call reads which of them cut
 replay passes the recorded switches back.
 
 Adding a stage is its module (a pure ``run(context, inputs) -> Ran | None``) plus one
-:func:`register` call. Its thresholds are :class:`~compactstore.models.CompactionConfig`
-fields, and a strategy of its own is a :class:`~compactstore.models.CompactStrategy`
-value: both are stored and documented.
+:func:`register` call. Its switch is taken by the compaction call's request
+(:func:`compactstore.core.calls.process_request`) and recorded for replay
+(``EngineRun.stage_switches``); ``Session.process_request()`` names the built-in stages'
+switches as keyword arguments. Its thresholds are
+:class:`~compactstore.models.CompactionConfig` fields, and a strategy of its own is a
+:class:`~compactstore.models.CompactStrategy` value: both are stored and documented.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from compactstore.core.calls import process_request
+from compactstore.core.replay_inputs import EngineRun
 from compactstore.engines import pipeline, stages
 from compactstore.engines.base import EngineInputs
 from compactstore.engines.stages import PROCESS_STAGES, STRATEGY_WEIGHT, Ran, Stage, register
@@ -94,3 +95,22 @@ def test_a_stage_that_may_cut_is_left_out_of_the_cheap_stages_and_decides_whethe
     assert cheap.options == {"enable_auto_compact": False, "enable_heavy": False}
     assert not cheap.cuts(context, inputs)
     assert cheap.decide(context, inputs) is not None  # runs without the heavy stage
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_registered_stages_switch_is_recorded_for_replay() -> None:
+    register(Stage("first", lambda context, inputs: None, {}), before="tool_budget")
+    context = ContextBuilder().request("Hi.").build()
+    inputs = EngineInputs(now=NOW)
+    flags = {"enable_first": False, "enable_microcompact": False}
+    recorded = EngineRun.of("process", inputs, context, flags)
+    again = EngineRun.model_validate_json(recorded.model_dump_json())
+    assert again.switches() == {
+        "enable_first": False,
+        "enable_tool_budget": True,
+        "enable_microcompact": False,
+        "enable_auto_compact": True,
+    }
+    # A row recorded before the stage was registered: the stage ran.
+    older = EngineRun.of("process", inputs, context, {})
+    assert older.switches()["enable_first"] is True
