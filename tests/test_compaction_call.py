@@ -191,6 +191,19 @@ def test_after_lease(
     assert (call.current is call.request) == (acquired or kind != "process")
 
 
+@pytest.mark.parametrize("verdict", ["committed", "changed", "conflict", "lost"])
+def test_the_cheap_stages_after_the_re_plans_leave_the_lease_to_the_finally(
+    outcome: Outcome, executor: Executor, verdict: str
+) -> None:
+    call = new_call("process", executor, held=True)
+    call.cheap_only = True
+    assert not call.hands_over  # committed with no owner: no lease check, no release
+    result = COMMITTED if verdict == "committed" else None
+    call.after_commit(Verdict(verdict, result), outcome)  # type: ignore[arg-type]
+    assert call.state == "done"
+    assert call.held == (verdict != "lost")  # the finally releases it
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_after_decide(outcome: Outcome, executor: Executor, kind: str) -> None:
     call = new_call(kind, executor, held=True)

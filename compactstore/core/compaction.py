@@ -413,6 +413,13 @@ class CompactionCall:
             and snapshot.may_cut(self.current)
         )
 
+    @property
+    def hands_over(self) -> bool:
+        """Whether the commit checks and releases the lease with the outcome: a cut's
+        commit does; the cheap stages after the re-plans commit as a call with no lease
+        would (the ``finally`` releases it after them)."""
+        return self.held and not self.cheap_only
+
     def after_lease(self, acquired: bool, unchanged: bool, leased: bool) -> None:
         """lease -> decide, plan (the context moved before the lease), or done.
 
@@ -443,8 +450,8 @@ class CompactionCall:
     def after_commit(self, verdict: Verdict, outcome: Outcome) -> None:
         """commit -> done, or plan (the snapshot changed under the call: re-plan)."""
         now = self.request.now
-        if verdict.kind in ("committed", "lost"):
-            self.held = False  # released with the commit, or taken over
+        if verdict.kind == "lost" or (verdict.kind == "committed" and self.hands_over):
+            self.held = False  # taken over, or released with the commit
         if verdict.kind == "committed":
             assert verdict.result is not None
             result = verdict.result.model_copy(update={"background": self.background})
@@ -548,7 +555,7 @@ class CompactionCall:
                 snapshot=snapshot,
                 outcome=outcome,
                 request=current,
-                owner=self.owner if self.held else None,
+                owner=self.owner if self.hands_over else None,
             )
         )
         self.after_commit(verdict, outcome)
