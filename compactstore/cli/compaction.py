@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,12 @@ from compactstore.cli.options import (
     session_argument,
 )
 from compactstore.errors import InvalidInputError, NotFoundError
-from compactstore.models import CompactionResult, CompactStrategy
+from compactstore.models import (
+    CompactBoundary,
+    CompactionConfig,
+    CompactionResult,
+    CompactStrategy,
+)
 from compactstore.store import CompactStore, Session
 
 __all__ = ["compact", "replay", "rollback", "worker"]
@@ -223,83 +229,136 @@ def replay(
 
     Example: compactstore replay s1 --boundary 3 --resummarize --summarizer openai --model gpt-5
     """
-    if resummarize and summarizer_spec is None:
-        raise InvalidInputError(
-            "--resummarize needs --summarizer anthropic|openai (with --model) or module:callable"
-        )
-    if not resummarize and (summarizer_spec is not None or model is not None):
-        raise InvalidInputError("--summarizer and --model only apply with --resummarize")
-    summarizer = None if summarizer_spec is None else _summarizer(summarizer_spec, model)
+    summarizer = _replay_summarizer(resummarize, summarizer_spec, model)
     config = read_config(config_file) if config_file is not None else None
     with CompactStore.open(db, summarizer=summarizer, create=False) as store:
-        sess = store.get_session(session_id)
-        known = sess.boundaries(include_rolled_back=True)
-        recorded = next((b for b in known if b.id == boundary_id), None)
-        if recorded is None:
-            raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
-        before = _rolled_back_ids(sess) if apply else set()
-        live = [b.id for b in known if b.rolled_back_at is None]
-        if apply and live and live[-1] == boundary_id and not yes:
-            # (on any other live boundary the library refuses --apply with its own error)
-            _confirm_replacing(sess, boundary_id)
-        with progress(f"Replaying boundary {boundary_id}") as report:
-            report(0, 1)
-            result = sess.replay(boundary_id, config=config, apply=apply, resummarize=resummarize)
-            report(1, 1)
-        undone = _newly_rolled_back(sess, before) if apply else []
-        usage = sess.token_usage() if apply else None
-        window = sess.context_window
-    diff = render.replay_diff(recorded, result.boundary)
-    source = result.summary.source if result.summary is not None else "rule"
-    # --resummarize asked for the summarizer: a rule-based summary instead is a failure.
-    failed = resummarize and result.boundary is not None and source != "summarizer"
-    if result.summary is None:
-        what = result.strategy.value if result.strategy is not None else "this"
-        reason = f"a {what} compaction's summary is not written by a summarizer"
-    else:
-        reason = result.summary.reason or "the summarizer failed"
+        done = _replay_boundary(
+            store.get_session(session_id), boundary_id, config, apply, resummarize, yes
+        )
+    result = done.result
+    source, failed, reason = _summary_outcome(result, resummarize)
     if as_json:
-        found = {
-            "session": sess.id,
-            "boundary_id": boundary_id,
-            "applied": apply,
-            "summary_source": source,
-            "identical": not diff,
-            "diff": diff,
-            "recorded": render.boundary_json(recorded),
-            "replayed": render.boundary_json(result.boundary),
-            "result": render.compaction_json(result),
-            "rolled_back": [c.id for c in undone],
-            "usage": usage,
-        }
-        click.echo(render.json_text(found))
+        click.echo(render.json_text(done.json(source)))
     else:
-        if diff:
-            click.echo(diff)
-        else:
-            click.echo(
-                f"identical: the replay of boundary {boundary_id} gives the recorded summary "
-                f"and kept range"
-            )
-        line = f"summary: {render.SUMMARY_SOURCES[source]}"
-        if result.summary is None and result.strategy is CompactStrategy.SESSION_MEMORY:
-            line = "summary: the session memory's notes (no summarizer writes them)"
-        elif failed:
-            line += f" ({reason})"
-        click.echo(line)
-        if apply:
-            if undone:
-                click.echo("\n".join(render.rolled_back_lines(undone, usage or 0, window)[:-1]))
-            click.echo(f"applied: {render.describe(result)}")
-            click.echo(f"active context: {render.usage_of(usage or 0, window)}")
-    if apply and usage is not None:
-        _warn_over_window(sess.id, usage, window)
+        _print_replay(done, source, reason if failed else None)
+    if apply and done.usage is not None:
+        _warn_over_window(done.session_id, done.usage, done.window)
     if failed:
         applied = f"; compaction {result.id} was recorded with it" if apply else ""
         raise CommandError(
             f"--resummarize could not re-summarise boundary {boundary_id}: {reason}{applied}",
             "SummarizerError",
         )
+
+
+def _replay_summarizer(resummarize: bool, summarizer_spec: str | None, model: str | None) -> Any:
+    """The summarizer ``replay --resummarize`` asks (None: none), its options checked."""
+    if resummarize and summarizer_spec is None:
+        raise InvalidInputError(
+            "--resummarize needs --summarizer anthropic|openai (with --model) or module:callable"
+        )
+    if not resummarize and (summarizer_spec is not None or model is not None):
+        raise InvalidInputError("--summarizer and --model only apply with --resummarize")
+    return None if summarizer_spec is None else _summarizer(summarizer_spec, model)
+
+
+@dataclass(frozen=True, slots=True)
+class _Replayed:
+    """What ``replay`` did: the boundary recorded, the result, and with --apply the
+    compactions it rolled back and the active context's size after."""
+
+    session_id: str
+    boundary_id: int
+    applied: bool
+    recorded: CompactBoundary
+    result: CompactionResult
+    undone: list[CompactionResult]
+    usage: int | None
+    window: int
+
+    @property
+    def diff(self) -> str:
+        return render.replay_diff(self.recorded, self.result.boundary)
+
+    def json(self, source: str) -> dict[str, Any]:
+        diff = self.diff
+        return {
+            "session": self.session_id,
+            "boundary_id": self.boundary_id,
+            "applied": self.applied,
+            "summary_source": source,
+            "identical": not diff,
+            "diff": diff,
+            "recorded": render.boundary_json(self.recorded),
+            "replayed": render.boundary_json(self.result.boundary),
+            "result": render.compaction_json(self.result),
+            "rolled_back": [c.id for c in self.undone],
+            "usage": self.usage,
+        }
+
+
+def _replay_boundary(
+    sess: Session,
+    boundary_id: int,
+    config: CompactionConfig | None,
+    apply: bool,
+    resummarize: bool,
+    yes: bool,
+) -> _Replayed:
+    known = sess.boundaries(include_rolled_back=True)
+    recorded = next((b for b in known if b.id == boundary_id), None)
+    if recorded is None:
+        raise NotFoundError(f"no boundary {boundary_id} in session {sess.id!r}")
+    before = _rolled_back_ids(sess) if apply else set()
+    live = [b.id for b in known if b.rolled_back_at is None]
+    if apply and live and live[-1] == boundary_id and not yes:
+        # (on any other live boundary the library refuses --apply with its own error)
+        _confirm_replacing(sess, boundary_id)
+    with progress(f"Replaying boundary {boundary_id}") as report:
+        report(0, 1)
+        result = sess.replay(boundary_id, config=config, apply=apply, resummarize=resummarize)
+        report(1, 1)
+    undone = _newly_rolled_back(sess, before) if apply else []
+    usage = sess.token_usage() if apply else None
+    return _Replayed(
+        sess.id, boundary_id, apply, recorded, result, undone, usage, sess.context_window
+    )
+
+
+def _summary_outcome(result: CompactionResult, resummarize: bool) -> tuple[str, bool, str]:
+    """How the replayed summary was written, whether that fails --resummarize (which
+    asked for the summarizer: a rule-based summary instead is a failure), and why."""
+    source = result.summary.source if result.summary is not None else "rule"
+    failed = resummarize and result.boundary is not None and source != "summarizer"
+    if result.summary is None:
+        what = result.strategy.value if result.strategy is not None else "this"
+        reason = f"a {what} compaction's summary is not written by a summarizer"
+    else:
+        reason = result.summary.reason or "the summarizer failed"
+    return source, failed, reason
+
+
+def _print_replay(done: _Replayed, source: str, failure: str | None) -> None:
+    result, diff = done.result, done.diff
+    if diff:
+        click.echo(diff)
+    else:
+        click.echo(
+            f"identical: the replay of boundary {done.boundary_id} gives the recorded summary "
+            f"and kept range"
+        )
+    line = f"summary: {render.SUMMARY_SOURCES[source]}"
+    if result.summary is None and result.strategy is CompactStrategy.SESSION_MEMORY:
+        line = "summary: the session memory's notes (no summarizer writes them)"
+    elif failure is not None:
+        line += f" ({failure})"
+    click.echo(line)
+    if done.applied:
+        usage = done.usage or 0
+        if done.undone:
+            click.echo("\n".join(render.rolled_back_lines(done.undone, usage, done.window)[:-1]))
+        click.echo(f"applied: {render.describe(result)}")
+        click.echo(f"active context: {render.usage_of(usage, done.window)}")
 
 
 def _warn_over_window(session_id: str, usage: int, window: int) -> None:

@@ -26,7 +26,7 @@ from compactstore.db import repository as repo
 from compactstore.engines import read_dedup
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
 from compactstore.formats import MessageFormat
-from compactstore.formats.base import ResultContent, storage_json
+from compactstore.formats.base import ResultContent, ToolCall, ToolResult, storage_json
 from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.tokens import TokenCounter, message_tokens
 
@@ -53,16 +53,7 @@ def insert_messages(
     sid = session.id
     calls = [[*adapter.tool_calls(p.message)] for p in pending]
     results = [[*adapter.tool_results(p.message)] for p in pending]
-    # Ids are checked before they are used in a query: PostgreSQL refuses a NUL in text.
-    for offset in range(len(pending)):
-        try:
-            for result in results[offset]:
-                check_column_text(result.tool_use_id, "tool result id", MAX_NAME)
-            for call in calls[offset]:
-                check_column_text(call.id, "tool call id", MAX_NAME)
-                check_column_text(call.name, "tool name", MAX_NAME)
-        except InvalidInputError as exc:
-            raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None
+    _check_ids(pending, calls, results)
     mentioned = {c.id for group in calls for c in group} | {
         r.tool_use_id for group in results for r in group
     }
@@ -70,25 +61,7 @@ def insert_messages(
         call_id: StoredCall(row.call_seq, row.result_seq is not None)
         for call_id, row in repo.known_calls(connection, sid, mentioned).items()
     }
-    last = repo.last_message(connection, sid)
-    boundary = repo.live_boundary(connection, sid) if any(results) else None
-    conversation = Conversation(
-        adapter,
-        next_seq=0 if last is None else last.seq + 1,
-        stored=stored,
-        last_turn_seq=(
-            repo.last_turn_seq(connection, sid, grouped=adapter.groups_turns) if stored else -1
-        ),
-        in_turn=last is not None and adapter.groups_turns and last.kind == "assistant",
-        first_kept_seq=boundary.first_kept_seq if boundary is not None else 0,
-        pins=PinRules(
-            leading_system=last is None or last.pinned == "system",
-            request_seq=session.request_seq,
-            real_request_seq=session.real_request_seq,
-            boilerplate_patterns=session.config.boilerplate_patterns,
-        ),
-        session_id=sid,
-    )
+    conversation = _conversation(connection, session, adapter, stored, any(results))
     rows: list[repo.MessageRow] = []
     new_calls: list[tuple[str, str, int]] = []
     answers: list[tuple[str, int, int]] = []  # (tool-use id, call seq, result seq)
@@ -128,6 +101,54 @@ def insert_messages(
         last_seq=rows[-1].seq,
     )
     return [row.seq for row in rows]
+
+
+def _conversation(
+    connection: Connection,
+    session: repo.SessionRow,
+    adapter: MessageFormat,
+    stored: dict[str, StoredCall],
+    has_results: bool,
+) -> Conversation:
+    """The stored conversation the new messages join: the next seq, the calls it has, the
+    turn in progress, the live boundary and the pin rules."""
+    sid = session.id
+    last = repo.last_message(connection, sid)
+    boundary = repo.live_boundary(connection, sid) if has_results else None
+    return Conversation(
+        adapter,
+        next_seq=0 if last is None else last.seq + 1,
+        stored=stored,
+        last_turn_seq=(
+            repo.last_turn_seq(connection, sid, grouped=adapter.groups_turns) if stored else -1
+        ),
+        in_turn=last is not None and adapter.groups_turns and last.kind == "assistant",
+        first_kept_seq=boundary.first_kept_seq if boundary is not None else 0,
+        pins=PinRules(
+            leading_system=last is None or last.pinned == "system",
+            request_seq=session.request_seq,
+            real_request_seq=session.real_request_seq,
+            boilerplate_patterns=session.config.boilerplate_patterns,
+        ),
+        session_id=sid,
+    )
+
+
+def _check_ids(
+    pending: Sequence[PendingMessage],
+    calls: Sequence[Sequence[ToolCall]],
+    results: Sequence[Sequence[ToolResult]],
+) -> None:
+    """Ids are checked before they are used in a query: PostgreSQL refuses a NUL in text."""
+    for offset in range(len(pending)):
+        try:
+            for result in results[offset]:
+                check_column_text(result.tool_use_id, "tool result id", MAX_NAME)
+            for call in calls[offset]:
+                check_column_text(call.id, "tool call id", MAX_NAME)
+                check_column_text(call.name, "tool name", MAX_NAME)
+        except InvalidInputError as exc:
+            raise InvalidMessageError(f"{_where(offset, pending)}{exc}") from None
 
 
 def _where(offset: int, pending: Sequence[PendingMessage]) -> str:

@@ -13,15 +13,17 @@
   writes the outcome with the snapshot's figures and replay inputs.
 
 :func:`compaction_steps` chains them with the lease, the re-plans and ``superseded``. It
-is a generator of :data:`~compactstore.core.steps.Op` values (read, write, compute, wait)
-so that one copy of those rules serves every driver (:mod:`compactstore.core.steps`).
+runs a :class:`CompactionCall`, a state object whose steps are a generator of
+:data:`~compactstore.core.steps.Op` values (read, write, compute, wait), so that one copy
+of those rules serves every driver (:mod:`compactstore.core.steps`). The request types
+(:class:`Request`, :class:`Plugins`, :class:`Target`) live in
+:mod:`compactstore.core.calls`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -29,10 +31,21 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection
 
-from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
+from compactstore.capabilities import resolve_policy
 from compactstore.context import ActiveContext
-from compactstore.core.cache import CachedContext, ContextCache, read_context
+from compactstore.core.cache import CachedContext, read_context
 from compactstore.core.cache_inputs import cache_inputs
+from compactstore.core.calls import (
+    LEASE_GRACE_SECONDS,
+    Decide,
+    Plugins,
+    Request,
+    Target,
+    background_request,
+    manual_request,
+    process_request,
+    reactive_request,
+)
 from compactstore.core.rebase import rebase
 from compactstore.core.recording import (
     cache_entry_after,
@@ -43,26 +56,26 @@ from compactstore.core.recording import (
 )
 from compactstore.core.replay_inputs import EngineRun
 from compactstore.core.steps import Compute, Op, Read, Wait, Write
-from compactstore.core.summarizing import Redactor, SummaryCall, SummaryMemo
+from compactstore.core.summarizing import SummaryCall, SummaryMemo
 from compactstore.db import repository as repo
-from compactstore.engines import auto_compact, pipeline
-from compactstore.engines.base import EngineInputs, Summarizer
+from compactstore.engines.base import EngineInputs
 from compactstore.engines.pipeline import Outcome
-from compactstore.engines.session_memory import MemoryProvider, select_memory
+from compactstore.engines.session_memory import select_memory
 from compactstore.engines.summary import budget_for
-from compactstore.errors import InvalidInputError, NotFoundError
-from compactstore.formats import MessageFormat
+from compactstore.errors import NotFoundError
 from compactstore.formats.request import build_request_params
 from compactstore.models import CompactionResult, SummaryState
-from compactstore.pricing import PriceTable
-from compactstore.tokens import TokenCounter
 
 __all__ = [
+    "LEASE_GRACE_SECONDS",
+    "MAX_REPLANS",
+    "CompactionCall",
     "Decide",
     "Decision",
     "Plugins",
     "Request",
     "Snapshot",
+    "State",
     "Target",
     "Verdict",
     "background_request",
@@ -79,120 +92,6 @@ T = TypeVar("T")
 
 # Re-plans a call makes before it commits the cheap stages only.
 MAX_REPLANS = 2
-# Seconds added to summarizer_timeout_seconds for a lease's lifetime.
-LEASE_GRACE_SECONDS = 30.0
-
-# A pure decision: the pipeline to run on the snapshot; None when there is nothing to do
-# (reactive recovery out of attempts).
-Decide = Callable[[ActiveContext, EngineInputs], Outcome | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Plugins:
-    """The caller's code a compaction may run; none of it ever runs in a write
-    transaction."""
-
-    count_tokens: TokenCounter
-    summarizer: Summarizer | None = None
-    memory_provider: MemoryProvider | None = None
-    summarizer_name: str | None = None
-    executor: Executor | None = None  # bounded: where sync summarizers run
-    redactor: Redactor | None = None
-    loop: asyncio.AbstractEventLoop | None = None  # where async summarizers are awaited
-    compactor: Any = None  # a provider compactor (compactstore.providers)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """The session a compaction works on, as the driver knows it."""
-
-    session_id: str
-    adapter: MessageFormat
-    cache: ContextCache
-    location: str
-    # The model capability table (compactstore.capabilities; the store's, with its
-    # overrides): it resolves the "auto" edit policy.
-    capabilities: Mapping[str, ModelCapabilities] = field(
-        default_factory=lambda: MODEL_CAPABILITIES
-    )
-    # The store's prices (compactstore.pricing): a provider compaction's billed usage is
-    # recorded as a model call with its cost, and the cost rule of in-place edits.
-    prices: PriceTable | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One compaction call: what to decide, and what to record with it for replay."""
-
-    call: Literal["process", "reactive", "manual", "background"]  # recorded for replay
-    now: float
-    decide: Decide
-    options: dict[str, Any] = field(default_factory=dict)  # EngineRun fields of the call
-    instructions: str | None = None
-    error: str | None = None
-    started_by: int | None = None  # a background compaction: the starting call's row
-
-    def may_cut(self, snapshot: Snapshot) -> bool:
-        """Whether deciding this call on the snapshot may cut (and so may need the lease)."""
-        return self.cuts(snapshot.context, snapshot.inputs)
-
-    def cuts(self, context: ActiveContext, inputs: EngineInputs) -> bool:
-        """:meth:`may_cut` before the snapshot is whole. The cheap stages only lower usage,
-        so a process call whose context is below the auto-compact threshold never cuts."""
-        if self.call != "process":
-            return True
-        return bool(self.options.get("enable_auto_compact", True)) and (
-            auto_compact.should_trigger(context, inputs)
-        )
-
-    def cheap(self) -> Request | None:
-        """This call with the cheap stages only (tool budget, microcompact); None for calls
-        that are a cut and nothing else."""
-        if self.call != "process":
-            return None
-        flags = {**self.options, "enable_auto_compact": False}
-        return process_request(self.now, **flags)
-
-
-def process_request(now: float, **flags: bool) -> Request:
-    """process_request(): the pre-call pipeline with its stage switches."""
-
-    def decide(context: ActiveContext, inputs: EngineInputs) -> Outcome:
-        return pipeline.process(context, inputs, **flags)
-
-    return Request("process", now, decide, options=dict(flags))
-
-
-def background_request(now: float, started_by: int | None) -> Request:
-    """A background compaction a process_request(background=True) started."""
-    return Request("background", now, pipeline.background, started_by=started_by)
-
-
-def reactive_request(now: float, error: str) -> Request:
-    """reactive_recover(): the next recovery attempt."""
-    return Request("reactive", now, pipeline.recover, error=error)
-
-
-def manual_request(now: float, instructions: str | None, up_to_seq: int | None) -> Request:
-    """compact(): a full compact now, or a partial one up to a seq."""
-
-    def decide(context: ActiveContext, inputs: EngineInputs) -> Outcome:
-        if up_to_seq is not None and up_to_seq > context.last_seq:
-            raise InvalidInputError(
-                f"up_to_seq {up_to_seq} is past the last message (seq {context.last_seq})"
-            )
-        if up_to_seq is not None and up_to_seq < context.first_kept_seq:
-            raise InvalidInputError(
-                f"up_to_seq {up_to_seq} is already summarised: the active context starts "
-                f"at seq {context.first_kept_seq}"
-            )
-        return pipeline.manual(context, inputs, up_to_seq=up_to_seq)
-
-    return Request(
-        "manual", now, decide, options={"up_to_seq": up_to_seq}, instructions=instructions
-    )
-
-
 # -- plan -----------------------------------------------------------------------------------
 
 
@@ -212,6 +111,11 @@ class Snapshot:
     def live_boundary_id(self) -> int | None:
         boundary = self.context.boundary
         return None if boundary is None else boundary.id
+
+    def may_cut(self, request: Request) -> bool:
+        """Whether deciding ``request`` on this snapshot may cut (and so may need the
+        lease)."""
+        return request.cuts(self.context, self.inputs)
 
     @property
     def blocking(self) -> bool:
@@ -428,10 +332,6 @@ def _take_lease(
     return acquired, row.context_version == snapshot.session.context_version
 
 
-def _release(connection: Connection, session_id: str, owner: str) -> None:
-    repo.release_lease(connection, session_id, owner)
-
-
 def _lease_free(connection: Connection, session_id: str) -> bool:
     lease = repo.get_lease(connection, session_id)
     return lease is None or not lease.live
@@ -450,137 +350,224 @@ def _wait_for_lease(target: Target, timeout: float) -> Generator[Op, Any, bool]:
     return False
 
 
+# -- the call: lease -> decide -> commit ----------------------------------------------------
+
+# What a call does next: plan (read a snapshot), lease (take the lease before a cut that
+# calls a summarizer), decide (run the pipeline), commit (write the outcome), done.
+State = Literal["plan", "lease", "decide", "commit", "done"]
+
+
+@dataclass(slots=True)
+class CompactionCall:
+    """One compaction call as a state object: plan -> lease -> decide -> commit, with the
+    re-plans. :meth:`steps` runs it as a generator of :data:`~compactstore.core.steps.Op`
+    values; the transitions (:meth:`after_lease`, :meth:`after_decide`,
+    :meth:`after_commit`) are plain methods that set :attr:`state`.
+
+    The lease ends once: the commit's write transaction releases it with the outcome
+    (:func:`commit`), or the ``finally`` of :meth:`steps` does on every other way out.
+    """
+
+    target: Target
+    request: Request
+    plugins: Plugins
+    executor: Executor
+    # The request the next decide runs: the call's, or its cheap stages only.
+    current: Request = field(init=False)
+    state: State = "plan"
+    held: bool = False  # this call holds the session's lease
+    replans: int = 0
+    cheap_only: bool = False  # still racing after the re-plans: cut nothing
+    rule_based: bool = field(init=False)  # no summarizer (the agent is blocked)
+    background: Literal["running"] | None = None  # another caller's summary is in flight
+    stale: Outcome | None = None  # the outcome a changed snapshot refused
+    decision: Decision = (None, None)
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    memo: SummaryMemo = field(default_factory=SummaryMemo)
+
+    def __post_init__(self) -> None:
+        self.current = self.request
+        self.rule_based = self.request.call == "reactive"
+
+    # -- transitions ------------------------------------------------------------------------
+
+    def after_plan(self, snapshot: Snapshot) -> None:
+        """plan -> lease, decide, or done (the trigger no longer holds)."""
+        request = self.request
+        if self.stale is not None and request.call == "process" and not snapshot.may_cut(request):
+            # Another compaction, rollback or config change landed and the trigger no
+            # longer holds: nothing to record.
+            self.finish(superseded_result(self.stale, request.now))
+        elif self.needs_lease(snapshot):
+            self.state = "lease"
+        else:
+            self.state = "decide"
+
+    def needs_lease(self, snapshot: Snapshot) -> bool:
+        """Whether the call must settle the lease before it decides: a cut it may make,
+        not yet leased, with no summary of another caller known to be in flight."""
+        return (
+            not self.held
+            and not self.cheap_only
+            and self.background is None
+            and snapshot.may_cut(self.current)
+        )
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether the commit checks and releases the lease with the outcome: a cut's
+        commit does; the cheap stages after the re-plans commit as a call with no lease
+        would (the ``finally`` releases it after them)."""
+        return self.held and not self.cheap_only
+
+    def after_lease(self, acquired: bool, unchanged: bool, leased: bool) -> None:
+        """lease -> decide, plan (the context moved before the lease), or done.
+
+        ``leased``: the call asked for the lease (it was not merely free)."""
+        if acquired:
+            self.held = leased
+            self.state = "decide" if unchanged else "plan"
+            return
+        # Another caller's summary is in flight: the cheap stages only.
+        self.background = "running"
+        cheap = self.current.cheap()
+        if cheap is None:
+            self.finish(running_result(self.request.now, self.request.instructions))
+            return
+        self.current = cheap
+        self.state = "decide"
+
+    def after_decide(self, outcome: Outcome | None) -> None:
+        """decide -> commit, or done (nothing decided, or nothing to write)."""
+        if outcome is None:
+            self.finish(None)
+        elif not outcome.writes:
+            result = unrecorded_result(outcome, self.request.now, self.current.instructions)
+            self.finish(result.model_copy(update={"background": self.background}))
+        else:
+            self.state = "commit"
+
+    def after_commit(self, verdict: Verdict, outcome: Outcome) -> None:
+        """commit -> done, or plan (the snapshot changed under the call: re-plan)."""
+        now = self.request.now
+        if verdict.kind == "lost" or (verdict.kind == "committed" and self.hands_over):
+            self.held = False  # taken over, or released with the commit
+        if verdict.kind == "committed":
+            assert verdict.result is not None
+            result = verdict.result.model_copy(update={"background": self.background})
+            self.finish(result, verdict.cached)
+            return
+        if verdict.kind == "lost" or self.cheap_only:
+            self.finish(superseded_result(outcome, now))
+            return
+        self.stale = outcome if verdict.kind == "changed" else None
+        self.replans += 1
+        self.state = "plan"
+        if self.replans > MAX_REPLANS:
+            # Still racing after the re-plans: the cheap stages only, which cut nothing.
+            cheap = self.current.cheap()
+            if cheap is None:
+                self.finish(superseded_result(outcome, now))
+            else:
+                self.current, self.cheap_only, self.stale = cheap, True, None
+
+    def finish(self, result: CompactionResult | None, cached: CachedContext | None = None) -> None:
+        self.decision = (result, cached)
+        self.state = "done"
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def steps(self) -> Generator[Op, Any, Decision]:
+        """Run the call; returns the result (None: reactive recovery out of attempts) and
+        the cache entry of the context it left (None: rebuild from the rows)."""
+        try:
+            while self.state != "done":
+                snapshot: Snapshot = yield Read(
+                    partial(plan, target=self.target, request=self.request, plugins=self.plugins)
+                )
+                self.after_plan(snapshot)
+                if self.state == "lease":
+                    yield from self.lease(snapshot)
+                if self.state == "decide":
+                    yield from self.decide_and_commit(snapshot)
+            return self.decision
+        except GeneratorExit:
+            # Closed unfinished by the driver: no step can run; the lease expires.
+            self.held = False
+            raise
+        finally:
+            if self.held:
+                self.held = False
+                sid = self.target.session_id
+                yield Write(partial(repo.release_lease, session_id=sid, owner=self.owner))
+
+    def lease(self, snapshot: Snapshot) -> Generator[Op, Any, None]:
+        """A cut that calls a summarizer takes the lease. A rule-based one takes none
+        (milliseconds; a race is settled by the commit's version check), so a killed
+        process leaves none behind, but it defers to another caller's summary in flight,
+        and reactive recovery takes that one over."""
+        reactive = self.request.call == "reactive"
+        in_flight = snapshot.lease is not None and snapshot.lease.live
+        leased = summarizes(snapshot, self.plugins) or (reactive and in_flight)
+        if leased:
+            acquired, unchanged = yield Write(self.take_lease(snapshot, take_over=reactive))
+        else:
+            acquired, unchanged = not in_flight, True
+        # A background job blocks no agent: it never takes a caller's lease over (that
+        # caller is cutting already; a blocked one would lose its cut).
+        if not acquired and snapshot.blocking and self.request.call != "background":
+            timeout = snapshot.context.config.summarizer_timeout_seconds
+            if (yield from _wait_for_lease(self.target, timeout)):
+                self.state = "plan"  # the summary landed: decide again on what it left
+                return
+            acquired, unchanged = yield Write(self.take_lease(snapshot, take_over=True))
+            self.rule_based = leased = True
+        self.after_lease(acquired, unchanged, leased)
+
+    def take_lease(self, snapshot: Snapshot, *, take_over: bool) -> Callable[[Connection], Any]:
+        return partial(
+            _take_lease,
+            target=self.target,
+            snapshot=snapshot,
+            owner=self.owner,
+            take_over=take_over,
+        )
+
+    def decide_and_commit(self, snapshot: Snapshot) -> Generator[Op, Any, None]:
+        current = self.current
+        service = (
+            None
+            if self.rule_based or current.call == "reactive"
+            else summary_call(snapshot, self.plugins, self.memo, self.executor)
+        )
+        outcome = yield Compute(
+            partial(decide, snapshot, current, service),
+            waits=service is not None and snapshot.may_cut(current),
+        )
+        self.after_decide(outcome)
+        if self.state != "commit":
+            return
+        assert outcome is not None
+        verdict: Verdict = yield Write(
+            partial(
+                commit,
+                target=self.target,
+                snapshot=snapshot,
+                outcome=outcome,
+                request=current,
+                owner=self.owner if self.hands_over else None,
+            )
+        )
+        self.after_commit(verdict, outcome)
+
+
 def compaction_steps(
     target: Target, request: Request, plugins: Plugins, executor: Executor
 ) -> Generator[Op, Any, Decision]:
-    """One compaction call, plan -> decide -> commit, with the lease and the re-plans.
+    """One compaction call, plan -> lease -> decide -> commit, with the re-plans
+    (:class:`CompactionCall`).
 
     Returns the result (None: reactive recovery out of attempts) and the cache entry of
     the context it left (None: rebuild from the rows).
     """
-    memo = SummaryMemo()
-    owner = uuid.uuid4().hex
-    held = False  # this call holds the session's lease
-    replans = 0
-    cheap_only = False
-    current: Request | None = request
-    rule_based = request.call == "reactive"  # the agent is blocked: no summarizer
-    background: Literal["running"] | None = None
-    stale: Outcome | None = None  # the outcome a changed snapshot refused
-    sid = target.session_id
-    try:
-        while True:
-            snapshot: Snapshot = yield Read(
-                partial(plan, target=target, request=request, plugins=plugins)
-            )
-            if stale is not None and request.call == "process" and not request.may_cut(snapshot):
-                # Another compaction, rollback or config change landed and the trigger no
-                # longer holds: nothing to record.
-                if held:
-                    yield Write(partial(_release, session_id=sid, owner=owner))
-                    held = False
-                return superseded_result(stale, request.now), None
-            assert current is not None
-            if not held and not cheap_only and background is None and current.may_cut(snapshot):
-                # A cut that calls a summarizer takes the lease. A rule-based one takes none
-                # (milliseconds; a race is settled by the commit's version check), so a
-                # killed process leaves none behind, but it defers to another caller's
-                # summary in flight, and reactive recovery takes that one over.
-                in_flight = snapshot.lease is not None and snapshot.lease.live
-                leased = summarizes(snapshot, plugins) or (request.call == "reactive" and in_flight)
-                if leased:
-                    acquired, unchanged = yield Write(
-                        partial(
-                            _take_lease,
-                            target=target,
-                            snapshot=snapshot,
-                            owner=owner,
-                            take_over=request.call == "reactive",
-                        )
-                    )
-                else:
-                    acquired, unchanged = not in_flight, True
-                # A background job blocks no agent: it never takes a caller's lease over
-                # (that caller is cutting already; a blocked one would lose its cut).
-                if not acquired and snapshot.blocking and request.call != "background":
-                    timeout = snapshot.context.config.summarizer_timeout_seconds
-                    if (yield from _wait_for_lease(target, timeout)):
-                        continue  # the summary landed: decide again on what it left
-                    acquired, unchanged = yield Write(
-                        partial(
-                            _take_lease,
-                            target=target,
-                            snapshot=snapshot,
-                            owner=owner,
-                            take_over=True,
-                        )
-                    )
-                    rule_based = leased = True
-                if acquired:
-                    held = leased
-                    if not unchanged:
-                        continue  # another compaction landed before the lease: see it
-                else:
-                    # Another caller's summary is in flight: the cheap stages only.
-                    background = "running"
-                    current = current.cheap()
-                    if current is None:
-                        return running_result(request.now, request.instructions), None
-            service = (
-                None
-                if rule_based or current.call == "reactive"
-                else summary_call(snapshot, plugins, memo, executor)
-            )
-            outcome = yield Compute(
-                partial(decide, snapshot, current, service),
-                waits=service is not None and current.may_cut(snapshot),
-            )
-            if outcome is None:
-                if held:
-                    yield Write(partial(_release, session_id=sid, owner=owner))
-                    held = False
-                return None, None
-            if not outcome.writes:
-                if held:
-                    yield Write(partial(_release, session_id=sid, owner=owner))
-                    held = False
-                result = unrecorded_result(outcome, request.now, current.instructions)
-                return result.model_copy(update={"background": background}), None
-            verdict: Verdict = yield Write(
-                partial(
-                    commit,
-                    target=target,
-                    snapshot=snapshot,
-                    outcome=outcome,
-                    request=current,
-                    owner=owner if held else None,
-                )
-            )
-            if verdict.kind == "committed":
-                held = False
-                assert verdict.result is not None
-                return verdict.result.model_copy(update={"background": background}), (
-                    verdict.cached
-                )
-            if verdict.kind == "lost":
-                held = False
-                return superseded_result(outcome, request.now), None
-            if cheap_only:
-                return superseded_result(outcome, request.now), None
-            stale = outcome if verdict.kind == "changed" else None
-            replans += 1
-            if replans > MAX_REPLANS:
-                # Still racing after the re-plans: the cheap stages only, which cut nothing.
-                if held:
-                    yield Write(partial(_release, session_id=sid, owner=owner))
-                    held = False
-                cheap_only, stale = True, None
-                current = current.cheap()
-                if current is None:
-                    return superseded_result(outcome, request.now), None
-    except GeneratorExit:
-        raise
-    except BaseException:
-        if held:
-            yield Write(partial(_release, session_id=sid, owner=owner))
-        raise
+    return CompactionCall(target, request, plugins, executor).steps()

@@ -7,7 +7,6 @@ counters) with the connection of the caller's write transaction and returns the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from typing import Any
@@ -17,6 +16,12 @@ from sqlalchemy import Connection
 from compactstore.context import ActiveContext, BoundaryInfo
 from compactstore.core.cache import CachedContext
 from compactstore.core.checks import PendingMessage
+from compactstore.core.outcome_rows import (
+    boundary_values,
+    outcome_rows,
+    recorded_result,
+    summary_columns,
+)
 from compactstore.core.replay_inputs import DedupRun, ImportedRun, Recorded, ServerRun
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
@@ -68,7 +73,9 @@ def record_outcome(
     started_by: int | None = None,
     prices: PriceTable | None = None,
 ) -> CompactionResult:
-    """Write what the engines decided: boundary, compaction row, edits, blobs, counters.
+    """Write what the engines decided (the rows of
+    :func:`compactstore.core.outcome_rows.outcome_rows`): boundary, compaction row, edits,
+    blobs, counters.
     A provider compaction's billed usage (its ``usage.iterations``) is a ``model_calls``
     row, costed at ``prices``.
 
@@ -78,158 +85,48 @@ def record_outcome(
         inputs: what the engines were given, recorded for replay.
         at: the time the rows are dated with.
     """
-    breaker: dict[str, Any] = {}
-    if outcome.consecutive_failures is not None:
-        breaker["consecutive_failures"] = outcome.consecutive_failures
-        breaker["tripped"] = bool(outcome.tripped)
-    if outcome.reactive_attempts is not None:
-        breaker["reactive_attempts"] = outcome.reactive_attempts
-    if outcome.last_microcompact_at is not None:
-        breaker["last_microcompact_at"] = outcome.last_microcompact_at
-    cut = outcome.cut
-    info = cut.summary if cut is not None else None
-    if info is not None and info.fallback:
+    rows = outcome_rows(
+        outcome,
+        inputs,
+        at=at,
+        instructions=instructions,
+        error=error,
+        replay_of=replay_of,
+        started_by=started_by,
+    )
+    if rows.count_fallback:
         repo.count_fallback(connection, session_id)
-    elif info is not None and info.source == "summarizer":
-        breaker["consecutive_fallbacks"] = 0
-    if breaker:
-        repo.set_breaker(connection, session_id, **breaker)
-    final = outcome.context
-    if not outcome.leaves_row:
-        if breaker:
+    if rows.breaker:
+        repo.set_breaker(connection, session_id, **rows.breaker)
+    if rows.compaction is None:
+        if rows.breaker:
             repo.update_session(connection, session_id)
         return unrecorded_result(outcome, at, instructions)
-    cut_stage = outcome.cut_stage
-    start = outcome.start
     boundary: CompactBoundary | None = None
-    if cut is not None and cut_stage is not None:
-        summary = final.summary
-        assert summary is not None
-        row = BoundaryRow(
-            id=0,  # given by the insert
-            trigger=cut_stage.trigger.value,
-            strategy=cut_stage.strategy.value,
-            created_at=at,
-            tokens_before=outcome.tokens_before,
-            tokens_after=outcome.tokens_after,
-            messages_removed=len(cut.removed_seqs),
-            first_kept_seq=cut.first_kept_seq,
-            last_kept_seq=cut.last_kept_seq,
-            summary_text=cut.summary_text,
-            summary_message=repo.dumps(summary.message),
-            summary_tokens=summary.tokens,
-            summary_state=cut.summary_state.model_dump_json(),
-            parent_id=start.boundary.id if start.boundary is not None else None,
-            rolled_back_at=None,
-        )
-        values = {k: v for k, v in row._asdict().items() if k not in ("id", "rolled_back_at")}
-        boundary = boundary_model(
-            row._replace(id=repo.insert_boundary(connection, session_id, **values))
-        )
-        if cut.iterations:
+    if rows.boundary is not None:
+        boundary_id = repo.insert_boundary(connection, session_id, **boundary_values(rows.boundary))
+        boundary = boundary_model(rows.boundary._replace(id=boundary_id))
+        cut = outcome.cut
+        if cut is not None and cut.iterations:
             _record_provider_call(connection, session_id, outcome, cut, at, prices)
-    steps = outcome.steps()
-    edits, blobs = outcome.edits, outcome.blobs
-    cleared = start.cleared_calls((edit.seq, edit.tool_use_ids) for edit in edits)
-    removed = list(cut.removed_seqs) if cut is not None else []
-    strategy, trigger = outcome.strategy, outcome.trigger
-    # Where the prefixes of later messages changed: an edited seq,
-    # or, for a cut, every kept message (as ActiveContext.cut() has it).
-    # A provider's compaction block changes no later prefix (ActiveContext.cut()).
-    provided = False
-    if cut_stage is not None and cut_stage.strategy == CompactStrategy.PROVIDER:
-        place = next(i for i, stage in enumerate(outcome.stages) if stage is cut_stage)
-        before = outcome.stages[place - 1].context if place else start
-        provided = cut_stage.context.changes == before.changes  # as ActiveContext.cut() had it
-    changed_after = min(
-        [edit.seq for edit in edits]
-        + ([start.first_kept_seq - 1] if cut is not None and not provided else []),
-        default=None,
-    )
     compaction_id = repo.insert_compaction(
         connection,
         session_id,
-        trigger=None if trigger is None else trigger.value,
-        strategy=None if strategy is None else strategy.value,
-        success=outcome.success,
-        tokens_before=outcome.tokens_before,
-        tokens_after=outcome.tokens_after,
-        tokens_freed=outcome.tokens_before - outcome.tokens_after,
-        summary_text=cut.summary_text if cut is not None else "",
-        boundary_id=boundary.id if boundary is not None else None,
-        created_at=at,
-        steps=repo.dumps([step.model_dump(mode="json") for step in steps]),
-        config=final.config.model_dump_json(),
-        removed_seqs=repo.dumps(removed),
-        cleared_tool_calls=repo.dumps(cleared),
-        blob_ids=repo.dumps([blob.id for blob in blobs]),
+        **{**rows.compaction, "boundary_id": None if boundary is None else boundary.id},
+    )
+    owned = {"compaction_id": compaction_id}
+    repo.insert_edits(connection, session_id, [{**row, **owned} for row in rows.edits])
+    repo.insert_blobs(connection, session_id, [{**row, **owned} for row in rows.blobs])
+    repo.update_session(connection, session_id, structural=True, **rows.session)
+    return recorded_result(
+        outcome,
+        compaction_id,
+        boundary,
+        at=at,
         instructions=instructions,
         error=error,
-        inputs=inputs.model_dump_json(),
-        replay_of=replay_of,
         started_by=started_by,
-        changed_after_seq=changed_after,
-        edit_policy=getattr(inputs, "edit_policy", None),
-        **summary_columns(info),
-    )
-    repo.insert_edits(
-        connection,
-        session_id,
-        [
-            {
-                "seq": edit.seq,
-                "compaction_id": compaction_id,
-                "kind": edit.state,  # the message_edits column
-                "tool_use_ids": repo.dumps(list(edit.tool_use_ids)),
-                "payload": repo.dumps(edit.message),
-                "tokens": edit.tokens,
-            }
-            for edit in edits
-        ],
-    )
-    repo.insert_blobs(
-        connection,
-        session_id,
-        [
-            {
-                "id": blob.id,
-                "seq": blob.seq,
-                "tool_use_id": blob.tool_use_id,
-                "tool_name": blob.tool_name,
-                "compaction_id": compaction_id,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "size": len(data),
-                "content": data,
-                "created_at": at,
-            }
-            for blob in blobs
-            for data in [blob.content.encode("utf-8")]
-        ],
-    )
-    # The context changed, so the last real count no longer describes it.
-    changed = {"real_tokens": None, "real_estimate": None} if outcome.success else {}
-    repo.update_session(connection, session_id, structural=True, **changed)
-    return CompactionResult(
-        id=compaction_id,
-        success=outcome.success,
-        strategy=strategy,
-        trigger=trigger,
-        messages=final.wire,
-        boundary=boundary,
-        tokens_before=outcome.tokens_before,
-        tokens_after=outcome.tokens_after,
-        tokens_freed=outcome.tokens_before - outcome.tokens_after,
-        summary_text=cut.summary_text if cut is not None else "",
-        steps=steps,
-        created_at=at,
-        removed_seqs=removed,
-        cleared_tool_calls=cleared,
-        blob_ids=[blob.id for blob in blobs],
-        instructions=instructions,
-        error=error,
-        summary=info,
-        started_by=started_by,
-        edit_policy=getattr(inputs, "edit_policy", None),
+        edit_policy=rows.compaction["edit_policy"],
     )
 
 
@@ -299,22 +196,6 @@ def record_read_dedup(
         created_at=stub.created_at,
         edit_policy=edit_policy,
     )
-
-
-def summary_columns(summary: SummaryInfo | None) -> dict[str, Any]:
-    """The compactions columns that say how a cut's summary was written."""
-    if summary is None:
-        return {}
-    return {
-        "summary_source": summary.source,
-        "summarizer": summary.summarizer,
-        "summarizer_model": summary.model,
-        "summarizer_latency_ms": summary.latency_ms,
-        "summarizer_input_tokens": summary.input_tokens,
-        "summarizer_output_tokens": summary.output_tokens,
-        "summarizer_fallback": summary.fallback,
-        "summarizer_reason": summary.reason,
-    }
 
 
 def superseded_result(outcome: Outcome | None, at: float) -> CompactionResult:

@@ -249,13 +249,7 @@ def decide_replay(plan: ReplayPlan) -> Outcome:
     """Run the recorded pipeline again on the rebuilt context (pure)."""
     recorded, context, inputs = plan.replay_inputs, plan.context, plan.inputs
     if recorded.call == "process":
-        return pipeline.process(
-            context,
-            inputs,
-            enable_tool_budget=recorded.enable_tool_budget,
-            enable_microcompact=recorded.enable_microcompact,
-            enable_auto_compact=recorded.enable_auto_compact,
-        )
+        return pipeline.process(context, inputs, **recorded.switches())
     if recorded.call == "manual":
         return pipeline.manual(context, inputs, up_to_seq=recorded.up_to_seq)
     if recorded.call == "background":

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from compactstore.context import ActiveContext
 from compactstore.engines.base import EngineInputs, SummaryService
+from compactstore.engines.stages import PROCESS_STAGES
 from compactstore.models import SummaryState
 
 __all__ = [
@@ -54,10 +63,12 @@ class EngineRun(_Recorded):
     reactive_attempts: int
     usage_offset: int
     token_factor: float | None
-    # process_request()'s stage switches.
+    # process_request()'s stage switches: the built-in stages' by name, a registered
+    # stage's (compactstore.engines.stages) in stage_switches.
     enable_tool_budget: bool = True
     enable_microcompact: bool = True
     enable_auto_compact: bool = True
+    stage_switches: dict[str, bool] = Field(default_factory=dict)
     # compact(up_to_seq=).
     up_to_seq: int | None = None
     # The edit policy the engines ran under and whether the model checks thinking prefixes
@@ -94,8 +105,31 @@ class EngineRun(_Recorded):
             sent_seq=inputs.sent_seq,
             call_gap=inputs.call_gap,
             cache_read=inputs.cache_read,
-            **options,
+            **{key: value for key, value in options.items() if key in cls.model_fields},
+            stage_switches={
+                key: bool(value) for key, value in options.items() if key not in cls.model_fields
+            },
         )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_switches(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Rows record ``stage_switches`` only when a registered stage has one, so the
+        inputs of the built-in pipeline are stored as before."""
+        data = handler(self)
+        if not self.stage_switches and isinstance(data, dict):
+            data.pop("stage_switches", None)
+        return data
+
+    def switches(self) -> dict[str, bool]:
+        """process_request()'s stage switches as recorded (a stage recorded with no switch
+        of its own ran)."""
+        switches: dict[str, bool] = {}
+        for stage in PROCESS_STAGES:
+            own = getattr(self, stage.switch, None)  # a built-in stage's field
+            switches[stage.switch] = (
+                self.stage_switches.get(stage.switch, True) if own is None else bool(own)
+            )
+        return switches
 
     def engine_inputs(
         self, context: ActiveContext, summarizer: SummaryService | None, instructions: str | None

@@ -305,40 +305,12 @@ class SummaryCall:
         )
 
     def _summarize(self, request: SummaryRequest) -> SummaryAnswer:
-        if self.recorded is not None and (self.summarizer is None or self.name != self.recorded):
-            return self._fallback(
-                self.recorded,
-                f"summarizer {self.recorded} was set for this session but is not configured "
-                f"in this process (store.session(..., summarizer=))",
-            )
+        refused = self._refusal()
+        if refused is not None:
+            return refused
         summarizer, name = self.summarizer, self.name
-        if summarizer is None or name is None:
-            return SummaryAnswer(None, SummaryInfo(source="rule"))
-        if self.calls_left <= 0:
-            return SummaryAnswer(
-                None,
-                SummaryInfo(
-                    source="rule",
-                    summarizer=name,
-                    reason="summarizer_max_calls_per_hour reached for this session",
-                ),
-            )
-        redact = self.redactor
-        messages = request.messages
-        previous, instructions = request.previous_summary, request.instructions
-        if redact is not None:
-            messages = [redact_message(message, redact) for message in messages]
-            previous = None if previous is None else redact(previous)
-            instructions = None if instructions is None else redact(instructions)
-        started = time.perf_counter()
-        loop = self.loop
-        future: Future[Any]
-        if loop is not None and is_async(summarizer):
-            future = asyncio.run_coroutine_threadsafe(
-                _awaited(summarizer, messages, previous, instructions), loop
-            )
-        else:
-            future = self.executor.submit(summarizer, messages, previous, instructions)
+        assert summarizer is not None and name is not None
+        future, started = self._submit(summarizer, request)
         try:
             value = future.result(timeout=self.timeout)
         except FutureTimeout:
@@ -350,6 +322,49 @@ class SummaryCall:
             return self._fallback(name, f"summarizer {name} failed ({type(exc).__name__}: {exc})")
         latency = (time.perf_counter() - started) * 1000
         self.calls_left -= 1
+        return self._answer(name, value, latency)
+
+    def _refusal(self) -> SummaryAnswer | None:
+        """The answer when the summarizer is not called: the session's summarizer is not
+        configured here, none is set, or the hourly limit is reached; None: call it."""
+        if self.recorded is not None and (self.summarizer is None or self.name != self.recorded):
+            return self._fallback(
+                self.recorded,
+                f"summarizer {self.recorded} was set for this session but is not configured "
+                f"in this process (store.session(..., summarizer=))",
+            )
+        if self.summarizer is None or self.name is None:
+            return SummaryAnswer(None, SummaryInfo(source="rule"))
+        if self.calls_left <= 0:
+            return SummaryAnswer(
+                None,
+                SummaryInfo(
+                    source="rule",
+                    summarizer=self.name,
+                    reason="summarizer_max_calls_per_hour reached for this session",
+                ),
+            )
+        return None
+
+    def _submit(self, summarizer: Summarizer, request: SummaryRequest) -> tuple[Future[Any], float]:
+        """Start the call (redacted first): a coroutine on the store's loop, else a sync
+        call in the executor; and when it started (``time.perf_counter()``)."""
+        redact = self.redactor
+        messages = request.messages
+        previous, instructions = request.previous_summary, request.instructions
+        if redact is not None:
+            messages = [redact_message(message, redact) for message in messages]
+            previous = None if previous is None else redact(previous)
+            instructions = None if instructions is None else redact(instructions)
+        started = time.perf_counter()
+        loop = self.loop
+        if loop is not None and is_async(summarizer):
+            coroutine = _awaited(summarizer, messages, previous, instructions)
+            return asyncio.run_coroutine_threadsafe(coroutine, loop), started
+        return self.executor.submit(summarizer, messages, previous, instructions), started
+
+    def _answer(self, name: str, value: Any, latency: float) -> SummaryAnswer:
+        """What the summarizer returned, as the answer recorded (a fallback when unusable)."""
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)
             if close is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from compactstore.context import ActiveContext, ContextMessage
 from compactstore.engines import summary
@@ -104,22 +105,12 @@ def summarise_answer(
     if inputs.summarizer is None:
         return rule_text, "", state, None
     previous = context.boundary.summary_text if context.boundary is not None else None
-    # The range as it went on the wire: a provider compactor summarises it, thinking and
-    # all, after the earlier provider summary when there is one.
     # What the wire view sent before the kept part, each message as it was sent (thinking
     # whose prefix changed left out): the block stands in its place, so the thinking of the
     # kept turns stays valid. After an earlier block that is the block and the range; else
     # the pinned messages and an earlier client summary too (the block summarises them on
     # the wire; the log keeps them).
-    sent = dict(zip(map(id, context.items), context.wire, strict=True))
-    earlier = context.summary
-    chained = earlier is not None and compaction_block(earlier.message) is not None
-    before = [] if chained else list(context.head)
-    span = [*before, *(removed if span is None else span)]
-    wire = [thaw(sent[id(item)]) for item in span if item.message.get("role") != "system"]
-    if chained:
-        assert earlier is not None
-        wire.insert(0, earlier.copy_message())
+    wire = _sent_span(context, removed if span is None else span)
     answer = inputs.summarizer(
         SummaryRequest(
             # Copies: a summarizer that changes what it is given must not change the context.
@@ -134,17 +125,76 @@ def summarise_answer(
             wire=tuple(context.fmt.wire_view(wire, context.config)),
         )
     )
+    text, note = _answer_text(answer, rule_text)
+    return text, note, state, answer
+
+
+def _sent_span(context: ActiveContext, span: Sequence[ContextMessage]) -> list[dict[str, Any]]:
+    """The range as it went on the wire: a provider compactor summarises it, thinking and
+    all, after the earlier provider summary when there is one.
+
+    What the wire view sent before the kept part, each message as it was sent (thinking
+    whose prefix changed left out): the block stands in its place, so the thinking of the
+    kept turns stays valid. After an earlier block that is the block and the range; else
+    the pinned messages and an earlier client summary too (the block summarises them on
+    the wire; the log keeps them)."""
+    sent = dict(zip(map(id, context.items), context.wire, strict=True))
+    earlier = context.summary
+    chained = earlier is not None and compaction_block(earlier.message) is not None
+    before = [] if chained else list(context.head)
+    wire = [
+        thaw(sent[id(item)]) for item in [*before, *span] if item.message.get("role") != "system"
+    ]
+    if chained:
+        assert earlier is not None
+        wire.insert(0, earlier.copy_message())
+    return wire
+
+
+def _answer_text(answer: SummaryAnswer, rule_text: str) -> tuple[str, str]:
+    """The summary text a summarizer's answer gives, and the note that says how it was
+    written (the rule summary when it gave none)."""
     info = answer.info
     if answer.message is not None:
-        text, note = _provider_summary(answer, rule_text)
-        return text, note, state, answer
+        return _provider_summary(answer, rule_text)
     if answer.text is None:
         reason = info.reason or "no summary text"
         note = f"{reason}; used the rule-based summary" if info.reason else ""
-        return rule_text, note, state, answer
+        return rule_text, note
     if info.source == "recorded":
-        return answer.text, "reused the recorded summary text", state, answer
-    return answer.text, "summary written by the summarizer", state, answer
+        return answer.text, "reused the recorded summary text"
+    return answer.text, "summary written by the summarizer"
+
+
+def _target(context: ActiveContext, up_to_seq: int | None) -> int:
+    """Where the cut would go before pairs are considered: a partial compact right after
+    ``up_to_seq``; a full one before the newest ``full_compact_keep_fraction`` of the kept
+    messages (up to ``full_compact_max_tail_messages``), moved later until the tail fits
+    ``full_compact_target_share`` of the window."""
+    config, kept = context.config, context.kept
+    if up_to_seq is not None:
+        return next(
+            (i for i, item in enumerate(kept) if item.seq is not None and item.seq > up_to_seq),
+            len(kept),
+        )
+    tail = max(
+        1,
+        min(
+            config.full_compact_max_tail_messages,
+            int(len(kept) * config.full_compact_keep_fraction),
+        ),
+    )
+    target = len(kept) - tail
+    kept_tokens = context.factor * sum(item.tokens for item in kept)
+    # Everything that stays besides the tail: overhead, pins, and the summary (the
+    # previous one, already in the head, plus what this compaction adds to it).
+    fixed = context.usage - kept_tokens + _SUMMARY_ALLOWANCE
+    budget = config.full_compact_target_share * context.context_window - fixed
+    tail_tokens = context.factor * sum(item.tokens for item in kept[target:])
+    while target < len(kept) - 1 and tail_tokens > budget:
+        tail_tokens -= context.factor * kept[target].tokens
+        target += 1
+    return target
 
 
 def _provider_summary(answer: SummaryAnswer, rule_text: str) -> tuple[str, str]:
@@ -169,29 +219,7 @@ def run(
     kept = context.kept
     before = context.usage
     strategy = CompactStrategy.FULL if up_to_seq is None else CompactStrategy.PARTIAL
-    if up_to_seq is None:
-        tail = max(
-            1,
-            min(
-                config.full_compact_max_tail_messages,
-                int(len(kept) * config.full_compact_keep_fraction),
-            ),
-        )
-        target = len(kept) - tail
-        kept_tokens = context.factor * sum(item.tokens for item in kept)
-        # Everything that stays besides the tail: overhead, pins, and the summary (the
-        # previous one, already in the head, plus what this compaction adds to it).
-        fixed = context.usage - kept_tokens + _SUMMARY_ALLOWANCE
-        budget = config.full_compact_target_share * context.context_window - fixed
-        tail_tokens = context.factor * sum(item.tokens for item in kept[target:])
-        while target < len(kept) - 1 and tail_tokens > budget:
-            tail_tokens -= context.factor * kept[target].tokens
-            target += 1
-    else:
-        target = next(
-            (i for i, item in enumerate(kept) if item.seq is not None and item.seq > up_to_seq),
-            len(kept),
-        )
+    target = _target(context, up_to_seq)
     # A full compact keeps at least the newest message and at most max_tail_messages unless
     # a pair forces more; a partial one may take all it names.
     highest = len(kept) - 1 if up_to_seq is None else len(kept)

@@ -1,24 +1,22 @@
 """The pipeline that chains the stages, and the outcome the store records.
 
-process_request: tool-result budget -> microcompact -> auto-compact check -> session
-memory / full compact. Read dedup already happened when each tool result was appended.
-reactive_recover and manual compact are pipelines of their own. Each returns an Outcome:
-the stages that attempted, the final context and the counters to store — nothing is written.
+process_request: the registered stages (:mod:`compactstore.engines.stages`): tool-result
+budget -> microcompact -> auto-compact check -> session memory / full compact. Read dedup
+already happened when each tool result was appended. reactive_recover and manual compact
+are pipelines of their own. Each returns an Outcome: the stages that attempted, the final
+context and the counters to store — nothing is written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from compactstore.context import ActiveContext
-from compactstore.engines import auto_compact, full_compact, microcompact, reactive, tool_budget
+from compactstore.engines import auto_compact, full_compact, reactive
 from compactstore.engines.base import Cut, Edit, EngineInputs, NewBlob, StageResult
-from compactstore.models import (
-    STRATEGY_WEIGHT,
-    CompactionStep,
-    CompactStrategy,
-    CompactTrigger,
-)
+from compactstore.engines.stages import PROCESS_STAGES, weight_of
+from compactstore.models import CompactionStep, CompactStrategy, CompactTrigger
 
 __all__ = ["Outcome", "manual", "process", "recover"]
 
@@ -70,7 +68,7 @@ class Outcome:
         effective = [stage for stage in self.stages if stage.effective] or self.stages
         if not effective:
             return None
-        return max(effective, key=lambda stage: STRATEGY_WEIGHT[stage.strategy])
+        return max(effective, key=lambda stage: weight_of(stage.strategy))
 
     @property
     def strategy(self) -> CompactStrategy | None:
@@ -131,56 +129,26 @@ def _results_out(stage: StageResult) -> dict[str, int]:
     return {"results_cleared": edited - in_edits, "results_persisted": len(persisted)}
 
 
-def process(
-    context: ActiveContext,
-    inputs: EngineInputs,
-    *,
-    enable_tool_budget: bool = True,
-    enable_microcompact: bool = True,
-    enable_auto_compact: bool = True,
-) -> Outcome:
-    """The pre-call pipeline of process_request()."""
+def process(context: ActiveContext, inputs: EngineInputs, **switches: bool) -> Outcome:
+    """The pre-call pipeline of process_request(): the registered stages
+    (:data:`compactstore.engines.stages.PROCESS_STAGES`) in order, each unless its
+    ``enable_<name>`` switch is False."""
+    known = {stage.switch for stage in PROCESS_STAGES}
+    if unknown := sorted(set(switches) - known):
+        raise TypeError(f"no stage has the switch {', '.join(unknown)}")
     start = context
-    stages: list[StageResult] = []
-    last_microcompact_at: float | None = None
-    if enable_tool_budget:
-        budget = tool_budget.run(context, inputs)
-        if budget.attempted:
-            stages.append(budget)
-            context = budget.context
-            inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(budget.blobs))
-    # Under append_only, microcompact is the provider's server-side edit, carried by
-    # request_params(): nothing sent is cleared in place. On a model that checks thinking
-    # prefixes it waits for the end of a tool loop with thinking (a clear inside one would
-    # invalidate the loop's thinking, which the next request must send).
-    if (
-        enable_microcompact
-        and inputs.edit_policy != "append_only"
-        and not (inputs.prefix_checks and context.continues_thinking)
-    ):
-        micro = microcompact.run(context, inputs)
-        if micro.attempted:
-            stages.append(micro)
-            if micro.effective:  # clearing only results shorter than the placeholder grows
-                context = micro.context
-                inputs = replace(inputs, next_blob_id=inputs.next_blob_id + len(micro.blobs))
-            if micro.trigger == CompactTrigger.MICROCOMPACT_TIME:
-                last_microcompact_at = inputs.now
-    failures: int | None = None
-    tripped: bool | None = None
-    if enable_auto_compact and auto_compact.should_trigger(context, inputs):
-        result = auto_compact.dispatch(context, inputs)
-        stages.extend(result.stages)
-        context = result.context
-        failures, tripped = result.consecutive_failures, result.tripped
-    return Outcome(
-        start=start,
-        context=context,
-        stages=stages,
-        consecutive_failures=failures,
-        tripped=tripped,
-        last_microcompact_at=last_microcompact_at,
-    )
+    results: list[StageResult] = []
+    counters: dict[str, Any] = {}
+    for stage in PROCESS_STAGES:
+        ran = stage.run(context, inputs) if switches.get(stage.switch, True) else None
+        if ran is None:
+            continue
+        results.extend(ran.results)
+        context = ran.context
+        counters.update(ran.counters)
+        if ran.blobs:
+            inputs = replace(inputs, next_blob_id=inputs.next_blob_id + ran.blobs)
+    return Outcome(start=start, context=context, stages=results, **counters)
 
 
 def background(context: ActiveContext, inputs: EngineInputs) -> Outcome:

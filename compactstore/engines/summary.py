@@ -19,29 +19,26 @@ inputs, so a replay writes the same text.
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from compactstore.boilerplate import request_text, strip_boilerplate
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.context import ActiveContext, ContextMessage
-from compactstore.engines.tasks import next_plan, open_items, plan_items, task_line
+from compactstore.engines.summary_render import budget_for, one_line, render
+from compactstore.engines.tasks import next_plan, plan_items
 from compactstore.formats import ToolCall
-from compactstore.formats.base import json_text
+from compactstore.formats.base import ToolResult, json_text
 from compactstore.models import (
-    CompactionConfig,
     CurrentWork,
-    EarlierInstructions,
     ErrorEntry,
     FileAction,
     FileEntry,
     Instruction,
     SummaryState,
 )
-from compactstore.recall import RECALL_LINE
 
 __all__ = [
     "PATH_PATTERN",
@@ -91,7 +88,6 @@ _NEXT_STEP = re.compile(
     r"going to|then i(?:'ll| will))\b",
     re.IGNORECASE,
 )
-_ACTION_ORDER: tuple[FileAction, ...] = ("created", "modified", "deleted", "read", "named")
 
 
 # -- what the messages say ------------------------------------------------------------------
@@ -188,12 +184,28 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
     arguments = _arguments(call)
     if not isinstance(arguments, dict):
         return []
-    name = call.name.lower()
     named = [
         value.strip()
         for key in FILE_KEYS
         if isinstance(value := arguments.get(key), str) and value.strip()
     ]
+    known = _tool_files(call.name.lower(), arguments, named)
+    if known is not None:
+        return known
+    found: list[tuple[str, FileAction]] = [
+        (path, "named") for path in named if _looks_like_file(path)
+    ]
+    script = _command(arguments)
+    if not script:
+        return found
+    return found + _command_files(script, _workdir(arguments))
+
+
+def _tool_files(
+    name: str, arguments: dict[str, Any], named: list[str]
+) -> list[tuple[str, FileAction]] | None:
+    """What a file tool (read, write, edit, search) does to the paths it names; None for
+    other tools."""
     if name in _READ_TOOLS:
         return [(path, "read") for path in named]
     if name in _WRITE_TOOLS or arguments.get("command") == "create":
@@ -203,13 +215,12 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
         return [(path, edit) for path in named]
     if name in _SEARCH_TOOLS:
         return [(path, "read") for path in named if _looks_like_file(path)]
-    found: list[tuple[str, FileAction]] = [
-        (path, "named") for path in named if _looks_like_file(path)
-    ]
-    script = _command(arguments)
-    if not script:
-        return found
-    workdir = next(
+    return None
+
+
+def _workdir(arguments: dict[str, Any]) -> str | None:
+    """The directory a shell command runs in, when the call names one."""
+    return next(
         (
             value
             for key in ("workdir", "cwd", "working_directory")
@@ -217,7 +228,6 @@ def file_actions(call: ToolCall) -> list[tuple[str, FileAction]]:
         ),
         None,
     )
-    return found + _command_files(script, workdir)
 
 
 def _inner_calls(call: ToolCall) -> list[ToolCall] | None:
@@ -280,21 +290,6 @@ def normalise_path(path: str, cwd: str | None) -> str:
             path = path[len(root) + 1 :]
     normal = posixpath.normpath(path)
     return normal[2:] if normal.startswith("./") else normal
-
-
-def _unescape(text: str) -> str:
-    """Literal ``\\n``/``\\t``/``\\"`` escapes (JSON left inside a result) made plain."""
-    return text.replace("\\r\\n", "\n").replace("\\n", "\n").replace("\\t", " ").replace('\\"', '"')
-
-
-def _one_line(text: str, limit: int | None = None) -> str:
-    line = " ".join(_unescape(text).split())
-    return line if limit is None else _clip(line, limit)
-
-
-def _clip(text: str, limit: int) -> str:
-    """The first ``limit`` characters, and "…" when there were more."""
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _result_outcome(text: str, flagged: bool) -> tuple[bool, str]:
@@ -364,62 +359,15 @@ def fold(
     """The summary state after summarising ``removed`` on top of ``previous`` (a version-1
     state was upgraded when it was read)."""
     config = context.config
-    fmt = context.fmt
-    patterns = config.boilerplate_patterns
-    instructions = _upgraded(previous.instructions, patterns)
-    errors = list(previous.errors)
-    # Where the unresolved errors of each call are in ``errors``: a success resolves them.
-    unresolved: dict[str, list[int]] = {}
-    for index, error in enumerate(errors):
-        if error.key and not error.resolved:
-            unresolved.setdefault(error.key, []).append(index)
-    plan = previous.plan
     work = _current_work(removed, context)
     if work is None:
         work = previous.current_work
     cwd = _cwd(context, removed, previous.cwd)
     request = original_request(context) or previous.original_request
-    files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
-    calls: dict[str, ToolCall] = {}
+    folding = _Folding(previous, context, cwd)
     for item in removed:
-        seq = item.seq
-        if item.kind == "user" and fmt.is_request(item.message) and seq != context.real_request_seq:
-            said = request_text(fmt.text(item.message), patterns)
-            if said:
-                text = " ".join(said.split())[: config.summary_request_chars]
-                instructions.append(Instruction(seq=seq, text=text))
-        for call in item.calls:
-            calls[call.id] = call
-            plan = next_plan(plan, call, seq, config.plan_tool_names)
-            for path, action in file_actions(call):
-                _touch(files, normalise_path(path, cwd), action, seq)
-        for result in item.results:
-            made = calls.get(result.tool_use_id)
-            failed, shown = _result_outcome(result.text, result.is_error)
-            if made is None:
-                continue
-            key = _call_key(made)
-            if failed:
-                persisted = _PERSISTED.match(shown)
-                if persisted:
-                    shown = shown[persisted.end() :]
-                text = _one_line(strip_boilerplate(shown, patterns), config.summary_error_chars)
-                if persisted:
-                    text += f" (whole output: blob {persisted.group(1)})"
-                unresolved.setdefault(key, []).append(len(errors))
-                errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
-                continue
-            for index in unresolved.pop(key, ()):
-                errors[index] = errors[index].model_copy(update={"resolved": True})
-            if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
-                for path, _ in file_actions(made):
-                    normal = normalise_path(path, cwd)
-                    entry = files.get(normal)
-                    if entry is not None and "created" in entry.actions:
-                        actions = [a for a in entry.actions if a != "created"]
-                        if "modified" not in actions:
-                            actions.append("modified")
-                        files[normal] = entry.model_copy(update={"actions": tuple(actions)})
+        folding.message(item)
+    files, errors = folding.files, folding.errors
     removed_seqs = [item.seq for item in removed if item.seq is not None]
     if cwd is None:
         cwd = _infer_cwd(files)
@@ -428,9 +376,9 @@ def fold(
     return SummaryState(
         original_request=request,
         cwd=cwd,
-        instructions=tuple(instructions),
+        instructions=tuple(folding.instructions),
         earlier_instructions=previous.earlier_instructions,
-        plan=plan,
+        plan=folding.plan,
         current_work=work,
         files=_merge_spellings(files.values(), cwd),
         errors=tuple(errors[-config.summary_max_errors :] if config.summary_max_errors else ()),
@@ -439,6 +387,88 @@ def fold(
         first_seq=min(first, default=None),
         last_seq=max(last, default=None),
     )
+
+
+class _Folding:
+    """The state :func:`fold` builds, message by message: instructions, the plan, files
+    and errors (an error is resolved once a later identical call succeeds)."""
+
+    def __init__(self, previous: SummaryState, context: ActiveContext, cwd: str | None) -> None:
+        self.context = context
+        self.config = context.config
+        self.patterns = context.config.boilerplate_patterns
+        self.cwd = cwd
+        self.instructions = _upgraded(previous.instructions, self.patterns)
+        self.plan = previous.plan
+        self.files = {entry.path: entry for entry in _merge_spellings(previous.files, cwd)}
+        self.errors = list(previous.errors)
+        # Where the unresolved errors of each call are in ``errors``: a success resolves them.
+        self.unresolved: dict[str, list[int]] = {}
+        for index, error in enumerate(self.errors):
+            if error.key and not error.resolved:
+                self.unresolved.setdefault(error.key, []).append(index)
+        self.calls: dict[str, ToolCall] = {}
+
+    def message(self, item: ContextMessage) -> None:
+        context, seq = self.context, item.seq
+        if (
+            item.kind == "user"
+            and context.fmt.is_request(item.message)
+            and seq != context.real_request_seq
+        ):
+            self.instruction(item)
+        for call in item.calls:
+            self.call(call, seq)
+        for result in item.results:
+            self.result(result, seq)
+
+    def instruction(self, item: ContextMessage) -> None:
+        said = request_text(self.context.fmt.text(item.message), self.patterns)
+        if said:
+            text = " ".join(said.split())[: self.config.summary_request_chars]
+            self.instructions.append(Instruction(seq=item.seq, text=text))
+
+    def call(self, call: ToolCall, seq: int | None) -> None:
+        self.calls[call.id] = call
+        self.plan = next_plan(self.plan, call, seq, self.config.plan_tool_names)
+        for path, action in file_actions(call):
+            _touch(self.files, normalise_path(path, self.cwd), action, seq)
+
+    def result(self, result: ToolResult, seq: int | None) -> None:
+        made = self.calls.get(result.tool_use_id)
+        if made is None:
+            return
+        failed, shown = _result_outcome(result.text, result.is_error)
+        key = _call_key(made)
+        if failed:
+            self.error(made, key, shown, seq)
+            return
+        for index in self.unresolved.pop(key, ()):
+            self.errors[index] = self.errors[index].model_copy(update={"resolved": True})
+        if made.name.lower() in _WRITE_TOOLS and "updated" in result.text[:200].lower():
+            self.updated(made)
+
+    def error(self, made: ToolCall, key: str, shown: str, seq: int | None) -> None:
+        persisted = _PERSISTED.match(shown)
+        if persisted:
+            shown = shown[persisted.end() :]
+        text = one_line(strip_boilerplate(shown, self.patterns), self.config.summary_error_chars)
+        if persisted:
+            text += f" (whole output: blob {persisted.group(1)})"
+        self.unresolved.setdefault(key, []).append(len(self.errors))
+        self.errors.append(ErrorEntry(tool=made.name, key=key, text=text, seq=seq))
+
+    def updated(self, made: ToolCall) -> None:
+        """A write tool that says it updated a file: a file this summary has as created
+        was modified (it existed before)."""
+        for path, _ in file_actions(made):
+            normal = normalise_path(path, self.cwd)
+            entry = self.files.get(normal)
+            if entry is not None and "created" in entry.actions:
+                actions = [a for a in entry.actions if a != "created"]
+                if "modified" not in actions:
+                    actions.append("modified")
+                self.files[normal] = entry.model_copy(update={"actions": tuple(actions)})
 
 
 def _current_work(removed: Sequence[ContextMessage], context: ActiveContext) -> CurrentWork | None:
@@ -515,261 +545,3 @@ def _merge_spellings(entries: Iterable[FileEntry], cwd: str | None) -> tuple[Fil
 
 
 # -- the text -------------------------------------------------------------------------------
-
-
-def _instruction_line(entry: Instruction) -> str:
-    where = f"(seq {entry.seq}) " if entry.seq is not None else ""
-    return f"- {where}{entry.text}"
-
-
-def _earlier_line(earlier: EarlierInstructions, recall: bool) -> str:
-    span = f"seqs {earlier.first}–{earlier.last}"
-    tail = "use recall" if recall else "not shown"
-    return f"- {earlier.count} earlier instructions ({span}): {tail}"
-
-
-def _file_line(entry: FileEntry) -> str:
-    actions = sorted(entry.actions, key=_ACTION_ORDER.index)
-    return f"- {entry.path} — {', '.join(actions) or 'named'}"
-
-
-def _error_line(entry: ErrorEntry) -> str:
-    where = f"{entry.tool} (seq {entry.seq})" if entry.seq is not None else "earlier"
-    status = " — resolved" if entry.resolved else ""
-    return f"- {where}: {entry.text}{status}"
-
-
-def _sections(
-    state: SummaryState, config: CompactionConfig, files_shown: int, quote: int | None
-) -> list[str]:
-    """The sections; ``quote`` shortens the quoted request and current work (None: in full)."""
-    parts: list[str] = []
-    span = ""
-    if state.first_seq is not None:
-        span = f" (seqs {state.first_seq}–{state.last_seq})"
-    parts.append(
-        f"This summary stands for {state.messages_removed} earlier messages{span}, "
-        f"summarised over {state.compactions} compactions; the conversation continues below."
-    )
-    if state.original_request:
-        parts.append(
-            "## Original request\n"
-            + _unescape(state.original_request)[: config.summary_request_chars]
-        )
-    lines = []
-    if state.earlier_instructions:
-        lines.append(_earlier_line(state.earlier_instructions, config.recall_enabled))
-    lines.extend(_instruction_line(entry) for entry in state.instructions)
-    if lines:
-        parts.append("## Later instructions from the user (oldest first)\n" + "\n".join(lines))
-    plan, pending = state.plan, open_items(state.plan)
-    if plan and pending:
-        parts.append(
-            f"## Pending tasks (latest {plan.tool}, seq {plan.seq})\n"
-            + "\n".join(task_line(item) for item in pending)
-        )
-    work = state.current_work
-    if work:
-        said = _unescape(work.text).strip()
-        text = f"## Current work (seq {work.seq})\n" + (
-            said if quote is None else _clip(said, quote)
-        )
-        if work.next_step:
-            text += f"\nNext step: {_one_line(work.next_step)}"
-        parts.append(text)
-    files = state.files
-    if files and files_shown:
-        newest = list(reversed(files))[:files_shown]
-        more = len(files) - len(newest)
-        text = "## Files (newest first)\n" + "\n".join(_file_line(e) for e in newest)
-        if more:
-            text += f"\n- … {more} older files"
-        parts.append(text)
-    if state.errors:
-        parts.append("## Errors\n" + "\n".join(_error_line(e) for e in state.errors))
-    if config.recall_enabled:
-        parts.append("## Recall\n" + RECALL_LINE)
-    return parts
-
-
-def _folded(earlier: EarlierInstructions | None, oldest: Instruction) -> EarlierInstructions:
-    """``earlier`` with the ``oldest`` instruction folded in."""
-    if earlier is None:
-        return EarlierInstructions(count=1, first=oldest.seq, last=oldest.seq)
-    return EarlierInstructions(
-        count=earlier.count + 1,
-        first=earlier.first if earlier.first is not None else oldest.seq,
-        last=oldest.seq if oldest.seq is not None else earlier.last,
-    )
-
-
-class _Folds:
-    """The "earlier instructions" entry once the oldest ``j`` of ``instructions`` are folded
-    into ``earlier``, for any ``j`` at once: what ``j`` calls of :func:`_folded` give."""
-
-    def __init__(self, earlier: EarlierInstructions | None, instructions: Sequence[Instruction]):
-        self.earlier = earlier
-        self.count = earlier.count if earlier is not None else 0
-        # The first fold sets ``first`` when it was unset; then it never changes.
-        self.first = earlier.first if earlier is not None else None
-        self.first_at = next((i for i, e in enumerate(instructions) if e.seq is not None), None)
-        last: int | None = earlier.last if earlier is not None else None
-        self.last = [last]
-        for entry in instructions:
-            if entry.seq is not None:
-                last = entry.seq
-            self.last.append(last)
-
-    def after(self, j: int) -> EarlierInstructions | None:
-        if j == 0:
-            return self.earlier
-        first = self.first
-        if first is None and self.first_at is not None and self.first_at < j:
-            first = self.last[self.first_at + 1]
-        return EarlierInstructions(count=self.count + j, first=first, last=self.last[j])
-
-
-def _first_fit(start: int, end: int, fits: Callable[[int], bool]) -> int:
-    """The smallest ``j`` in ``[start, end]`` for which ``fits(j)`` or ``j == end``: the step
-    where a loop that shrinks the summary one item at a time, testing after each, stops.
-
-    ``fits`` is tested at ``start``, then only where it is monotone (false, then true from some
-    ``j`` on, as each step removes or shortens a line): from ``end`` downwards, doubling the
-    step, then by bisection. The probes near ``end`` are the cheap ones (little is left to
-    render), so a loop of n steps costs about as much as rendering what it keeps, not n renders.
-    """
-    if start >= end or fits(start):
-        return start
-    low, high = start + 1, end
-    step = 1
-    while low < high:
-        probe = max(low, high - step)
-        if not fits(probe):
-            low = probe + 1
-            break
-        high = probe
-        step *= 2
-    while low < high:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
-def budget_for(context: ActiveContext) -> int:
-    """The summary's budget in ``context``, in the token counter's tokens:
-    ``summary_max_tokens``, and no more than ``summary_max_window_share`` of the window
-    once the session's token factor is applied."""
-    config = context.config
-    share = config.summary_max_window_share * context.context_window / context.factor
-    # Rounded first so float noise (0.2 * 1296 / 1.6 = 161.99999999999997) cannot lose a token.
-    return max(1, min(config.summary_max_tokens, math.floor(round(share, 6))))
-
-
-def render(
-    state: SummaryState,
-    config: CompactionConfig,
-    count: Callable[[str], int],
-    budget: int | None = None,
-) -> tuple[str, SummaryState]:
-    """The summary's sections within ``budget`` tokens (default ``summary_max_tokens``; the
-    engines pass :func:`budget_for`, which the window bounds too), and
-    the state as written (instructions cut or folded by the budget).
-
-    Over budget: the oldest instructions are cut to ``summary_instruction_chars``; while they
-    take more than half the budget the oldest are folded into one "earlier instructions" line;
-    then fewer files are shown, more instructions folded, the quoted request and current work
-    shortened, the oldest errors left out, and at last the text is cut.
-
-    Each of these stops at the first step that fits, as if it tested after every step; it
-    finds that step with a few tests (:func:`_first_fit`), so the cost is linear in the
-    instructions, however many there are.
-    """
-    budget = max(1, config.summary_max_tokens if budget is None else budget)
-    instructions = list(state.instructions)
-    earlier = state.earlier_instructions
-    errors = list(state.errors)
-    files_shown = min(len(state.files), config.summary_max_files)
-    quote: int | None = None
-
-    def current() -> SummaryState:
-        return state.model_copy(
-            update={
-                "instructions": tuple(instructions),
-                "earlier_instructions": earlier,
-                "errors": tuple(errors),
-            }
-        )
-
-    def text() -> str:
-        return "\n\n".join(_sections(current(), config, files_shown, quote))
-
-    def over() -> bool:
-        return count(text()) > budget
-
-    if over():
-        chars = config.summary_instruction_chars
-        original = list(instructions)
-        long = [i for i, entry in enumerate(original) if len(entry.text) > chars]
-        cut = [
-            original[i].model_copy(update={"text": _one_line(original[i].text, chars)})
-            for i in long
-        ]
-
-        def cut_first(k: int) -> list[Instruction]:
-            shorter = list(original)
-            for index, entry in zip(long[:k], cut[:k], strict=True):
-                shorter[index] = entry
-            return shorter
-
-        def fits_cut(k: int) -> bool:
-            nonlocal instructions
-            instructions = cut_first(k)
-            return not over()
-
-        if long:
-            instructions = cut_first(_first_fit(1, len(long), fits_cut))
-
-        # Fold the oldest while the instructions take more than half the budget.
-        lines = [_instruction_line(entry) for entry in instructions]
-        folds = _Folds(earlier, instructions)
-        unfolded = list(instructions)
-
-        def instruction_cost(j: int) -> int:
-            shown = lines[j:]
-            entry = folds.after(j)
-            if entry:
-                shown.append(_earlier_line(entry, config.recall_enabled))
-            return count("\n".join(shown)) if shown else 0
-
-        def fold_to(j: int) -> None:
-            nonlocal instructions, earlier
-            instructions, earlier = unfolded[j:], folds.after(j)
-
-        folded = _first_fit(0, len(unfolded), lambda j: instruction_cost(j) <= budget // 2)
-        fold_to(folded)
-        while over() and files_shown > 0:
-            files_shown = max(0, files_shown - max(1, files_shown // 4))
-
-        def fits_folded(j: int) -> bool:
-            fold_to(j)
-            return not over()
-
-        fold_to(_first_fit(folded, len(unfolded), fits_folded))
-        for shorter in (600, 200, 60):
-            if over():
-                quote = shorter
-        every_error = list(errors)
-
-        def fits_errors(j: int) -> bool:
-            nonlocal errors
-            errors = every_error[j:]
-            return not over()
-
-        errors = every_error[_first_fit(0, len(every_error), fits_errors) :]
-    written = text()
-    while count(written) > budget and len(written) > 1:
-        written = written[: int(len(written) * 0.9)].rstrip()
-    return written, current()

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compactstore.engines.summary_sections import RECALL, SECTIONS
 from compactstore.formats.base import json_text
-from compactstore.recall import RECALL_LINE
 from compactstore.tokens import estimate_tokens
 
 __all__ = [
@@ -58,35 +58,12 @@ _DATA_URL = re.compile(r"data:[\w.+-]+/[\w.+-]+(?:;[\w=.+-]+)*;base64,[A-Za-z0-9
 # A run of base64 long enough that it is no prose, code or path a person would write.
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
 
-_SECTIONS = """\
-## Original request
-What the user first asked for, quoted verbatim (only the request itself, no environment or
-instruction blocks). If it is neither in the previous summary nor in the conversation below,
-write: "(kept verbatim in the conversation)".
-
-## Later instructions from the user (oldest first)
-Every later instruction, correction or preference the user gave, in order, verbatim while
-short, each on its own line starting with "- ". Keep the ones the previous summary lists.
-
-## Pending tasks
-The tasks still open, from the latest plan or todo list if there is one ("- [status] task").
-
-## Current work
-What was being worked on right before this point, and on a line of its own
-"Next step: ..." with the next step that was stated or is clearly implied.
-
-## Files (newest first)
-One line per file: "- path — created/modified/read/deleted" with what was done to it.
-One path per file, relative to the working directory when it is known.
-
-## Errors
-Each error the tools reported, short and unescaped, one per line with the tool's name; add
-" — resolved" when a later identical call succeeded."""
+_SECTIONS = "\n\n".join(section.prompt() for section in SECTIONS)
 
 
 def system_prompt(max_output_tokens: int, *, recall: bool) -> str:
     """The instructions the model gets: write a handoff in its sections."""
-    recall_section = "\n\n## Recall\nEnd with exactly this line:\n" + RECALL_LINE if recall else ""
+    recall_section = "\n\n" + RECALL.prompt() if recall else ""
     return (
         "You write the handoff summary of an AI agent's conversation. The oldest part of the "
         "conversation is being removed from the agent's context window; your summary replaces "

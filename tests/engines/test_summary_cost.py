@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactstore import CompactStore
-from compactstore.engines import summary
+from compactstore.engines import summary, summary_render
 from compactstore.models import (
     CompactionConfig,
     CurrentWork,
@@ -58,15 +58,15 @@ def reference_render(
         )
 
     def text() -> str:
-        return "\n\n".join(summary._sections(current(), config, files_shown, quote))
+        return "\n\n".join(summary_render.sections(current(), config, files_shown, quote))
 
     def over() -> bool:
         return count(text()) > budget
 
     def instruction_cost() -> int:
-        lines = [summary._instruction_line(e) for e in instructions]
+        lines = [summary_render.instruction_line(e) for e in instructions]
         if earlier:
-            lines.append(summary._earlier_line(earlier, config.recall_enabled))
+            lines.append(summary_render.earlier_line(earlier, config.recall_enabled))
         return count("\n".join(lines)) if lines else 0
 
     if over():
@@ -74,16 +74,16 @@ def reference_render(
         for index, entry in enumerate(instructions):
             if len(entry.text) > chars:
                 instructions[index] = entry.model_copy(
-                    update={"text": summary._one_line(entry.text, chars)}
+                    update={"text": summary_render.one_line(entry.text, chars)}
                 )
                 if not over():
                     break
         while instructions and instruction_cost() > budget // 2:
-            earlier = summary._folded(earlier, instructions.pop(0))
+            earlier = summary_render.folded(earlier, instructions.pop(0))
         while over() and files_shown > 0:
             files_shown = max(0, files_shown - max(1, files_shown // 4))
         while over() and instructions:
-            earlier = summary._folded(earlier, instructions.pop(0))
+            earlier = summary_render.folded(earlier, instructions.pop(0))
         for shorter in (600, 200, 60):
             if over():
                 quote = shorter
@@ -184,7 +184,7 @@ def test_render_counts_a_few_times_the_text_however_many_instructions() -> None:
         ),
     )
     config = CompactionConfig()
-    whole = len("\n\n".join(summary._sections(state, config, 0, None)))
+    whole = len("\n\n".join(summary_render.sections(state, config, 0, None)))
     tally = Tally()
 
     text, written = summary.render(state, config, tally)
