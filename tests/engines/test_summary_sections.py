@@ -23,7 +23,7 @@ from compactstore.tokens import estimate_tokens
 FULL = SummaryState(
     original_request="Port the parser to Rust.",
     instructions=(Instruction(seq=4, text="Keep the public API."),),
-    plan=Plan(seq=6, tool="TodoWrite", items=(PlanItem(text="lexer", status="done"),)),
+    plan=Plan(seq=6, tool="TodoWrite", items=(PlanItem(text="lexer", status="in_progress"),)),
     current_work=CurrentWork(seq=9, text="Writing the lexer.", next_step="Run the tests."),
     files=(FileEntry(path="src/lexer.rs", actions=("created",), seq=8),),
     errors=(ErrorEntry(tool="bash", text="cargo: not found", seq=7),),
