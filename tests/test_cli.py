@@ -31,7 +31,7 @@ from sqlalchemy import Engine, create_engine, text, update
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore, Session
-from compactstore.cli import cli, render
+from compactstore.cli import cli, render, render_stats
 from compactstore.cli.files import progress
 from compactstore.db.schema import breaker_state
 from compactstore.errors import (
@@ -367,7 +367,7 @@ def test_renderers_need_neither_a_database_nor_a_runner() -> None:
         last_microcompact_at=T0,
         consecutive_fallbacks=4,
     )
-    assert render.breaker_lines(state) == [
+    assert render_stats.breaker_lines(state) == [
         "consecutive failures: 2",
         "tripped:              no",
         "reactive attempts:    1",

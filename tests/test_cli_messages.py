@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from compactstore import CompactStore
-from compactstore.cli import render
+from compactstore.cli import render, render_stats
 from tests.conftest import Snapshot
 from tests.test_cli import T0, big_file, build_session, fails, invoke, ok, read_call
 
@@ -483,7 +483,7 @@ def test_breaker_says_when_no_microcompact_ran(tmp_path: Path) -> None:
     assert out[3] == "last microcompact:    none yet"
     state = sess.breaker()
     ran = state.model_copy(update={"last_microcompact_at": T0 + 3_600})
-    assert render.breaker_lines(ran, T0)[3] == "last microcompact:    2023-11-14 23:13:20 UTC"
+    assert render_stats.breaker_lines(ran, T0)[3] == "last microcompact:    2023-11-14 23:13:20 UTC"
 
 
 def test_simulate_without_anything_freed_says_none(tmp_path: Path) -> None:

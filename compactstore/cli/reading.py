@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from compactstore.cli import render
+from compactstore.cli import render, render_stats
 from compactstore.cli.errors import library_errors
 from compactstore.cli.files import open_output, write_output
 from compactstore.cli.options import (
@@ -182,7 +182,7 @@ def breaker(session_id: str, reset: bool, db: str, as_json: bool) -> None:
         return
     if reset:
         click.echo(f"breaker of session {sess.id} reset")
-    click.echo("\n".join(render.breaker_lines(state, sess.created_at)))
+    click.echo("\n".join(render_stats.breaker_lines(state, sess.created_at)))
 
 
 @click.command(short_help="Export a session as JSONL.")
@@ -231,7 +231,7 @@ def cost(session_id: str, db: str, as_json: bool) -> None:
     if as_json:
         click.echo(render.json_text(found.as_json()))
     else:
-        click.echo("\n".join(render.cost_lines(found)))
+        click.echo("\n".join(render_stats.cost_lines(found)))
 
 
 @click.command(short_help="Show store-wide counts and sizes.")
@@ -250,4 +250,4 @@ def stats(db: str, as_json: bool) -> None:
     if as_json:
         click.echo(render.json_text(found.as_json()))
     else:
-        click.echo("\n".join(render.stats_lines(found)))
+        click.echo("\n".join(render_stats.stats_lines(found)))

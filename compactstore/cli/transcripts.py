@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import click
 
-from compactstore.cli import render
+from compactstore.cli import render, render_stats
 from compactstore.cli.errors import library_errors, library_warnings
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
@@ -297,9 +297,9 @@ def demo(session_id: str, steps: int, db: str, as_json: bool) -> None:
         location, backend = store.location, store.engine.dialect.name
     queries = audit_queries()
     if as_json:
-        click.echo(render.json_text(render.demo_json(result, compactions, queries)))
+        click.echo(render.json_text(render_stats.demo_json(result, compactions, queries)))
     else:
-        lines = render.demo_lines(
+        lines = render_stats.demo_lines(
             result, compactions, queries, location=location, backend=backend, db=db
         )
         click.echo("\n".join(lines))
