@@ -107,33 +107,15 @@ class AgentCut:
     tasks: tuple[int, int] = (0, 0)
 
 
+_Cut = tuple[int, str, str | None, list[dict[str, Any]]]
+
+
 def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list[AgentCut]:
     """Every compaction the transcript's agent did (Claude Code's summaries, Codex's
     ``compacted`` records), each compared with our summary at the same cut: on a copy of
     the transcript, ``compact(up_to_seq=...)`` at each cut in turn; "ours" is our summary
     plus what we keep from before the cut (the pinned request)."""
-    from compactstore.importers import BoundaryEntry, convert, open_transcript
-
-    messages: list[dict[str, Any]] = []
-    lines: list[int] = []
-    cuts: list[tuple[int, str, str | None, list[dict[str, Any]]]] = []
-    with open_transcript(path) as file:
-        source, fmt, items = convert(file)
-        for item in items:
-            if isinstance(item, BoundaryEntry):
-                boundary = item.boundary
-                cuts.append((boundary.first_kept_index, "summary", boundary.summary_text, []))
-                continue
-            messages.append(item.message)
-            lines.append(_line(item.where))
-        if source == "codex":
-            for number, record in file.records():
-                payload = record.get("payload")
-                history = payload.get("replacement_history") if isinstance(payload, dict) else None
-                if record.get("type") == "compacted" and isinstance(history, list):
-                    cut = sum(1 for line in lines if line < number)
-                    cuts.append((cut, "replacement_history", None, history))
-        cwd = file.cwd
+    source, fmt, messages, cuts, cwd = _transcript_cuts(path)
     adapter = get_format(fmt)
     found: list[AgentCut] = []
     with (
@@ -148,13 +130,7 @@ def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list
         )
         if cwd is not None:  # as an import does: summary paths relative to it
             copy = store.session("reference", cwd=cwd)
-        # A Codex compaction is a boundary of the import and a replacement history: compare
-        # it once, with what Codex kept (one cut per place, the history first).
-        at: dict[int, tuple[int, str, str | None, list[dict[str, Any]]]] = {}
-        for entry in cuts:
-            if entry[0] not in at or entry[1] == "replacement_history":
-                at[entry[0]] = entry
-        for cut, kind, summary, history in sorted(at.values(), key=lambda c: c[0]):
+        for cut, kind, summary, history in _one_per_place(cuts):
             if cut < 1 or cut > len(messages):
                 continue
             ours_summary = copy.compact(up_to_seq=cut - 1, now=0.0).summary_text
@@ -184,6 +160,46 @@ def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list
                 )
             )
     return found
+
+
+def _transcript_cuts(
+    path: str | Path,
+) -> tuple[str, str, list[dict[str, Any]], list[_Cut], str | None]:
+    """(source, format, messages, the agent's cuts, cwd) of a transcript: each cut is (index
+    of the first message after it, "summary" or "replacement_history", the summary text,
+    Codex's replacement history)."""
+    from compactstore.importers import BoundaryEntry, convert, open_transcript
+
+    messages: list[dict[str, Any]] = []
+    lines: list[int] = []
+    cuts: list[_Cut] = []
+    with open_transcript(path) as file:
+        source, fmt, items = convert(file)
+        for item in items:
+            if isinstance(item, BoundaryEntry):
+                boundary = item.boundary
+                cuts.append((boundary.first_kept_index, "summary", boundary.summary_text, []))
+                continue
+            messages.append(item.message)
+            lines.append(_line(item.where))
+        if source == "codex":
+            for number, record in file.records():
+                payload = record.get("payload")
+                history = payload.get("replacement_history") if isinstance(payload, dict) else None
+                if record.get("type") == "compacted" and isinstance(history, list):
+                    cut = sum(1 for line in lines if line < number)
+                    cuts.append((cut, "replacement_history", None, history))
+        return source, fmt, messages, cuts, file.cwd
+
+
+def _one_per_place(cuts: list[_Cut]) -> list[_Cut]:
+    """A Codex compaction is a boundary of the import and a replacement history: compare it
+    once, with what Codex kept (one cut per place, the history first), in order."""
+    at: dict[int, _Cut] = {}
+    for entry in cuts:
+        if entry[0] not in at or entry[1] == "replacement_history":
+            at[entry[0]] = entry
+    return sorted(at.values(), key=lambda c: c[0])
 
 
 def _line(where: str) -> int:
