@@ -32,30 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import inspect
 import os
 import threading
-import time
 from collections.abc import (
-    Awaitable,
     Callable,
-    Generator,
     Iterable,
     Mapping,
 )
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from compactstore.aio_session import AsyncSession, glue
-from compactstore.aio_threads import Workers
+from compactstore.aio_session import AsyncSession
+from compactstore.aio_threads import DECIDE_THREADS, STEP_THREADS, ThreadedStore, glue
 from compactstore.capabilities import ModelCapabilities
-from compactstore.core import compaction
 from compactstore.core.checks import check_cache_sessions, check_capabilities, check_pool
-from compactstore.core.plugins import warn_callback_failed
-from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
@@ -65,14 +57,13 @@ from compactstore.errors import MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     CompactionConfig,
-    CompactionResult,
     ImportedBoundary,
     ImportedMessage,
     JobInfo,
     SessionInfo,
 )
 from compactstore.pricing import Prices, price_table
-from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback, CompactStore
+from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback
 from compactstore.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -83,136 +74,6 @@ __all__ = ["DECIDE_THREADS", "STEP_THREADS", "AsyncCompactStore", "AsyncSession"
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# Threads that run transactions and whole simple calls off the event loop, by backend. Few
-# on purpose: they share one GIL with the loop, and each thread busy with Python code adds
-# up to a switch interval (5 ms) to how long the loop waits for it. SQLite writes one at a
-# time anyway: one thread (measured: lower loop lag and more steps/s than two); PostgreSQL
-# waits on the network, where a second thread overlaps the round trips.
-STEP_THREADS = {"sqlite": 1, "postgresql": 2}
-# Threads that run compaction decide steps (the engines, then waiting for the summary):
-# mostly waiting, so more of them, apart from the step threads.
-DECIDE_THREADS = 16
-
-
-def _await(awaitable: Awaitable[T]) -> T:
-    """Await from sync code running in a greenlet the async driver spawned."""
-    from sqlalchemy.util import await_only
-
-    return await_only(awaitable)
-
-
-class _ThreadedStore(CompactStore):
-    """The sync store with the async driver's hooks. Called from a worker thread, a hook
-    runs its work right there (the sync driver); called from the store's event loop (a
-    compaction's driver code, in a greenlet), it hands the work to a thread and awaits it."""
-
-    _async_summarizers = True
-
-    def __init__(
-        self, engine: Engine, location: str, loop: asyncio.AbstractEventLoop, **kw: Any
-    ) -> None:
-        super().__init__(engine, location, **kw)
-        self.loop = loop
-        self._loop_thread = threading.get_ident()
-        # Started by open() (in a thread: starting one waits for it to take the GIL).
-        self.steps = Workers(loop, STEP_THREADS.get(engine.dialect.name, 2), "compactstore-step")
-        self.decides = Workers(loop, DECIDE_THREADS, "compactstore-decide")
-        # Background compactions this store started: tasks on its loop (close() awaits them).
-        self.tasks: set[asyncio.Task[None]] = set()
-        self._pausing = threading.local()  # .on, .callbacks: see pausing()
-
-    def start_threads(self) -> None:
-        self.steps.start()
-        self.decides.start()
-
-    def on_loop(self) -> bool:
-        return threading.get_ident() == self._loop_thread
-
-    def pausing(
-        self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-    ) -> tuple[T, list[tuple[Awaitable[Any], int | None]]]:
-        """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
-        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller.
-        Also returned: the async ``on_compaction`` calls it made, for the caller to await
-        on the loop (see :meth:`_call_back`)."""
-        local = self._pausing
-        local.on, local.callbacks = True, []
-        try:
-            return fn(*args, **kwargs), local.callbacks
-        finally:
-            local.on, local.callbacks = False, []
-
-    async def called_back(self, callbacks: list[tuple[Awaitable[Any], int | None]]) -> None:
-        """Await the async ``on_compaction`` calls :meth:`pausing` returned (on the loop);
-        a failure is a warning, as in :meth:`CompactStore._notify`."""
-        for awaitable, compaction_id in callbacks:
-            try:
-                await awaitable
-            except Exception as exc:  # the compaction is recorded; the callback cannot undo it
-                warn_callback_failed(exc, compaction_id, stacklevel=2)
-
-    def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
-        if self.on_loop() or not getattr(self._pausing, "on", False):
-            return super()._drive(steps, first)
-        return drive(
-            steps, self._read, self._write, self._sleep, self._compute, first=first, pause=True
-        )
-
-    def _submit_job(
-        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
-    ) -> None:
-        def start() -> None:
-            task = self.loop.create_task(glue(self._run_job_quietly, job_id, plugins, owner))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-        if self.on_loop():
-            start()
-        else:
-            self.loop.call_soon_threadsafe(start)
-
-    @property
-    def plugins(self) -> compaction.Plugins:
-        return replace(super().plugins, loop=self.loop)
-
-    def _read(self, fn: Callable[[Connection], T]) -> T:
-        if not self.on_loop():
-            return super()._read(fn)
-        return _await(self.steps.run(partial(super()._read, fn)))
-
-    def _write(self, fn: Callable[[Connection], T]) -> T:
-        if not self.on_loop():
-            return super()._write(fn)
-        return _await(self.steps.run(partial(super()._write, fn)))
-
-    def _compute(self, fn: Callable[[], T]) -> T:
-        if not self.on_loop():
-            return fn()
-        return _await(self.decides.run(fn))
-
-    def _sleep(self, seconds: float) -> None:
-        if not self.on_loop():
-            time.sleep(seconds)
-            return
-        _await(asyncio.sleep(seconds))
-
-    def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
-        value = callback(result)
-        if inspect.isawaitable(value):  # an async on_compaction is awaited on the loop
-            if self.on_loop():
-                _await(value)
-            elif getattr(self._pausing, "on", False):
-                # A whole call in a step thread: awaited by its caller on the loop once the
-                # call is done, so the callback may use the store (it would wait for this
-                # very thread if the thread waited for it).
-                self._pausing.callbacks.append((value, result.id))
-            else:
-                asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
 
 class AsyncCompactStore:
     """A database of agent sessions, for asyncio: every call is a coroutine that never
@@ -222,7 +83,7 @@ class AsyncCompactStore:
     :meth:`CompactStore.open`); close it with ``await store.close()`` or ``async with``.
     """
 
-    def __init__(self, core: _ThreadedStore) -> None:
+    def __init__(self, core: ThreadedStore) -> None:
         self._core = core
         self.location = core.location
         self._closed = False
@@ -292,7 +153,7 @@ class AsyncCompactStore:
             allow_other_tables=allow_other_tables,
         )
         try:
-            core = _ThreadedStore(
+            core = ThreadedStore(
                 engine,
                 location,
                 asyncio.get_running_loop(),

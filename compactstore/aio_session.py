@@ -8,7 +8,9 @@ from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+from compactstore.aio_threads import ThreadedStore, glue
 from compactstore.context import ActiveContext
+from compactstore.core.driver import committed
 from compactstore.core.steps import Paused
 from compactstore.ledger import SessionCost
 from compactstore.models import (
@@ -32,14 +34,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-async def glue(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run a compaction call's driver code on the loop, in a greenlet: the store's hooks
-    await its steps (each in a thread) instead of blocking."""
-    from sqlalchemy.util import greenlet_spawn
-
-    return await greenlet_spawn(partial(fn, *args, **kwargs))
-
-
 class AsyncSession:
     """One agent conversation, for asyncio: every public :class:`Session` method as a
     coroutine with the same name and arguments (``iter_messages`` is an async iterator).
@@ -49,6 +43,10 @@ class AsyncSession:
     def __init__(self, store: AsyncCompactStore, session: Session) -> None:
         self.store = store
         self._session = session
+        core = session.store
+        assert isinstance(core, ThreadedStore), "an async session runs on the threaded store"
+        # The sync store the work runs on (its hooks hop off the event loop).
+        self._core = core
         self.id = session.id
         self.format = session.format
         self.context_window = session.context_window
@@ -58,7 +56,9 @@ class AsyncSession:
         self.parent_tool_use_id = session.parent_tool_use_id
 
     async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.store._step(fn, *args, **kwargs)
+        """Run a whole call that only checks, computes and runs transactions in a step
+        thread (one hop)."""
+        return await self._core.steps.run(partial(fn, *args, **kwargs))
 
     @property
     def config(self) -> CompactionConfig:
@@ -112,7 +112,7 @@ class AsyncSession:
         )
         # A read dedup is a recorded compaction: an async on_compaction is awaited here, on
         # the loop, once the step thread is done (it may use the store).
-        core = self.store._core
+        core = self._core
         seq, callbacks = await self._step(core.pausing, call)
         await core.called_back(callbacks)
         return seq
@@ -249,11 +249,12 @@ class AsyncSession:
         if background:
             return await glue(call)
         # Whole in a step thread, unless it comes to a step that waits: then on the loop.
-        core = self.store._core
+        core = self._core
         try:
             result, callbacks = await self._step(core.pausing, call)
         except Paused as paused:
-            resumed = await glue(self._session._resume, paused)
+            # Goes on with the paused call's steps on the loop (see compactstore.aio).
+            resumed = await glue(committed, core, core.cache, self.id, paused.steps, paused.op)
             assert resumed is not None, "the pipeline always decides"
             return resumed
         await core.called_back(callbacks)

@@ -107,7 +107,7 @@ def import_(
         count = sess.message_count()
         boundaries = len(sess.boundaries())
         usage = sess.token_usage()
-        calls = store._read(lambda c: model_calls.calls_of(c, sess.id))
+        calls = store.read(lambda c: model_calls.calls_of(c, sess.id))
         subagents = sess.subagents()
     last = next((call for call in reversed(calls) if call.real_tokens), None)
     if as_json:

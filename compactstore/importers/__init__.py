@@ -811,7 +811,7 @@ def _import_child(
         )
     except _NoMessagesError:
         return
-    stage._write(lambda connection: repo.link_subagent(connection, sid, parent, child.tool_use_id))
+    stage.write(lambda connection: repo.link_subagent(connection, sid, parent, child.tool_use_id))
 
 
 def _imported(name: str, item: Item) -> ImportedMessage | ImportedBoundary:
