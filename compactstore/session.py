@@ -53,13 +53,16 @@ from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
 
 if TYPE_CHECKING:
-    pass
+    from compactstore.store import CompactStore
 
 __all__ = ["Session"]
 
 
 class Session(SessionReading, SessionHistory, SessionMemory):
     """One agent conversation: its log, its active context and its compactions."""
+
+    # The store the session belongs to: the driver its work runs on.
+    store: CompactStore
 
     # -- appending ----------------------------------------------------------------------
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compactstore.core import compaction
+from compactstore.core.handle import Store
 from compactstore.core.summarizing import summarizer_name
 from compactstore.db import repository as repo
 from compactstore.engines.base import Summarizer
 from compactstore.formats import MessageFormat, get_format
 from compactstore.models import CompactionConfig
-
-if TYPE_CHECKING:
-    from compactstore.store import CompactStore
 
 __all__ = ["SessionBase"]
 
@@ -34,7 +32,7 @@ class SessionBase:
 
     def __init__(
         self,
-        store: CompactStore,
+        store: Store,
         row: repo.SessionRow,
         summarizer: Summarizer | None = None,
         compactor: Any = None,

@@ -55,8 +55,23 @@ class Store(Driver, Protocol):
     @property
     def prices(self) -> PriceTable: ...
 
+    @property
+    def plugins(self) -> compaction.Plugins:
+        """The caller's code compactions run (the store's)."""
+        ...
+
     def summarizer_executor(self) -> Executor:
         """Where sync summarizers run (a bounded pool)."""
+        ...
+
+    def submit_job(
+        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    ) -> None:
+        """Run a background compaction job in this process."""
+        ...
+
+    def warn_once(self, session_id: str, what: str) -> bool:
+        """True the first time ``what`` happens to a session in this store."""
         ...
 
 
