@@ -1,37 +1,58 @@
 """The async driver's :class:`AsyncSession` (see :mod:`compactstore.aio`): every public
-:class:`~compactstore.session.Session` method as a coroutine."""
+:class:`~compactstore.session.Session` method as a coroutine.
+
+A method is the sync Session's own, run one of three ways: whole in a step thread (one
+hop: :func:`_in_step_thread`), as a compaction call's driver code on the loop (it may wait
+for a summary or a lease: :func:`_on_loop`), or, for the few that may pause or call an
+async ``on_compaction``, by hand below. The wrappers take their signatures and docstrings
+from :class:`Session`, so a new Session method is one line here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from compactstore.aio_threads import ThreadedStore, glue
-from compactstore.context import ActiveContext
 from compactstore.core.driver import committed
 from compactstore.core.steps import Paused
-from compactstore.ledger import SessionCost
-from compactstore.models import (
-    BreakerState,
-    CompactBoundary,
-    CompactionConfig,
-    CompactionResult,
-    EditState,
-    MemoryEntry,
-)
+from compactstore.models import CompactionConfig, CompactionResult
 from compactstore.session import Session
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from compactstore.aio import AsyncCompactStore
 
 __all__ = ["AsyncSession", "glue"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+_Async = Callable[Concatenate["AsyncSession", P], Coroutine[Any, Any, T]]
+
+
+def _in_step_thread(method: Callable[Concatenate[Session, P], T]) -> _Async[P, T]:
+    """``method`` as a coroutine that runs it whole in one of the store's step threads: a
+    call that is nothing but checks, CPU work and transactions."""
+
+    async def call(self: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._step(method, self._session, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def _on_loop(method: Callable[Concatenate[Session, P], T]) -> _Async[P, T]:
+    """``method`` as a coroutine whose driver code runs on the loop, in a greenlet: a
+    compaction call, whose steps each hop to a thread and whose waits do not block."""
+
+    async def call(self: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await glue(method, self._session, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
 
 
 class AsyncSession:
@@ -71,24 +92,45 @@ class AsyncSession:
             f"context_window={self.context_window})"
         )
 
-    # -- appending ----------------------------------------------------------------------
+    # -- run whole in a step thread -----------------------------------------------------
 
-    async def append(
-        self,
-        message: dict[str, Any] | BaseModel,
-        timestamp: float | None = None,
-        pinned: bool = False,
-    ) -> int:
-        """See :meth:`Session.append`."""
-        return await self._step(self._session.append, message, timestamp, pinned)
+    append = _in_step_thread(Session.append)
+    extend = _in_step_thread(Session.extend)
+    invalidate = _in_step_thread(Session.invalidate)
+    context = _in_step_thread(Session.context)
+    active_context = _in_step_thread(Session.active_context)
+    context_view = _in_step_thread(Session.context_view)
+    token_usage = _in_step_thread(Session.token_usage)
+    message_count = _in_step_thread(Session.message_count)
+    messages = _in_step_thread(Session.messages)
+    record_usage = _in_step_thread(Session.record_usage)
+    cost = _in_step_thread(Session.cost)
+    append_response = _in_step_thread(Session.append_response)
+    request_params = _in_step_thread(Session.request_params)
+    edit_policy = _in_step_thread(Session.edit_policy)
+    edit_state = _in_step_thread(Session.edit_state)
+    rollback = _in_step_thread(Session.rollback)
+    clear = _in_step_thread(Session.clear)
+    pop = _in_step_thread(Session.pop)
+    rollback_plan = _in_step_thread(Session.rollback_plan)
+    remember = _in_step_thread(Session.remember)
+    memories = _in_step_thread(Session.memories)
+    breaker = _in_step_thread(Session.breaker)
+    reset_breaker = _in_step_thread(Session.reset_breaker)
+    get_blob = _in_step_thread(Session.get_blob)
+    recall_tool = _in_step_thread(Session.recall_tool)
+    recall = _in_step_thread(Session.recall)
+    boundaries = _in_step_thread(Session.boundaries)
+    subagents = _in_step_thread(Session.subagents)
+    compactions = _in_step_thread(Session.compactions)
 
-    async def extend(
-        self,
-        messages: Sequence[dict[str, Any] | BaseModel],
-        timestamps: Sequence[float | None] | None = None,
-    ) -> list[int]:
-        """See :meth:`Session.extend`."""
-        return await self._step(self._session.extend, messages, timestamps)
+    # -- compaction calls: driver code on the loop ------------------------------------
+
+    reactive_recover = _on_loop(Session.reactive_recover)
+    compact = _on_loop(Session.compact)
+    replay = _on_loop(Session.replay)
+
+    # -- by hand ------------------------------------------------------------------------
 
     async def append_tool_result(
         self,
@@ -117,36 +159,6 @@ class AsyncSession:
         await core.called_back(callbacks)
         return seq
 
-    async def invalidate(self, file_path: str) -> bool:
-        """See :meth:`Session.invalidate`."""
-        return await self._step(self._session.invalidate, file_path)
-
-    # -- reading ------------------------------------------------------------------------
-
-    async def context(self) -> ActiveContext:
-        """See :meth:`Session.context` (the store's cached object: read it, never change it)."""
-        return await self._step(self._session.context)
-
-    async def active_context(self) -> list[dict[str, Any]]:
-        """See :meth:`Session.active_context`."""
-        return await self._step(self._session.active_context)
-
-    async def context_view(self) -> tuple[Mapping[str, Any], ...]:
-        """See :meth:`Session.context_view` (read-only and shared: never change it)."""
-        return await self._step(self._session.context_view)
-
-    async def token_usage(self) -> int:
-        """See :meth:`Session.token_usage`."""
-        return await self._step(self._session.token_usage)
-
-    async def message_count(self) -> int:
-        """See :meth:`Session.message_count`."""
-        return await self._step(self._session.message_count)
-
-    async def messages(self) -> list[dict[str, Any]]:
-        """See :meth:`Session.messages`."""
-        return await self._step(self._session.messages)
-
     async def iter_messages(self, *, page: int = 100) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`Session.iter_messages`: the log ``page`` messages at a time."""
         pages = self._session.iter_messages(page=page)
@@ -156,74 +168,6 @@ class AsyncSession:
                 return
             for message in chunk:
                 yield message
-
-    async def record_usage(
-        self,
-        input_tokens: int,
-        *,
-        cache_read_tokens: int = 0,
-        cache_write_5m_tokens: int = 0,
-        cache_write_1h_tokens: int = 0,
-        output_tokens: int = 0,
-        model: str | None = None,
-        iterations: list[dict[str, Any]] | None = None,
-        cache_miss_reason: dict[str, Any] | None = None,
-        input_transformations: list[dict[str, Any]] | None = None,
-        now: float | None = None,
-    ) -> bool:
-        """See :meth:`Session.record_usage`."""
-        return await self._step(
-            self._session.record_usage,
-            input_tokens,
-            cache_read_tokens=cache_read_tokens,
-            cache_write_5m_tokens=cache_write_5m_tokens,
-            cache_write_1h_tokens=cache_write_1h_tokens,
-            output_tokens=output_tokens,
-            model=model,
-            iterations=iterations,
-            cache_miss_reason=cache_miss_reason,
-            input_transformations=input_transformations,
-            now=now,
-        )
-
-    async def cost(self) -> SessionCost:
-        """See :meth:`Session.cost`."""
-        return await self._step(self._session.cost)
-
-    async def append_response(
-        self, response: Any, *, timestamp: float | None = None, now: float | None = None
-    ) -> list[int]:
-        """See :meth:`Session.append_response`."""
-        return await self._step(
-            self._session.append_response, response, timestamp=timestamp, now=now
-        )
-
-    async def request_params(
-        self,
-        cache_control: bool = False,
-        *,
-        thinking: Mapping[str, Any] | None = None,
-        extra_headers: Mapping[str, str] | None = None,
-        now: float | None = None,
-    ) -> dict[str, Any]:
-        """See :meth:`Session.request_params`."""
-        return await self._step(
-            self._session.request_params,
-            cache_control,
-            thinking=thinking,
-            extra_headers=extra_headers,
-            now=now,
-        )
-
-    async def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
-        """See :meth:`Session.edit_policy`."""
-        return await self._step(self._session.edit_policy)
-
-    async def edit_state(self) -> EditState:
-        """See :meth:`Session.edit_state`."""
-        return await self._step(self._session.edit_state)
-
-    # -- compaction ---------------------------------------------------------------------
 
     async def process_request(
         self,
@@ -259,118 +203,3 @@ class AsyncSession:
             return resumed
         await core.called_back(callbacks)
         return result
-
-    async def reactive_recover(
-        self, error_message: str, *, now: float | None = None
-    ) -> CompactionResult | None:
-        """See :meth:`Session.reactive_recover`."""
-        return await glue(self._session.reactive_recover, error_message, now=now)
-
-    async def compact(
-        self,
-        *,
-        instructions: str | None = None,
-        up_to_seq: int | None = None,
-        now: float | None = None,
-    ) -> CompactionResult:
-        """See :meth:`Session.compact`."""
-        return await glue(
-            self._session.compact, instructions=instructions, up_to_seq=up_to_seq, now=now
-        )
-
-    # -- rollback and replay ------------------------------------------------------------
-
-    async def rollback(
-        self,
-        boundary_id: int | None = None,
-        *,
-        compaction_id: int | None = None,
-        now: float | None = None,
-    ) -> list[CompactBoundary]:
-        """See :meth:`Session.rollback`."""
-        return await self._step(
-            self._session.rollback, boundary_id, compaction_id=compaction_id, now=now
-        )
-
-    async def clear(self, *, now: float | None = None) -> int:
-        """See :meth:`Session.clear`."""
-        return await self._step(self._session.clear, now=now)
-
-    async def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
-        """See :meth:`Session.pop`."""
-        return await self._step(self._session.pop, now=now)
-
-    async def rollback_plan(
-        self, boundary_id: int | None = None, *, compaction_id: int | None = None
-    ) -> list[CompactBoundary]:
-        """See :meth:`Session.rollback_plan`."""
-        return await self._step(
-            self._session.rollback_plan, boundary_id, compaction_id=compaction_id
-        )
-
-    async def replay(
-        self,
-        boundary_id: int,
-        *,
-        config: CompactionConfig | None = None,
-        apply: bool = False,
-        now: float | None = None,
-        resummarize: bool = False,
-    ) -> CompactionResult:
-        """See :meth:`Session.replay`."""
-        return await glue(
-            self._session.replay,
-            boundary_id,
-            config=config,
-            apply=apply,
-            now=now,
-            resummarize=resummarize,
-        )
-
-    # -- memory, breaker, blobs ---------------------------------------------------------
-
-    async def remember(
-        self, kind: str, text: str, *, scope: str = "session", now: float | None = None
-    ) -> int:
-        """See :meth:`Session.remember`."""
-        return await self._step(self._session.remember, kind, text, scope=scope, now=now)
-
-    async def memories(self) -> list[MemoryEntry]:
-        """See :meth:`Session.memories`."""
-        return await self._step(self._session.memories)
-
-    async def breaker(self) -> BreakerState:
-        """See :meth:`Session.breaker`."""
-        return await self._step(self._session.breaker)
-
-    async def reset_breaker(self) -> None:
-        """See :meth:`Session.reset_breaker`."""
-        await self._step(self._session.reset_breaker)
-
-    async def get_blob(self, blob_id: int) -> str:
-        """See :meth:`Session.get_blob`."""
-        return await self._step(self._session.get_blob, blob_id)
-
-    # -- recall -------------------------------------------------------------------------
-
-    async def recall_tool(self) -> dict[str, Any]:
-        """See :meth:`Session.recall_tool`."""
-        return await self._step(self._session.recall_tool)
-
-    async def recall(self, arguments: dict[str, Any] | str) -> str:
-        """See :meth:`Session.recall`."""
-        return await self._step(self._session.recall, arguments)
-
-    # -- history ------------------------------------------------------------------------
-
-    async def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
-        """See :meth:`Session.boundaries`."""
-        return await self._step(self._session.boundaries, include_rolled_back)
-
-    async def subagents(self) -> list[tuple[str, str | None]]:
-        """See :meth:`Session.subagents`."""
-        return await self._step(self._session.subagents)
-
-    async def compactions(self) -> list[CompactionResult]:
-        """See :meth:`Session.compactions`."""
-        return await self._step(self._session.compactions)

@@ -1,5 +1,7 @@
 """The async store's worker threads (see :mod:`compactstore.aio`): a fixed set of threads,
-started when the store opens, that run calls for the event loop and hand the results back.
+started when the store opens, that run calls for the event loop and hand the results back;
+and :class:`ThreadedStore`, the sync store whose driver hooks (``read``, ``write``,
+``compute``, ``drive``, ``notify``: :class:`compactstore.core.driver.Driver`) run on them.
 
 Lighter than ``loop.run_in_executor`` over a ``ThreadPoolExecutor``, because every
 ``AsyncSession`` call is at least one such hop and the loop shares the GIL with the
