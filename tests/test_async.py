@@ -26,7 +26,7 @@ from compactstore import (
     MissingExtraError,
     Session,
     SummaryResult,
-    aio_session,
+    aio,
 )
 from compactstore.aio import STEP_THREADS
 from compactstore.core import driver
@@ -259,7 +259,7 @@ def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on
         resumed.append(threading.get_ident())
         return resume(*args)
 
-    monkeypatch.setattr(aio_session, "committed", spy)
+    monkeypatch.setattr(aio, "committed", spy)
     summarized_on: list[bool] = []
 
     async def summarize(messages: Any, previous: str | None, instructions: str | None) -> str:
