@@ -9,7 +9,6 @@ memory (with recall) are in the classes it inherits: :mod:`compactstore.session_
 from __future__ import annotations
 
 import functools
-import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -32,7 +31,6 @@ from compactstore.core.driver import committed
 from compactstore.core.recording import record_provider_compaction, record_server_edits
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
-from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats.base import storable_text
 from compactstore.formats.sdk_objects import (
@@ -45,7 +43,6 @@ from compactstore.ledger import SessionCost, call_usage, response_usage, usage_c
 from compactstore.models import (
     CompactionResult,
     CompactStrategy,
-    CompactTrigger,
 )
 from compactstore.providers import compaction_text, refuses_provider_object, split_compaction
 from compactstore.session_history import SessionHistory
@@ -465,80 +462,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
 
     def _background(self, request: compaction.Request) -> CompactionResult:
         """process_request(background=True): see :mod:`compactstore.core.background`."""
-        store = self.store
         plugins = self._plugins()
         if plugins.summarizer is None:
             result = self._compaction(request)  # nothing to write in the background
             assert result is not None
             return result
         target = handle.target(self.store, self.id, self.adapter)
-        seen = store.read(
-            functools.partial(background.probe, target=target, count_tokens=store.token_counter)
+        result, self._seen_job = background.call(
+            self.store, target, request, plugins, self._compaction, self._seen_job
         )
-        status: str | None = None
-        finished = seen.finished
-        if finished is not None:
-            if self._seen_job is not None and finished.id > self._seen_job:
-                status = "applied" if finished.state == "applied" else None
-            self._seen_job = finished.id
-        elif self._seen_job is None:
-            self._seen_job = 0
-        job = seen.active
-        if seen.orphan is not None:
-            # Its lease lapsed: the process running it died. Taken over, as a lapsed
-            # compaction lease is: claimed here and run by this store's worker.
-            job = seen.orphan
-            owner = uuid.uuid4().hex
-            if store.write(functools.partial(background.claim, job_id=job.id, owner=owner)):
-                store.submit_job(job.id, plugins, owner)
-        if seen.blocking:
-            # The agent is blocked anyway: compact now, as without background. A job's
-            # summary in flight holds the lease: the call waits for it (up to
-            # summarizer_timeout_seconds) and decides again on what it left, or takes the
-            # lease over and cuts with the rule-based summary.
-            result = self._compaction(request)
-            assert result is not None
-            if job is not None:
-                status = self._job_status(job.id)
-            return result if status is None else result.model_copy(update={"background": status})
-        cheap = request.cheap()
-        assert cheap is not None
-        result = self._compaction(cheap)
-        assert result is not None
-        if job is not None or result.background == "running":
-            status = "running"
-        else:
-            usage = result.tokens_after if result.success else seen.context.usage
-            if seen.passes(usage):
-                started = store.write(
-                    functools.partial(
-                        background.start,
-                        target=target,
-                        started_by=result.id,
-                        usage=usage,
-                        at=request.now,
-                    )
-                )
-                if started is None:
-                    status = "running"
-                else:
-                    started_by, job_id = started
-                    if result.id is None:
-                        result = result.model_copy(
-                            update={"id": started_by, "trigger": CompactTrigger.AUTO}
-                        )
-                    store.submit_job(job_id, plugins)
-                    status = "started"
-        return result.model_copy(update={"background": status})
-
-    def _job_status(self, job_id: int) -> str | None:
-        """``background`` for a job a blocking call may have waited for: "running", or how
-        it ended ("applied" or None), which is then reported."""
-        ended = self.store.read(lambda c: repo.get_job(c, job_id))
-        if ended is None or ended.state in ACTIVE_STATES:
-            return "running"
-        self._seen_job = max(self._seen_job or 0, ended.id)
-        return "applied" if ended.state == "applied" else None
+        return result
 
     def reactive_recover(
         self, error_message: str, *, now: float | None = None
