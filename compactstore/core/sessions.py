@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 
 from compactstore.capabilities import ModelCapabilities, resolve_policy
 from compactstore.core.appending import insert_messages
+from compactstore.core.assembling import load_context
 from compactstore.core.checks import (
     PendingMessage,
     check_timestamp,
@@ -259,7 +260,7 @@ def import_transcript(
                 f"message {at_index - 1} of the transcript"
             )
         flush()
-        context = repo.load_context(
+        context = load_context(
             connection, require(connection, sid, location), adapter, count_tokens
         )
         stamp = item.timestamp
