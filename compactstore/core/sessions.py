@@ -128,14 +128,26 @@ def open_session(
         if model is not None:
             repo.update_session(connection, sid, model=model)
         return require(connection, sid, location)
-    if cwd is not None and row.cwd is not None and cwd != row.cwd:
-        raise ConflictError(
-            f"session {sid!r} exists with cwd {row.cwd!r}; it cannot be reopened with {cwd!r}"
-        )
+    _check_reopened(row, format=format, context_window=context_window, cwd=cwd)
     if cwd is not None and row.cwd is None:
         repo.update_session(connection, sid, cwd=cwd)
     if model is not None and model != row.model:
         repo.update_session(connection, sid, model=model)
+    if config is not None and config != row.config:
+        check_window(sid, row.context_window, config)
+        repo.update_session(connection, sid, structural=True, config=config.model_dump_json())
+    return require(connection, sid, location)
+
+
+def _check_reopened(
+    row: repo.SessionRow, *, format: str | None, context_window: int | None, cwd: str | None
+) -> None:
+    """Refuse to reopen a session with another cwd, format or context window."""
+    sid = row.id
+    if cwd is not None and row.cwd is not None and cwd != row.cwd:
+        raise ConflictError(
+            f"session {sid!r} exists with cwd {row.cwd!r}; it cannot be reopened with {cwd!r}"
+        )
     if format is not None and format != row.format:
         raise ConflictError(
             f"session {sid!r} exists with format {row.format!r}; it cannot be "
@@ -146,10 +158,6 @@ def open_session(
             f"session {sid!r} exists with context_window {row.context_window}; "
             f"it cannot be reopened with {context_window}"
         )
-    if config is not None and config != row.config:
-        check_window(sid, row.context_window, config)
-        repo.update_session(connection, sid, structural=True, config=config.model_dump_json())
-    return require(connection, sid, location)
 
 
 def import_transcript(

@@ -117,24 +117,8 @@ def plan(metadata: MetaData = schema.metadata) -> list[TablePlan]:
     keys = {t.name: t.autoincrement_column for t in tables if t.autoincrement_column is not None}
     plans = []
     for table in tables:
-        if table.name == schema.sessions.name:
-            session_column = table.c.id
-        elif "session_id" in table.c:
-            session_column = table.c.session_id
-        else:
-            raise SchemaError(
-                f"table {table.name} has no session_id column: sessions cannot be copied or "
-                f"deleted without saying which session its rows belong to"
-            )
-        references: dict[str, str] = {}
-        for column in table.columns:
-            for fk in column.foreign_keys:
-                target = fk.column
-                if target.table.name in keys and keys[target.table.name] is target:
-                    references[column.name] = target.table.name
-        for (name, column_name), target_name in HIDDEN_REFERENCES.items():
-            if name == table.name and column_name in table.c:
-                references[column_name] = target_name
+        session_column = _session_column(table)
+        references = _references(table, keys)
         json_references = {
             column_name: keys_to_tables
             for (name, column_name), keys_to_tables in JSON_REFERENCES.items()
@@ -158,6 +142,32 @@ def plan(metadata: MetaData = schema.metadata) -> list[TablePlan]:
             )
         )
     return plans
+
+
+def _session_column(table: Table) -> Column[Any]:
+    """The column that says which session a row of ``table`` belongs to."""
+    if table.name == schema.sessions.name:
+        return table.c.id
+    if "session_id" in table.c:
+        return table.c.session_id
+    raise SchemaError(
+        f"table {table.name} has no session_id column: sessions cannot be copied or "
+        f"deleted without saying which session its rows belong to"
+    )
+
+
+def _references(table: Table, keys: Mapping[str, Column[Any]]) -> dict[str, str]:
+    """column -> the renumbered table whose ids it holds (foreign keys and hidden ones)."""
+    references: dict[str, str] = {}
+    for column in table.columns:
+        for fk in column.foreign_keys:
+            target = fk.column
+            if target.table.name in keys and keys[target.table.name] is target:
+                references[column.name] = target.table.name
+    for (name, column_name), target_name in HIDDEN_REFERENCES.items():
+        if name == table.name and column_name in table.c:
+            references[column_name] = target_name
+    return references
 
 
 @dataclass
