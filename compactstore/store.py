@@ -392,7 +392,8 @@ class CompactStore:
         the block starts once it holds the write lock (the writers of every process take
         turns for it; a busy database is tried again before the block starts, the block
         itself runs once). For writes of the caller's own that must commit together (use
-        the store's methods for compactstore's tables)::
+        the store's methods for compactstore's tables, outside the block: each opens a
+        transaction of its own)::
 
             with store.transaction() as connection:
                 connection.exec_driver_sql("INSERT INTO my_table VALUES (1)")
