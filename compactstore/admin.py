@@ -90,7 +90,7 @@ def store_stats(store: CompactStore) -> StoreStats:
     Returns:
         The counts, read in one consistent snapshot, and the file sizes for SQLite.
     """
-    counts = store._read(store_counts)
+    counts = store.read(store_counts)
     db_bytes = wal_bytes = None
     path = sqlite_path(store.engine.url.render_as_string(hide_password=False))
     if path is not None:
@@ -109,7 +109,7 @@ def store_stats(store: CompactStore) -> StoreStats:
 def database_space(store: CompactStore) -> Space:
     """How many bytes the database takes and, on SQLite, how many of them are free pages
     (left by deleted rows, reused by new ones; :func:`vacuum` gives them back)."""
-    return store._read(db_space.space)
+    return store.read(db_space.space)
 
 
 @dataclass(frozen=True, slots=True)

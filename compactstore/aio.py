@@ -32,30 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import inspect
 import os
 import threading
-import time
-from collections.abc import (
-    Awaitable,
-    Callable,
-    Generator,
-    Iterable,
-    Mapping,
-)
-from dataclasses import replace
-from functools import partial
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from functools import partial, update_wrapper
+from itertools import islice
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from compactstore.aio_session import AsyncSession, glue
-from compactstore.aio_threads import Workers
+from compactstore.aio_threads import DECIDE_THREADS, STEP_THREADS, ThreadedStore, glue
 from compactstore.capabilities import ModelCapabilities
-from compactstore.core import compaction
 from compactstore.core.checks import check_cache_sessions, check_capabilities, check_pool
-from compactstore.core.plugins import warn_callback_failed
-from compactstore.core.steps import Op, drive
+from compactstore.core.driver import committed
+from compactstore.core.steps import Paused
 from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
@@ -72,146 +62,14 @@ from compactstore.models import (
     SessionInfo,
 )
 from compactstore.pricing import Prices, price_table
-from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback, CompactStore
+from compactstore.session import Session
+from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback
 from compactstore.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["DECIDE_THREADS", "STEP_THREADS", "AsyncCompactStore", "AsyncSession"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-# Threads that run transactions and whole simple calls off the event loop, by backend. Few
-# on purpose: they share one GIL with the loop, and each thread busy with Python code adds
-# up to a switch interval (5 ms) to how long the loop waits for it. SQLite writes one at a
-# time anyway: one thread (measured: lower loop lag and more steps/s than two); PostgreSQL
-# waits on the network, where a second thread overlaps the round trips.
-STEP_THREADS = {"sqlite": 1, "postgresql": 2}
-# Threads that run compaction decide steps (the engines, then waiting for the summary):
-# mostly waiting, so more of them, apart from the step threads.
-DECIDE_THREADS = 16
-
-
-def _await(awaitable: Awaitable[T]) -> T:
-    """Await from sync code running in a greenlet the async driver spawned."""
-    from sqlalchemy.util import await_only
-
-    return await_only(awaitable)
-
-
-class _ThreadedStore(CompactStore):
-    """The sync store with the async driver's hooks. Called from a worker thread, a hook
-    runs its work right there (the sync driver); called from the store's event loop (a
-    compaction's driver code, in a greenlet), it hands the work to a thread and awaits it."""
-
-    _async_summarizers = True
-
-    def __init__(
-        self, engine: Engine, location: str, loop: asyncio.AbstractEventLoop, **kw: Any
-    ) -> None:
-        super().__init__(engine, location, **kw)
-        self.loop = loop
-        self._loop_thread = threading.get_ident()
-        # Started by open() (in a thread: starting one waits for it to take the GIL).
-        self.steps = Workers(loop, STEP_THREADS.get(engine.dialect.name, 2), "compactstore-step")
-        self.decides = Workers(loop, DECIDE_THREADS, "compactstore-decide")
-        # Background compactions this store started: tasks on its loop (close() awaits them).
-        self.tasks: set[asyncio.Task[None]] = set()
-        self._pausing = threading.local()  # .on, .callbacks: see pausing()
-
-    def start_threads(self) -> None:
-        self.steps.start()
-        self.decides.start()
-
-    def on_loop(self) -> bool:
-        return threading.get_ident() == self._loop_thread
-
-    def pausing(
-        self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-    ) -> tuple[T, list[tuple[Awaitable[Any], int | None]]]:
-        """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
-        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller.
-        Also returned: the async ``on_compaction`` calls it made, for the caller to await
-        on the loop (see :meth:`_call_back`)."""
-        local = self._pausing
-        local.on, local.callbacks = True, []
-        try:
-            return fn(*args, **kwargs), local.callbacks
-        finally:
-            local.on, local.callbacks = False, []
-
-    async def called_back(self, callbacks: list[tuple[Awaitable[Any], int | None]]) -> None:
-        """Await the async ``on_compaction`` calls :meth:`pausing` returned (on the loop);
-        a failure is a warning, as in :meth:`CompactStore._notify`."""
-        for awaitable, compaction_id in callbacks:
-            try:
-                await awaitable
-            except Exception as exc:  # the compaction is recorded; the callback cannot undo it
-                warn_callback_failed(exc, compaction_id, stacklevel=2)
-
-    def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
-        if self.on_loop() or not getattr(self._pausing, "on", False):
-            return super()._drive(steps, first)
-        return drive(
-            steps, self._read, self._write, self._sleep, self._compute, first=first, pause=True
-        )
-
-    def _submit_job(
-        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
-    ) -> None:
-        def start() -> None:
-            task = self.loop.create_task(glue(self._run_job_quietly, job_id, plugins, owner))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-        if self.on_loop():
-            start()
-        else:
-            self.loop.call_soon_threadsafe(start)
-
-    @property
-    def plugins(self) -> compaction.Plugins:
-        return replace(super().plugins, loop=self.loop)
-
-    def _read(self, fn: Callable[[Connection], T]) -> T:
-        if not self.on_loop():
-            return super()._read(fn)
-        return _await(self.steps.run(partial(super()._read, fn)))
-
-    def _write(self, fn: Callable[[Connection], T]) -> T:
-        if not self.on_loop():
-            return super()._write(fn)
-        return _await(self.steps.run(partial(super()._write, fn)))
-
-    def _compute(self, fn: Callable[[], T]) -> T:
-        if not self.on_loop():
-            return fn()
-        return _await(self.decides.run(fn))
-
-    def _sleep(self, seconds: float) -> None:
-        if not self.on_loop():
-            time.sleep(seconds)
-            return
-        _await(asyncio.sleep(seconds))
-
-    def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
-        value = callback(result)
-        if inspect.isawaitable(value):  # an async on_compaction is awaited on the loop
-            if self.on_loop():
-                _await(value)
-            elif getattr(self._pausing, "on", False):
-                # A whole call in a step thread: awaited by its caller on the loop once the
-                # call is done, so the callback may use the store (it would wait for this
-                # very thread if the thread waited for it).
-                self._pausing.callbacks.append((value, result.id))
-            else:
-                asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
 
 
 class AsyncCompactStore:
@@ -222,7 +80,7 @@ class AsyncCompactStore:
     :meth:`CompactStore.open`); close it with ``await store.close()`` or ``async with``.
     """
 
-    def __init__(self, core: _ThreadedStore) -> None:
+    def __init__(self, core: ThreadedStore) -> None:
         self._core = core
         self.location = core.location
         self._closed = False
@@ -292,7 +150,7 @@ class AsyncCompactStore:
             allow_other_tables=allow_other_tables,
         )
         try:
-            core = _ThreadedStore(
+            core = ThreadedStore(
                 engine,
                 location,
                 asyncio.get_running_loop(),
@@ -417,3 +275,186 @@ class AsyncCompactStore:
     async def run_job(self, job_id: int) -> JobInfo | None:
         """See :meth:`CompactStore.run_job`."""
         return await glue(self._core.run_job, job_id)
+
+
+# -- AsyncSession: a Session's methods as coroutines
+#
+# A method is the sync Session's own, run one of three ways: whole in a step thread (one
+# hop: _in_step_thread), as a compaction call's driver code on the loop (it may wait for a
+# summary or a lease: _on_loop), or, for the few that may pause or call an async
+# on_compaction, by hand. The wrappers take their signatures and docstrings from Session,
+# so a new Session method is one line here.
+
+_Async = Callable[Concatenate["AsyncSession", P], Coroutine[Any, Any, T]]
+
+
+def _in_step_thread(method: Callable[Concatenate[Session, P], T]) -> _Async[P, T]:
+    """``method`` as a coroutine that runs it whole in one of the store's step threads: a
+    call that is nothing but checks, CPU work and transactions."""
+
+    async def call(self: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._step(method, self._session, *args, **kwargs)
+
+    update_wrapper(call, method)
+    return call
+
+
+def _on_loop(method: Callable[Concatenate[Session, P], T]) -> _Async[P, T]:
+    """``method`` as a coroutine whose driver code runs on the loop, in a greenlet: a
+    compaction call, whose steps each hop to a thread and whose waits do not block."""
+
+    async def call(self: AsyncSession, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await glue(method, self._session, *args, **kwargs)
+
+    update_wrapper(call, method)
+    return call
+
+
+class AsyncSession:
+    """One agent conversation, for asyncio: every public :class:`Session` method as a
+    coroutine with the same name and arguments (``iter_messages`` is an async iterator).
+    The work is the sync Session's own, in the store's threads (see the module
+    docstring)."""
+
+    def __init__(self, store: AsyncCompactStore, session: Session) -> None:
+        self.store = store
+        self._session = session
+        core = session.store
+        assert isinstance(core, ThreadedStore), "an async session runs on the threaded store"
+        # The sync store the work runs on (its hooks hop off the event loop).
+        self._core = core
+        self.id = session.id
+        self.format = session.format
+        self.context_window = session.context_window
+        self.created_at = session.created_at
+        # A subagent's session: the session and tool call that started it (else None).
+        self.parent_session_id = session.parent_session_id
+        self.parent_tool_use_id = session.parent_tool_use_id
+
+    async def _step(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a whole call that only checks, computes and runs transactions in a step
+        thread (one hop)."""
+        return await self._core.steps.run(partial(fn, *args, **kwargs))
+
+    @property
+    def config(self) -> CompactionConfig:
+        """The session's config as this handle last read it."""
+        return self._session.config
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncSession({self.id!r}, format={self.format!r}, "
+            f"context_window={self.context_window})"
+        )
+
+    # -- run whole in a step thread -----------------------------------------------------
+
+    append = _in_step_thread(Session.append)
+    extend = _in_step_thread(Session.extend)
+    invalidate = _in_step_thread(Session.invalidate)
+    context = _in_step_thread(Session.context)
+    active_context = _in_step_thread(Session.active_context)
+    context_view = _in_step_thread(Session.context_view)
+    token_usage = _in_step_thread(Session.token_usage)
+    message_count = _in_step_thread(Session.message_count)
+    messages = _in_step_thread(Session.messages)
+    record_usage = _in_step_thread(Session.record_usage)
+    cost = _in_step_thread(Session.cost)
+    append_response = _in_step_thread(Session.append_response)
+    request_params = _in_step_thread(Session.request_params)
+    edit_policy = _in_step_thread(Session.edit_policy)
+    edit_state = _in_step_thread(Session.edit_state)
+    rollback = _in_step_thread(Session.rollback)
+    clear = _in_step_thread(Session.clear)
+    pop = _in_step_thread(Session.pop)
+    rollback_plan = _in_step_thread(Session.rollback_plan)
+    remember = _in_step_thread(Session.remember)
+    memories = _in_step_thread(Session.memories)
+    breaker = _in_step_thread(Session.breaker)
+    reset_breaker = _in_step_thread(Session.reset_breaker)
+    get_blob = _in_step_thread(Session.get_blob)
+    recall_tool = _in_step_thread(Session.recall_tool)
+    recall = _in_step_thread(Session.recall)
+    boundaries = _in_step_thread(Session.boundaries)
+    subagents = _in_step_thread(Session.subagents)
+    compactions = _in_step_thread(Session.compactions)
+
+    # -- compaction calls: driver code on the loop ------------------------------------
+
+    reactive_recover = _on_loop(Session.reactive_recover)
+    compact = _on_loop(Session.compact)
+    replay = _on_loop(Session.replay)
+
+    # -- by hand ------------------------------------------------------------------------
+
+    async def append_tool_result(
+        self,
+        tool_use_id: str,
+        content: str | list[dict[str, Any]],
+        *,
+        tool_name: str,
+        file_path: str | None = None,
+        is_error: bool = False,
+        timestamp: float | None = None,
+    ) -> int:
+        """See :meth:`Session.append_tool_result`."""
+        call = partial(
+            self._session.append_tool_result,
+            tool_use_id,
+            content,
+            tool_name=tool_name,
+            file_path=file_path,
+            is_error=is_error,
+            timestamp=timestamp,
+        )
+        # A read dedup is a recorded compaction: an async on_compaction is awaited here, on
+        # the loop, once the step thread is done (it may use the store).
+        core = self._core
+        seq, callbacks = await self._step(core.pausing, call)
+        await core.called_back(callbacks)
+        return seq
+
+    async def iter_messages(self, *, page: int = 100) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`Session.iter_messages`: the log ``page`` messages at a time."""
+        pages = self._session.iter_messages(page=page)
+        while True:
+            chunk = await self._step(lambda: list(islice(pages, max(page, 1))))
+            if not chunk:
+                return
+            for message in chunk:
+                yield message
+
+    async def process_request(
+        self,
+        *,
+        now: float | None = None,
+        enable_tool_budget: bool = True,
+        enable_read_dedup: bool = True,
+        enable_microcompact: bool = True,
+        enable_auto_compact: bool = True,
+        background: bool = False,
+    ) -> CompactionResult:
+        """See :meth:`Session.process_request` (with ``background=True`` the summary is
+        written by a task on this loop)."""
+        call = partial(
+            self._session.process_request,
+            now=now,
+            enable_tool_budget=enable_tool_budget,
+            enable_read_dedup=enable_read_dedup,
+            enable_microcompact=enable_microcompact,
+            enable_auto_compact=enable_auto_compact,
+            background=background,
+        )
+        if background:
+            return await glue(call)
+        # Whole in a step thread, unless it comes to a step that waits: then on the loop.
+        core = self._core
+        try:
+            result, callbacks = await self._step(core.pausing, call)
+        except Paused as paused:
+            # Goes on with the paused call's steps on the loop (see compactstore.aio).
+            resumed = await glue(committed, core, core.cache, self.id, paused.steps, paused.op)
+            assert resumed is not None, "the pipeline always decides"
+            return resumed
+        await core.called_back(callbacks)
+        return result

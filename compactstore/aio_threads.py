@@ -1,5 +1,7 @@
 """The async store's worker threads (see :mod:`compactstore.aio`): a fixed set of threads,
-started when the store opens, that run calls for the event loop and hand the results back.
+started when the store opens, that run calls for the event loop and hand the results back;
+and :class:`ThreadedStore`, the sync store whose driver hooks (``read``, ``write``,
+``compute``, ``drive``, ``notify``: :class:`compactstore.core.driver.Driver`) run on them.
 
 Lighter than ``loop.run_in_executor`` over a ``ThreadPoolExecutor``, because every
 ``AsyncSession`` call is at least one such hop and the loop shares the GIL with the
@@ -28,16 +30,29 @@ threads:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from contextlib import suppress
+from dataclasses import replace
+from functools import partial
 from queue import Empty, SimpleQueue
 from time import monotonic
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["Workers"]
+from sqlalchemy import Connection, Engine
 
+from compactstore.core import compaction
+from compactstore.core.plugins import warn_callback_failed
+from compactstore.core.steps import Op, drive
+from compactstore.models import CompactionResult
+from compactstore.store import CompactionCallback, CompactStore
+
+__all__ = ["DECIDE_THREADS", "STEP_THREADS", "ThreadedStore", "Workers", "glue"]
+
+P = ParamSpec("P")
 T = TypeVar("T")
 
 _Job = tuple["asyncio.Future[Any]", Callable[[], Any]]
@@ -139,3 +154,142 @@ class Workers:
                 future.set_exception(RuntimeError(f"the call raised {value!r}"))
             else:
                 future.set_exception(value)
+
+
+# Threads that run transactions and whole simple calls off the event loop, by backend. Few
+# on purpose: they share one GIL with the loop, and each thread busy with Python code adds
+# up to a switch interval (5 ms) to how long the loop waits for it. SQLite writes one at a
+# time anyway: one thread (measured: lower loop lag and more steps/s than two); PostgreSQL
+# waits on the network, where a second thread overlaps the round trips.
+STEP_THREADS = {"sqlite": 1, "postgresql": 2}
+# Threads that run compaction decide steps (the engines, then waiting for the summary):
+# mostly waiting, so more of them, apart from the step threads.
+DECIDE_THREADS = 16
+
+
+def _await(awaitable: Awaitable[T]) -> T:
+    """Await from sync code running in a greenlet the async driver spawned."""
+    from sqlalchemy.util import await_only
+
+    return await_only(awaitable)
+
+
+class ThreadedStore(CompactStore):
+    """The sync store with the async driver's hooks. Called from a worker thread, a hook
+    runs its work right there (the sync driver); called from the store's event loop (a
+    compaction's driver code, in a greenlet), it hands the work to a thread and awaits it."""
+
+    _async_summarizers = True
+
+    def __init__(
+        self, engine: Engine, location: str, loop: asyncio.AbstractEventLoop, **kw: Any
+    ) -> None:
+        super().__init__(engine, location, **kw)
+        self.loop = loop
+        self._loop_thread = threading.get_ident()
+        # Started by open() (in a thread: starting one waits for it to take the GIL).
+        self.steps = Workers(loop, STEP_THREADS.get(engine.dialect.name, 2), "compactstore-step")
+        self.decides = Workers(loop, DECIDE_THREADS, "compactstore-decide")
+        # Background compactions this store started: tasks on its loop (close() awaits them).
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._pausing = threading.local()  # .on, .callbacks: see pausing()
+
+    def start_threads(self) -> None:
+        self.steps.start()
+        self.decides.start()
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
+    def pausing(
+        self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> tuple[T, list[tuple[Awaitable[Any], int | None]]]:
+        """Run ``fn`` (in a step thread) with its compaction driver pausing before a step
+        that waits: :class:`~compactstore.core.steps.Paused` then reaches the caller.
+        Also returned: the async ``on_compaction`` calls it made, for the caller to await
+        on the loop (see :meth:`_call_back`)."""
+        local = self._pausing
+        local.on, local.callbacks = True, []
+        try:
+            return fn(*args, **kwargs), local.callbacks
+        finally:
+            local.on, local.callbacks = False, []
+
+    async def called_back(self, callbacks: list[tuple[Awaitable[Any], int | None]]) -> None:
+        """Await the async ``on_compaction`` calls :meth:`pausing` returned (on the loop);
+        a failure is a warning, as in :meth:`CompactStore.notify`."""
+        for awaitable, compaction_id in callbacks:
+            try:
+                await awaitable
+            except Exception as exc:  # the compaction is recorded; the callback cannot undo it
+                warn_callback_failed(exc, compaction_id, stacklevel=2)
+
+    def drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
+        if self.on_loop() or not getattr(self._pausing, "on", False):
+            return super().drive(steps, first)
+        return drive(
+            steps, self.read, self.write, self._sleep, self.compute, first=first, pause=True
+        )
+
+    def submit_job(
+        self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    ) -> None:
+        def start() -> None:
+            task = self.loop.create_task(glue(self._run_job_quietly, job_id, plugins, owner))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        if self.on_loop():
+            start()
+        else:
+            self.loop.call_soon_threadsafe(start)
+
+    @property
+    def plugins(self) -> compaction.Plugins:
+        return replace(super().plugins, loop=self.loop)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        if not self.on_loop():
+            return super().read(fn)
+        return _await(self.steps.run(partial(super().read, fn)))
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        if not self.on_loop():
+            return super().write(fn)
+        return _await(self.steps.run(partial(super().write, fn)))
+
+    def compute(self, fn: Callable[[], T]) -> T:
+        if not self.on_loop():
+            return fn()
+        return _await(self.decides.run(fn))
+
+    def _sleep(self, seconds: float) -> None:
+        if not self.on_loop():
+            time.sleep(seconds)
+            return
+        _await(asyncio.sleep(seconds))
+
+    def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
+        value = callback(result)
+        if inspect.isawaitable(value):  # an async on_compaction is awaited on the loop
+            if self.on_loop():
+                _await(value)
+            elif getattr(self._pausing, "on", False):
+                # A whole call in a step thread: awaited by its caller on the loop once the
+                # call is done, so the callback may use the store (it would wait for this
+                # very thread if the thread waited for it).
+                self._pausing.callbacks.append((value, result.id))
+            else:
+                asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def glue(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a compaction call's driver code on the loop, in a greenlet: the store's hooks
+    await its steps (each in a thread) instead of blocking."""
+    from sqlalchemy.util import greenlet_spawn
+
+    return await greenlet_spawn(partial(fn, *args, **kwargs))

@@ -8,21 +8,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from compactstore.context import BoundaryInfo, ContextMessage, MessageState
+from compactstore.db.context import LoggedMessage
 from compactstore.formats import MessageFormat
 
 __all__ = ["LiveEdit", "LoggedMessage", "StoredSummary", "assemble", "logged_message"]
-
-
-class LoggedMessage(NamedTuple):
-    """A message of the log as the context needs it."""
-
-    seq: int
-    payload: str
-    tokens: int
-    created_at: float
-    pinned: str | None  # why it is pinned (system, request, user), None when it is not
-    dedup_of_seq: int | None
-    context_version: int | None  # an assistant message: the context version it answered
 
 
 class LiveEdit(NamedTuple):

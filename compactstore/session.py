@@ -9,7 +9,6 @@ memory (with recall) are in the classes it inherits: :mod:`compactstore.session_
 from __future__ import annotations
 
 import functools
-import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from compactstore.capabilities import resolve_policy
-from compactstore.core import background, checks, compaction
+from compactstore.core import background, checks, compaction, handle
 from compactstore.core.appending import (
     dedup_candidate,
     insert_messages,
@@ -28,26 +27,22 @@ from compactstore.core.appending import (
 )
 from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.cost import session_cost
+from compactstore.core.driver import committed
 from compactstore.core.recording import record_provider_compaction, record_server_edits
-from compactstore.core.steps import Paused
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
-from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
 from compactstore.formats.base import storable_text
 from compactstore.formats.sdk_objects import (
     applied_edits,
     cleared_tokens,
-    has_sdk_object,
     response_model,
     response_turn,
 )
-from compactstore.formats.sdk_types import to_request
 from compactstore.ledger import SessionCost, call_usage, response_usage, usage_cost
 from compactstore.models import (
     CompactionResult,
     CompactStrategy,
-    CompactTrigger,
     SummaryInfo,
 )
 from compactstore.providers import (
@@ -62,7 +57,7 @@ from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
 
 if TYPE_CHECKING:
-    pass
+    from compactstore.store import CompactStore
 
 __all__ = ["Session"]
 
@@ -70,23 +65,8 @@ __all__ = ["Session"]
 class Session(SessionReading, SessionHistory, SessionMemory):
     """One agent conversation: its log, its active context and its compactions."""
 
-    def _prepare(
-        self, message: Any, timestamp: Any, *, pinned: bool = False, index: int | None = None
-    ) -> PendingMessage:
-        if has_sdk_object(message):
-            # An SDK object (or a dict holding some, as a reply's content): stored as its
-            # model_dump keeping only what the request Param type declares.
-            message = to_request(self.format, message)
-        return checks.prepare_message(
-            self.adapter,
-            self.config,
-            self.store.token_counter,
-            message,
-            timestamp,
-            pinned=pinned,
-            index=index,
-            allow_block_types=self.store.allow_block_types,
-        )
+    # The store the session belongs to: the driver its work runs on.
+    store: CompactStore
 
     # -- appending ----------------------------------------------------------------------
 
@@ -105,11 +85,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             InvalidMessageError: the message does not fit the session's format, its tool
                 result has no call, a call id repeats, or it is over max_message_bytes.
         """
-        pending = self.store._compute(
-            functools.partial(self._prepare, message, timestamp, pinned=pinned)
+        pending = self.store.compute(
+            functools.partial(handle.prepare, self, message, timestamp, pinned=pinned)
         )
-        return self.store._write(
-            lambda c: insert_messages(c, self._locked(c), self.adapter, [pending])[0]
+        return self.store.write(
+            lambda c: insert_messages(c, handle.locked(self, c), self.adapter, [pending])[0]
         )
 
     def extend(
@@ -125,16 +105,16 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         ):
             raise InvalidInputError("timestamps must be a list as long as messages")
         stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
-        pending = self.store._compute(
+        pending = self.store.compute(
             lambda: [
-                self._prepare(m, stamp, index=i)
+                handle.prepare(self, m, stamp, index=i)
                 for i, (m, stamp) in enumerate(zip(messages, stamps, strict=True))
             ]
         )
         if not pending:
             return []
-        return self.store._write(
-            lambda c: insert_messages(c, self._locked(c), self.adapter, pending)
+        return self.store.write(
+            lambda c: insert_messages(c, handle.locked(self, c), self.adapter, pending)
         )
 
     def append_response(
@@ -173,31 +153,31 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         # they cleared is added back, so it measures this context (which they left alone).
         full_count = None if count is None else count + cleared_tokens(edits)
         pending = [
-            self._prepare(m, timestamp, index=i if len(messages) > 1 else None)
+            handle.prepare(self, m, timestamp, index=i if len(messages) > 1 else None)
             for i, m in enumerate(messages)
         ]
         called = now_or_clock(now)
         measured_on = self._handed_version
 
         def tx(connection: Connection) -> tuple[Calibration | None, list[int]]:
-            row = self._locked(connection)
+            row = handle.locked(self, connection)
             calibration = None
             if model is not None and model != row.model:
                 repo.update_session(connection, self.id, model=model)
-                row = self._locked(connection)
+                row = handle.locked(self, connection)
             if provided is not None:
                 check_provided(connection, self.id, provided)
                 record_provider_compaction(
                     connection,
                     self.id,
-                    self._context(connection, row),
+                    handle.context(self, connection, row),
                     provided,
                     provided_text(provided),
                     called,
                     note=provided_note(provided),
                     info=SummaryInfo(source="provider", model=model),
                 )
-                row = self._locked(connection)
+                row = handle.locked(self, connection)
             if edits:
                 policy, _ = resolve_policy(
                     row.config.edit_policy, row.model, self.store.model_capabilities
@@ -205,13 +185,13 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                 record_server_edits(
                     connection,
                     self.id,
-                    self._context(connection, row),
+                    handle.context(self, connection, row),
                     edits,
                     edit_policy=policy,
                     at=called,
                 )
             if full_count is not None:
-                context = self._context(connection, row)
+                context = handle.context(self, connection, row)
                 calibration = calibrate(
                     connection,
                     row,
@@ -222,11 +202,11 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     ledger=ledger,
                     cost_usd=cost,
                 )
-                row = self._locked(connection)
+                row = handle.locked(self, connection)
             seqs = insert_messages(connection, row, self.adapter, pending) if pending else []
             return calibration, seqs
 
-        calibration, seqs = self.store._write(tx)
+        calibration, seqs = self.store.write(tx)
         if calibration is not None and full_count is not None:
             self._usage_warnings(calibration, full_count)
         return seqs
@@ -275,9 +255,9 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             earlier = (
                 None
                 if last
-                else store._read(lambda c: dedup_candidate(c, self.id, store.location, result))
+                else store.read(lambda c: dedup_candidate(c, self.id, store.location, result))
             )
-            pending = store._compute(
+            pending = store.compute(
                 functools.partial(
                     tool_result_message,
                     self.adapter,
@@ -288,7 +268,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                     timestamp,
                 )
             )
-            stored = store._write(
+            stored = store.write(
                 functools.partial(
                     self._store_tool_result,
                     result=result,
@@ -300,7 +280,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             if stored is not None:
                 seq, dedup = stored
                 if dedup is not None:
-                    store._notify(dedup)  # a read_dedup compaction was recorded
+                    store.notify(dedup)  # a read_dedup compaction was recorded
                 return seq
         raise AssertionError("the last try always stores the result")
 
@@ -313,7 +293,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         expected: tuple[str, int] | None,
         final: bool,
     ) -> tuple[int, CompactionResult | None] | None:
-        row = self._locked(connection)
+        row = handle.locked(self, connection)
         policy, _ = resolve_policy(row.config.edit_policy, row.model, self.store.model_capabilities)
         return store_tool_result(
             connection,
@@ -334,10 +314,10 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         path = checks.check_file_path(file_path)
 
         def tx(connection: Connection) -> bool:
-            self._locked(connection)
+            handle.locked(self, connection)
             return repo.delete_dedup_entry(connection, self.id, path) > 0
 
-        return self.store._write(tx)
+        return self.store.write(tx)
 
     # -- usage --------------------------------------------------------------------------
 
@@ -401,8 +381,8 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         measured_on = self._handed_version
 
         def tx(connection: Connection) -> Calibration:
-            row = self._locked(connection)
-            context = self._context(connection, row)
+            row = handle.locked(self, connection)
+            context = handle.context(self, connection, row)
             return calibrate(
                 connection,
                 row,
@@ -414,7 +394,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                 cost_usd=cost,
             )
 
-        calibration = self.store._write(tx)
+        calibration = self.store.write(tx)
         self._usage_warnings(calibration, prompt)
         return calibration.used
 
@@ -429,7 +409,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         follows several compactions counts once, for the newest of them).
         """
         store = self.store
-        return store._read(lambda c: session_cost(c, self.id, store.location, store.prices))
+        return store.read(lambda c: session_cost(c, self.id, store.location, store.prices))
 
     def _usage_warnings(self, calibration: Calibration, input_tokens: int) -> None:
         if calibration.overhead_reason is not None:
@@ -441,7 +421,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         if (
             not calibration.used
             and not calibration.superseded
-            and self.store._warn_once(self.id, "low count")
+            and self.store.warn_once(self.id, "low count")
         ):
             warnings.warn(
                 f"session {self.id!r}: record_usage({input_tokens}) is below half the store's "
@@ -493,93 +473,18 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         assert result is not None, "the pipeline always decides"
         return result
 
-    def _target(self) -> compaction.Target:
-        store = self.store
-        return compaction.Target(
-            self.id,
-            self.adapter,
-            store._cache,
-            store.location,
-            store.model_capabilities,
-            prices=store.prices,
-        )
-
     def _background(self, request: compaction.Request) -> CompactionResult:
         """process_request(background=True): see :mod:`compactstore.core.background`."""
-        store = self.store
         plugins = self._plugins()
         if plugins.summarizer is None:
             result = self._compaction(request)  # nothing to write in the background
             assert result is not None
             return result
-        target = self._target()
-        seen = store._read(
-            functools.partial(background.probe, target=target, count_tokens=store.token_counter)
+        target = handle.target(self.store, self.id, self.adapter)
+        result, self._seen_job = background.call(
+            self.store, target, request, plugins, self._compaction, self._seen_job
         )
-        status: str | None = None
-        finished = seen.finished
-        if finished is not None:
-            if self._seen_job is not None and finished.id > self._seen_job:
-                status = "applied" if finished.state == "applied" else None
-            self._seen_job = finished.id
-        elif self._seen_job is None:
-            self._seen_job = 0
-        job = seen.active
-        if seen.orphan is not None:
-            # Its lease lapsed: the process running it died. Taken over, as a lapsed
-            # compaction lease is: claimed here and run by this store's worker.
-            job = seen.orphan
-            owner = uuid.uuid4().hex
-            if store._write(functools.partial(background.claim, job_id=job.id, owner=owner)):
-                store._submit_job(job.id, plugins, owner)
-        if seen.blocking:
-            # The agent is blocked anyway: compact now, as without background. A job's
-            # summary in flight holds the lease: the call waits for it (up to
-            # summarizer_timeout_seconds) and decides again on what it left, or takes the
-            # lease over and cuts with the rule-based summary.
-            result = self._compaction(request)
-            assert result is not None
-            if job is not None:
-                status = self._job_status(job.id)
-            return result if status is None else result.model_copy(update={"background": status})
-        cheap = request.cheap()
-        assert cheap is not None
-        result = self._compaction(cheap)
-        assert result is not None
-        if job is not None or result.background == "running":
-            status = "running"
-        else:
-            usage = result.tokens_after if result.success else seen.context.usage
-            if seen.passes(usage):
-                started = store._write(
-                    functools.partial(
-                        background.start,
-                        target=target,
-                        started_by=result.id,
-                        usage=usage,
-                        at=request.now,
-                    )
-                )
-                if started is None:
-                    status = "running"
-                else:
-                    started_by, job_id = started
-                    if result.id is None:
-                        result = result.model_copy(
-                            update={"id": started_by, "trigger": CompactTrigger.AUTO}
-                        )
-                    store._submit_job(job_id, plugins)
-                    status = "started"
-        return result.model_copy(update={"background": status})
-
-    def _job_status(self, job_id: int) -> str | None:
-        """``background`` for a job a blocking call may have waited for: "running", or how
-        it ended ("applied" or None), which is then reported."""
-        ended = self.store._read(lambda c: repo.get_job(c, job_id))
-        if ended is None or ended.state in ACTIVE_STATES:
-            return "running"
-        self._seen_job = max(self._seen_job or 0, ended.id)
-        return "applied" if ended.state == "applied" else None
+        return result
 
     def reactive_recover(
         self, error_message: str, *, now: float | None = None
@@ -642,28 +547,12 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         summarizer with none open, then one short write transaction."""
         store = self.store
         steps = compaction.compaction_steps(
-            self._target(),
+            handle.target(self.store, self.id, self.adapter),
             request,
             plugins if plugins is not None else self._plugins(),
-            store._summarizer_executor(),
+            store.summarizer_executor(),
         )
-        return self._committed(store._drive(steps))
-
-    def _resume(self, paused: Paused) -> CompactionResult | None:
-        """Go on with a compaction call the async store paused in a step thread (see
-        :func:`compactstore.core.steps.drive`)."""
-        return self._committed(self.store._drive(paused.steps, first=paused.op))
-
-    def _committed(self, decision: compaction.Decision) -> CompactionResult | None:
-        store = self.store
-        result, cached = decision
-        if cached is not None:
-            # Only once committed: an entry for versions that were rolled back could match
-            # another writer's later, different change.
-            store._cache.put(self.id, cached)
-        if result is not None and result.id is not None:
-            store._notify(result)
-        return result
+        return committed(store, store.cache, self.id, steps)
 
     # -- blobs --------------------------------------------------------------------------
 
@@ -680,7 +569,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             # Decoded inside the read, so a damaged blob is a DatabaseError naming the file.
             return None if row is None else bytes(row.content).decode("utf-8")
 
-        content = self.store._read(read)
+        content = self.store.read(read)
         if content is None:
             raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
         return content

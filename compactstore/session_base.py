@@ -10,22 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import Connection
-
-from compactstore.context import ActiveContext
 from compactstore.core import compaction
-from compactstore.core.cache import read_context
-from compactstore.core.sessions import require
+from compactstore.core.handle import Store
 from compactstore.core.summarizing import summarizer_name
 from compactstore.db import repository as repo
 from compactstore.engines.base import Summarizer
 from compactstore.formats import MessageFormat, get_format
 from compactstore.models import CompactionConfig
-
-if TYPE_CHECKING:
-    from compactstore.store import CompactStore
 
 __all__ = ["SessionBase"]
 
@@ -39,7 +32,7 @@ class SessionBase:
 
     def __init__(
         self,
-        store: CompactStore,
+        store: Store,
         row: repo.SessionRow,
         summarizer: Summarizer | None = None,
         compactor: Any = None,
@@ -50,7 +43,7 @@ class SessionBase:
         # This handle's provider compactor (store.session(..., compactor=)); likewise.
         self._compactor = compactor
         self.id = row.id
-        store._cache.pin(self, row.id)  # its context stays cached while this handle lives
+        store.cache.pin(self, row.id)  # its context stays cached while this handle lives
         self.format = row.format
         self.context_window = row.context_window
         self.config = row.config
@@ -61,8 +54,9 @@ class SessionBase:
         # call started it and that call's id; None for a top-level session.
         self.parent_session_id = row.parent_session_id
         self.parent_tool_use_id = row.parent_tool_use_id
-        # "drop_block" once set for the session (sessions.thinking_binding): sticky.
-        self._thinking_binding = row.thinking_binding
+        # "drop_block" once set for the session (sessions.thinking_binding): sticky; as this
+        # handle last read it.
+        self.thinking_binding = row.thinking_binding
         # The format's adapter: how this session's messages spell calls and results.
         self.adapter: MessageFormat = get_format(row.format)
         # The context version this handle last handed out (context(), active_context()): a
@@ -77,30 +71,10 @@ class SessionBase:
         Claude Code transcript's sidechains), and theirs: (session id, the id of the tool
         call that started it, None when the transcript does not say): its own in id order,
         then theirs."""
-        return self.store._read(lambda connection: repo.subagents_of(connection, [self.id]))
+        return self.store.read(lambda connection: repo.subagents_of(connection, [self.id]))
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
-
-    def _locked(self, connection: Connection) -> repo.SessionRow:
-        row = require(connection, self.id, self.store.location, lock=True)
-        # Another handle may have changed the config: this one follows the stored one.
-        self.config = row.config
-        self.model = row.model
-        self._thinking_binding = row.thinking_binding
-        return row
-
-    def _context(self, connection: Connection, row: repo.SessionRow | None = None) -> ActiveContext:
-        store = self.store
-        return read_context(
-            connection,
-            store._cache,
-            self.id,
-            self.adapter,
-            store.token_counter,
-            location=store.location,
-            row=row,
-        )
 
     def _plugins(self) -> compaction.Plugins:
         """The store's plug-ins, with this handle's own summarizer when it was given one."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compactstore.core import checks, compaction, edits, replay
+from compactstore.core import checks, compaction, edits, handle, replay
 from compactstore.core.checks import now_or_clock
 from compactstore.core.recording import boundary_model, compaction_model, unrecorded_result
 from compactstore.core.sessions import require
@@ -53,12 +53,12 @@ class SessionHistory(SessionBase):
         at = now_or_clock(now)
 
         def tx(connection: Connection) -> list[CompactBoundary]:
-            self._locked(connection)
+            handle.locked(self, connection)
             if compaction_id is not None:
                 return replay.rollback_compaction(connection, self.id, compaction_id, at)
             return replay.rollback(connection, self.id, boundary_id, at)
 
-        return self.store._write(tx)
+        return self.store.write(tx)
 
     def clear(self, *, now: float | None = None) -> int:
         """Empty the active context (the log keeps everything): a boundary with strategy
@@ -68,10 +68,10 @@ class SessionHistory(SessionBase):
         at = now_or_clock(now)
 
         def tx(connection: Connection) -> int:
-            row = self._locked(connection)
-            return edits.clear(connection, self._context(connection, row), at)
+            row = handle.locked(self, connection)
+            return edits.clear(connection, handle.context(self, connection, row), at)
 
-        return self.store._write(tx)
+        return self.store.write(tx)
 
     def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
         """Take the newest message of the context's kept part out of the context and return
@@ -80,10 +80,10 @@ class SessionHistory(SessionBase):
         at = now_or_clock(now)
 
         def tx(connection: Connection) -> dict[str, Any] | None:
-            row = self._locked(connection)
-            return edits.pop(connection, self._context(connection, row), at)
+            row = handle.locked(self, connection)
+            return edits.pop(connection, handle.context(self, connection, row), at)
 
-        return self.store._write(tx)
+        return self.store.write(tx)
 
     def rollback_plan(
         self, boundary_id: int | None = None, *, compaction_id: int | None = None
@@ -112,7 +112,7 @@ class SessionHistory(SessionBase):
             boundary = replay.live_target(connection, self.id, boundary_id)
             return replay.undone_by(connection, self.id, boundary)
 
-        return [boundary_model(row) for row in self.store._read(read)]
+        return [boundary_model(row) for row in self.store.read(read)]
 
     def replay(
         self,
@@ -160,7 +160,7 @@ class SessionHistory(SessionBase):
                 summarizer=plugins.summarizer,
                 name=plugins.summarizer_name,
                 recorded=None,
-                executor=store._summarizer_executor(),
+                executor=store.summarizer_executor(),
                 timeout=(config or self.config).summarizer_timeout_seconds,
                 calls_left=1,
                 redactor=plugins.redactor,
@@ -168,7 +168,7 @@ class SessionHistory(SessionBase):
                 # A provider compactor asks the provider again (system: the session's).
                 compactor=plugins.compactor,
                 model=self.model,
-                system=store._read(self._request_system) if plugins.compactor else None,
+                system=store.read(self._request_system) if plugins.compactor else None,
             )
 
         def plan(connection: Connection) -> replay.ReplayPlan:
@@ -186,27 +186,27 @@ class SessionHistory(SessionBase):
 
         # Plan in a read transaction, run the engines (and any summarizer) with none open,
         # and record in one write transaction that checks nothing moved meanwhile.
-        planned = store._read(plan)
-        outcome = store._compute(functools.partial(replay.decide_replay, planned))
+        planned = store.read(plan)
+        outcome = store.compute(functools.partial(replay.decide_replay, planned))
         if not apply:
             return unrecorded_result(outcome, planned.inputs.now, planned.compaction.instructions)
 
         def commit(connection: Connection) -> CompactionResult:
-            self._locked(connection)
+            handle.locked(self, connection)
             return replay.commit_replay(connection, self.id, planned, outcome, at)
 
-        result = store._write(commit)
-        store._notify(result)
+        result = store.write(commit)
+        store.notify(result)
         return result
 
     def _request_system(self, connection: Connection) -> Any:
         """The ``system`` this session's requests send (a provider compaction's too)."""
         row = require(connection, self.id, self.store.location)
-        return compaction.request_system(self._context(connection, row))
+        return compaction.request_system(handle.context(self, connection, row))
 
     def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
         """The recorded boundaries, oldest first."""
-        rows = self.store._read(
+        rows = self.store.read(
             lambda c: repo.boundary_rows(c, self.id, include_rolled_back=include_rolled_back)
         )
         return [boundary_model(row) for row in rows]
@@ -224,11 +224,11 @@ class SessionHistory(SessionBase):
                 for row in repo.compaction_rows(connection, self.id)
             ]
 
-        return self.store._read(read)
+        return self.store.read(read)
 
     def breaker(self) -> BreakerState:
         """The circuit-breaker and reactive-recovery counters."""
-        row = self.store._read(lambda c: repo.get_breaker(c, self.id))
+        row = self.store.read(lambda c: repo.get_breaker(c, self.id))
         return BreakerState(
             consecutive_failures=row.consecutive_failures,
             tripped=bool(row.tripped),
@@ -242,7 +242,7 @@ class SessionHistory(SessionBase):
         consecutive summarizer fallbacks."""
 
         def tx(connection: Connection) -> None:
-            self._locked(connection)
+            handle.locked(self, connection)
             repo.set_breaker(
                 connection,
                 self.id,
@@ -253,4 +253,4 @@ class SessionHistory(SessionBase):
             )
             repo.update_session(connection, self.id)
 
-        self.store._write(tx)
+        self.store.write(tx)

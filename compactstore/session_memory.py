@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compactstore.core import checks
+from compactstore.core import checks, handle
 from compactstore.core import recall as recalling
 from compactstore.core.checks import now_or_clock
 from compactstore.core.sessions import require
@@ -31,7 +31,7 @@ class SessionMemory(SessionBase):
         tokens = self.store.token_counter(text)
 
         def tx(connection: Connection) -> int:
-            self._locked(connection)
+            handle.locked(self, connection)
             entry_id = repo.insert_memory(
                 connection,
                 self.id,
@@ -44,11 +44,11 @@ class SessionMemory(SessionBase):
             repo.update_session(connection, self.id)
             return entry_id
 
-        return self.store._write(tx)
+        return self.store.write(tx)
 
     def memories(self) -> list[MemoryEntry]:
         """The stored memory entries, oldest first."""
-        return self.store._read(lambda c: repo.memories(c, self.id))
+        return self.store.read(lambda c: repo.memories(c, self.id))
 
     def recall_tool(self) -> dict[str, Any]:
         """The ``recall`` tool's definition in the session's format, to offer the model.
@@ -59,7 +59,7 @@ class SessionMemory(SessionBase):
         """
         definition = tool_definition(self.format)
         if not self.config.recall_enabled:
-            self.config = self.store._write(lambda c: recalling.enable(c, self._locked(c)))
+            self.config = self.store.write(lambda c: recalling.enable(c, handle.locked(self, c)))
         return definition
 
     def recall(self, arguments: dict[str, Any] | str) -> str:
@@ -77,7 +77,7 @@ class SessionMemory(SessionBase):
         """
         request = parse_arguments(arguments)
         store = self.store
-        return store._read(
+        return store.read(
             lambda c: recalling.recall(
                 c, require(c, self.id, store.location), self.adapter, store.token_counter, request
             )

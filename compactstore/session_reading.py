@@ -15,16 +15,17 @@ from compactstore._request_view import RequestView
 from compactstore.caching import Ttl, call_gap, choose_ttl, min_cacheable_tokens
 from compactstore.capabilities import capabilities_for, resolve_policy
 from compactstore.context import ActiveContext
+from compactstore.core import handle
 from compactstore.core.cache_inputs import RHYTHM_CALLS
 from compactstore.core.checks import now_or_clock
-from compactstore.core.sessions import require
+from compactstore.core.sessions import edit_state
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats import PROVIDER_FORMATS
 from compactstore.formats.request import clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
-from compactstore.models import DroppedThinking, EditState
+from compactstore.models import EditState
 from compactstore.providers import compaction_block
 from compactstore.session_base import SessionBase
 
@@ -111,7 +112,7 @@ class SessionReading(SessionBase):
         if not self.adapter.prompt_caching:
             return params
         policy, prefix_checks = self.edit_policy()
-        if self._thinking_binding is None and prefix_checks and context.continued_thinking_changed:
+        if self.thinking_binding is None and prefix_checks and context.continued_thinking_changed:
             self._set_thinking_binding(now)
         params.update(
             session_fields(
@@ -119,7 +120,7 @@ class SessionReading(SessionBase):
                 capabilities=capabilities_for(self.model, self.store.model_capabilities),
                 config=self.config,
                 context_window=self.context_window,
-                drop_block=self._thinking_binding == "drop_block",
+                drop_block=self.thinking_binding == "drop_block",
                 thinking=thinking,
                 extra_headers=extra_headers,
                 provider_compaction=bool(params["messages"])
@@ -130,7 +131,7 @@ class SessionReading(SessionBase):
 
     def _call_gap(self) -> float | None:
         """The median gap between the session's recent model calls (None: under two)."""
-        calls = self.store._read(
+        calls = self.store.read(
             lambda connection: model_calls.recent_calls(connection, self.id, RHYTHM_CALLS)
         )
         return call_gap([at for _, at in calls])
@@ -146,40 +147,28 @@ class SessionReading(SessionBase):
         ``drop_block`` thinking binding is set and since when, and the thinking blocks the
         API dropped, per model call (its responses' ``input_transformations``)."""
 
-        return self.store._read(self._edit_state)
-
-    def _edit_state(self, connection: Connection) -> EditState:
-        """``edit_state()`` read in the caller's transaction (the report's snapshot)."""
-        row = require(connection, self.id, self.store.location)
-        dropped = [
-            DroppedThinking(call_seq=seq, created_at=at, count=len(listed), transformations=listed)
-            for seq, at, listed in model_calls.transformations_of(connection, self.id)
-        ]
-        policy, prefix_checks = resolve_policy(
-            row.config.edit_policy, row.model, self.store.model_capabilities
-        )
-        return EditState(
-            model=row.model,
-            edit_policy=row.config.edit_policy,
-            effective_policy=policy,
-            prefix_checks=prefix_checks,
-            thinking_binding=row.thinking_binding,
-            thinking_binding_at=row.thinking_binding_at,
-            dropped=dropped,
+        store = self.store
+        return store.read(
+            functools.partial(
+                edit_state,
+                session_id=self.id,
+                location=store.location,
+                capabilities=store.model_capabilities,
+            )
         )
 
     def _set_thinking_binding(self, now: float | None) -> None:
         at = now_or_clock(now)
 
         def tx(connection: Connection) -> None:
-            row = self._locked(connection)
+            row = handle.locked(self, connection)
             if row.thinking_binding is None:
                 repo.update_session(
                     connection, self.id, thinking_binding="drop_block", thinking_binding_at=at
                 )
 
-        self.store._write(tx)
-        self._thinking_binding = "drop_block"
+        self.store.write(tx)
+        self.thinking_binding = "drop_block"
 
     def context(self) -> ActiveContext:
         """The active context with per-message detail (seq, tokens, state).
@@ -195,13 +184,13 @@ class SessionReading(SessionBase):
         store = self.store
 
         def read(connection: Connection) -> ActiveContext:
-            context = self._context(connection)
-            entry = store._cache.get(self.id)
+            context = handle.context(self, connection)
+            entry = store.cache.get(self.id)
             if hand_out and entry is not None and entry.answered is context:
                 self._handed_version = entry.context_version
             return context
 
-        return store._read(read)
+        return store.read(read)
 
     def active_context(self) -> list[dict[str, Any]]:
         """What to send to the model, in the session's format: the wire view (fresh plain
@@ -273,11 +262,11 @@ class SessionReading(SessionBase):
 
     def message_count(self) -> int:
         """How many messages the log holds (one count; :meth:`messages` reads them all)."""
-        return self.store._read(lambda c: repo.message_count(c, self.id))
+        return self.store.read(lambda c: repo.message_count(c, self.id))
 
     def messages(self) -> list[dict[str, Any]]:
         """The whole log, verbatim, including what compaction removed from the context."""
-        return self.store._read(
+        return self.store.read(
             lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
         )
 
@@ -285,10 +274,10 @@ class SessionReading(SessionBase):
         """The whole log as :meth:`messages` gives it, read ``page`` messages at a time so a
         long log is never in memory at once: the log as it stood when iteration began
         (messages appended meanwhile are left out; the log is append-only)."""
-        last = self.store._read(lambda c: repo.last_message(c, self.id))
+        last = self.store.read(lambda c: repo.last_message(c, self.id))
         after, end = -1, (-1 if last is None else last.seq)
         while after < end:
-            rows = self.store._read(
+            rows = self.store.read(
                 functools.partial(
                     repo.log_page, session_id=self.id, after_seq=after, up_to_seq=end, limit=page
                 )

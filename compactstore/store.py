@@ -9,13 +9,12 @@ exactly as it was when anything raises. :class:`Session` (one conversation) is i
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
-import unicodedata
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -32,9 +31,14 @@ from compactstore.core.plugins import (
 from compactstore.core.sessions import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_FORMAT,
+    import_staged,
     import_transcript,
+    named,
+    once,
     open_session,
+    release_space,
     session_infos,
+    stored_id,
 )
 from compactstore.core.steps import Op, drive
 from compactstore.core.summarizing import (
@@ -54,17 +58,15 @@ from compactstore.db.engine import (
     write_tx,
 )
 from compactstore.db.migrate import open_engine
-from compactstore.db.space import release_free_pages
 from compactstore.db.transfer import delete_sessions
 from compactstore.engines.base import Summarizer
 from compactstore.engines.session_memory import MemoryProvider
 from compactstore.errors import (
     ConflictError,
-    DatabaseError,
     InvalidInputError,
     NotFoundError,
 )
-from compactstore.formats import FORMAT_NAMES, get_format
+from compactstore.formats import get_format
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
     CompactionConfig,
@@ -146,9 +148,9 @@ class CompactStore:
                 raise InvalidInputError(f"{name} must be a callable, got {value!r}")
         self.on_compaction = on_compaction
         self.redactor = redactor
-        self._cache = ContextCache(checks.check_cache_sessions(cache_sessions))
+        self.cache = ContextCache(checks.check_cache_sessions(cache_sessions))
         # A staging store (compactstore.transfer.staging) builds its imports in place.
-        self._staging = False
+        self.imports_in_place = False
         self._warned: set[tuple[str, str]] = set()
         self._warned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -316,7 +318,7 @@ class CompactStore:
             compactor=self.compactor,
         )
 
-    def _summarizer_executor(self) -> ThreadPoolExecutor:
+    def summarizer_executor(self) -> ThreadPoolExecutor:
         """The bounded pool sync summarizers run in (made on first use)."""
         with self._executor_lock:
             if self._executor is None:
@@ -325,9 +327,7 @@ class CompactStore:
                 )
             return self._executor
 
-    # -- background compaction ----------------------------------------------
-
-    def _submit_job(
+    def submit_job(
         self, job_id: int, plugins: compaction.Plugins, owner: str | None = None
     ) -> None:
         """Run a job this process started (or, as ``owner``, took over) in a background
@@ -349,7 +349,7 @@ class CompactStore:
     def pending_jobs(self) -> list[JobInfo]:
         """The background compactions waiting for a worker (pending, or running with a
         lapsed lease: its worker died), oldest first."""
-        return [jobs.info(job) for job in self._read(repo.pending_jobs)]
+        return [jobs.info(job) for job in self.read(repo.pending_jobs)]
 
     def run_job(self, job_id: int, *, plugins: compaction.Plugins | None = None) -> JobInfo | None:
         """Run one background compaction: claim the job, plan -> decide -> commit with the
@@ -362,7 +362,7 @@ class CompactStore:
         """
         return run_background_job(self, job_id, plugins or self.plugins)
 
-    def _notify(self, result: CompactionResult) -> None:
+    def notify(self, result: CompactionResult) -> None:
         """Hand a recorded compaction to ``on_compaction`` (no transaction is open)."""
         callback = self.on_compaction
         if callback is None:
@@ -375,7 +375,7 @@ class CompactStore:
     def _call_back(self, callback: CompactionCallback, result: CompactionResult) -> None:
         callback(result)
 
-    def _warn_once(self, session_id: str, what: str) -> bool:
+    def warn_once(self, session_id: str, what: str) -> bool:
         """True the first time ``what`` happens to a session in this store."""
         with self._warned_lock:
             if (session_id, what) in self._warned:
@@ -383,10 +383,49 @@ class CompactStore:
             self._warned.add((session_id, what))
             return True
 
-    def _write(self, fn: Callable[[Connection], T]) -> T:
+    # -- the driver: compactstore.core.driver.Driver
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One write transaction, as the store's own writes run (like sqlite-utils'
+        ``atomic()``): committed when the block ends, rolled back when it raises. On SQLite
+        the block starts once it holds the write lock (the writers of every process take
+        turns for it; a busy database is tried again before the block starts, the block
+        itself runs once). For writes of the caller's own that must commit together (use
+        the store's methods for compactstore's tables, outside the block: each opens a
+        transaction of its own)::
+
+            with store.transaction() as connection:
+                connection.exec_driver_sql("INSERT INTO my_table VALUES (1)")
+
+        Raises:
+            DatabaseError: the database is busy past its timeout or read-only, or refused
+                a statement of the block (the error names the database).
+        """
+
+        def begin() -> tuple[contextlib.AbstractContextManager[Connection], Connection]:
+            opened = write_tx(self.engine)
+            return opened, opened.__enter__()
+
+        opened, connection = database_errors(
+            self.location, lambda: with_retry(begin, sleep=self._backoff)
+        )
+        try:
+            yield connection
+        except BaseException as exc:
+            database_errors(self.location, functools.partial(opened.__exit__, type(exc), exc, None))
+            database_errors(self.location, functools.partial(_raise, exc))
+            raise
+        database_errors(self.location, lambda: opened.__exit__(None, None, None))
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one write transaction and return its value; ``fn`` runs again
+        from the start while the database is busy (DatabaseError: as :meth:`transaction`)."""
         return self._transaction(write_tx, fn)
 
-    def _read(self, fn: Callable[[Connection], T]) -> T:
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (one consistent snapshot) and return its
+        value."""
         return self._transaction(read_tx, fn)
 
     def _transaction(self, begin: Callable[[Engine], Any], fn: Callable[[Connection], T]) -> T:
@@ -396,23 +435,21 @@ class CompactStore:
 
         return database_errors(self.location, lambda: with_retry(attempt, sleep=self._backoff))
 
-    # The driver's hooks: how CPU work and waits run. The sync store runs them here; the
-    # async store (compactstore.aio) runs the work off its event loop and sleeps on it.
-
-    # How a busy retry waits (None: with_retry's own time.sleep).
+    # How a busy retry waits (None: time.sleep). The work and waits below run in the calling
+    # thread; the async store (compactstore.aio_threads) runs them off its event loop.
     _backoff: Callable[[float], object] | None = None
 
-    def _compute(self, fn: Callable[[], T]) -> T:
+    def compute(self, fn: Callable[[], T]) -> T:
         """Run CPU work or the caller's code with no transaction open."""
         return fn()
 
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
+    def drive(self, steps: Generator[Op, Any, T], first: Op | None = None) -> T:
         """Run a compaction call's steps with this store's hooks (``first``: see
         :class:`compactstore.core.steps.Paused`)."""
-        return drive(steps, self._read, self._write, self._sleep, self._compute, first=first)
+        return drive(steps, self.read, self.write, self._sleep, self.compute, first=first)
 
     def session(
         self,
@@ -450,43 +487,29 @@ class CompactStore:
             InvalidInputError: a bad id, format, window, config or cwd.
         """
         sid = checks.check_session_id(session_id)
-        if cwd is not None:
-            checks.check_cwd(cwd)
-        if format is not None and format not in FORMAT_NAMES:
-            get_format(format)  # raises, naming the valid formats
-        if context_window is not None:
-            checks.check_whole(context_window, "context_window (tokens)", minimum=1_000)
-        checks.check_config(config)
-        if model is not None:
-            checks.check_model(model)
+        checks.check_session_options(cwd, format, context_window, config, model)
         created = checks.now_or_clock(now)
         own = check_summarizer(summarizer, allow_async=self._async_summarizers)
         name = None if own is None else summarizer_name(own)
         own_compactor = check_compactor(compactor, allow_async=self._async_summarizers)
 
-        def tx(connection: Connection) -> repo.SessionRow:
-            row = open_session(
-                connection,
-                _stored_id(connection, session_id, sid),
-                format=format,
-                context_window=context_window,
-                config=config,
-                created_at=created,
-                cwd=cwd,
-                location=self.location,
-                model=model,
-            )
-            if name is not None and row.summarizer != name:
-                repo.update_session(connection, row.id, summarizer=name)
-                row = replace(row, summarizer=name)
-            return row
-
-        return Session(self, self._write(tx), summarizer=own, compactor=own_compactor)
+        opening = functools.partial(
+            open_session,
+            format=format,
+            context_window=context_window,
+            config=config,
+            created_at=created,
+            cwd=cwd,
+            location=self.location,
+            model=model,
+        )
+        row = self.write(lambda c: named(c, opening, session_id, sid, summarizer=name))
+        return Session(self, row, summarizer=own, compactor=own_compactor)
 
     def get_session(self, session_id: str) -> Session:
         """Open an existing session; NotFoundError when there is none."""
         sid = checks.check_session_id(session_id)
-        row = self._read(lambda c: repo.get_session(c, _stored_id(c, session_id, sid)))
+        row = self.read(lambda c: repo.get_session(c, stored_id(c, session_id, sid)))
         if row is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
         return Session(self, row)
@@ -519,39 +542,27 @@ class CompactStore:
                 its index).
         """
         sid = checks.check_session_id(session_id)
-        if not self._staging:
-            from compactstore.transfer import staging
-
-            if self._read(lambda c: repo.get_session(c, sid)) is not None:
-                raise ConflictError(f"session {sid!r} already exists; import into a new session id")
-            with staging(self) as stage:
-                stage.import_session(
-                    sid, items, format=format, context_window=context_window, config=config
-                )
-            return self.get_session(sid)
-        adapter = get_format(format)
-        stored_config = config or CompactionConfig()
-        started = False
-
-        def tx(connection: Connection) -> repo.SessionRow:
-            nonlocal started
-            if started:  # the items were consumed by an attempt that failed
-                raise DatabaseError(f"{self.location} was busy; the import was not stored")
-            started = True
-            return import_transcript(
-                connection,
-                sid,
-                adapter,
-                items,
+        if not self.imports_in_place and self.read(lambda c: repo.get_session(c, sid)):
+            raise ConflictError(f"session {sid!r} already exists; import into a new session id")
+        build = once(
+            functools.partial(
+                import_transcript,
+                session_id=sid,
+                adapter=get_format(format),
+                items=items,
                 context_window=context_window or DEFAULT_CONTEXT_WINDOW,
-                config=stored_config,
+                config=config or CompactionConfig(),
                 count_tokens=self.token_counter,
                 location=self.location,
                 allow_block_types=self.allow_block_types,
                 prices=self.prices,
-            )
-
-        return Session(self, self._write(tx))
+            ),
+            self.location,
+        )
+        if self.imports_in_place:
+            return Session(self, self.write(build))
+        import_staged(build, self.write, self.location)
+        return self.get_session(sid)
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session and every row it owns (log, compactions, blobs, memory, ...) in
@@ -566,37 +577,22 @@ class CompactStore:
         sid = checks.check_session_id(session_id)
 
         def tx(connection: Connection) -> tuple[str, list[str]] | None:
-            stored = _stored_id(connection, session_id, sid)
+            stored = stored_id(connection, session_id, sid)
             children = [child for child, _ in repo.subagents_of(connection, [stored])]
             return (stored, children) if delete_sessions(connection, [stored, *children]) else None
 
-        deleted = self._write(tx)
+        deleted = self.write(tx)
         if deleted is None:
             raise NotFoundError(f"no session {sid!r} in {self.location}")
         stored, children = deleted
         for gone in (stored, *children):
-            self._cache.drop(gone)
-        self._release_free_pages()
-
-    def _release_free_pages(self) -> None:
-        """Give the pages deleted rows left back to the disk, where the database can do it
-        quickly (a SQLite file with incremental auto-vacuum: see compactstore.db.space)."""
-        database_errors(self.location, lambda: with_retry(lambda: release_free_pages(self.engine)))
+            self.cache.drop(gone)
+        release_space(self.engine, self.location)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first."""
-        return self._read(session_infos)
+        return self.read(session_infos)
 
 
-def _stored_id(connection: Connection, given: str, normalized: str) -> str:
-    """The id a session is stored under: ``normalized`` (NFC, as every session is written
-    now), or, when a database written before ids were normalized holds the session in
-    another form and not in NFC, that form (the one given, or NFD)."""
-    if given == normalized and unicodedata.is_normalized("NFD", normalized):
-        return normalized  # no other form to look for (an ASCII id): no extra read
-    if repo.get_session(connection, normalized) is not None:
-        return normalized
-    for form in dict.fromkeys((given, unicodedata.normalize("NFD", normalized))):
-        if form != normalized and repo.get_session(connection, form) is not None:
-            return form
-    return normalized
+def _raise(exc: BaseException) -> None:
+    raise exc

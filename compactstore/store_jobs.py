@@ -6,24 +6,21 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from typing import TYPE_CHECKING
 
-from compactstore.core import background, compaction
+from compactstore.core import background, compaction, handle
+from compactstore.core.driver import committed
 from compactstore.core.summarizing import stored_reason
 from compactstore.db import jobs
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
+from compactstore.formats import get_format
 from compactstore.models import JobInfo
-from compactstore.session import Session
-
-if TYPE_CHECKING:
-    from compactstore.store import CompactStore
 
 __all__ = ["run_background_job"]
 
 
 def run_background_job(
-    store: CompactStore, job_id: int, plugins: compaction.Plugins, owner: str | None = None
+    store: handle.Store, job_id: int, plugins: compaction.Plugins, owner: str | None = None
 ) -> JobInfo | None:
     """Claim the job, run it as plan -> decide -> commit with ``plugins``, record how it
     ended; the job as it ended, or None when another worker holds it or it is finished.
@@ -33,20 +30,22 @@ def run_background_job(
     """
     if owner is None:
         owner = uuid.uuid4().hex
-        job = store._write(functools.partial(background.claim, job_id=job_id, owner=owner))
+        job = store.write(functools.partial(background.claim, job_id=job_id, owner=owner))
     else:
-        job = store._read(lambda c: repo.get_job(c, job_id))
+        job = store.read(lambda c: repo.get_job(c, job_id))
         if job is not None and job.owner != owner:
             job = None  # taken over again meanwhile
     if job is None:
         return None
     state, result, error = "failed", None, None
     try:
-        row = store._read(lambda c: repo.get_session(c, job.session_id))
+        row = store.read(lambda c: repo.get_session(c, job.session_id))
         if row is None:
             raise NotFoundError(f"session {job.session_id!r} no longer exists")
         request = compaction.background_request(job.created_at, job.started_by)
-        result = Session(store, row)._compaction(request, plugins=plugins)
+        target = handle.target(store, row.id, get_format(row.format))
+        steps = compaction.compaction_steps(target, request, plugins, store.summarizer_executor())
+        result = committed(store, store.cache, row.id, steps)
         if result is None or result.id is None:
             state = "superseded"
         elif result.success:
@@ -56,7 +55,7 @@ def run_background_job(
         error = stored_reason(f"{type(exc).__name__}: {exc}", plugins.redactor)
         raise
     finally:
-        store._write(
+        store.write(
             functools.partial(
                 background.finish,
                 job=job,
@@ -67,7 +66,7 @@ def run_background_job(
                 error=error,
             )
         )
-    # on_compaction already had the result: Session._compaction hands every recorded
-    # compaction to it once.
-    ended = store._read(lambda c: repo.get_job(c, job_id))
+    # on_compaction already had the result: committed() hands every recorded compaction
+    # to it once.
+    ended = store.read(lambda c: repo.get_job(c, job_id))
     return None if ended is None else jobs.info(ended)

@@ -18,10 +18,10 @@ from pathlib import Path
 from sqlalchemy import Connection
 
 from compactstore.core import checks
+from compactstore.core.sessions import release_space
 from compactstore.db import transfer as db
-from compactstore.db.engine import read_tx, sqlite_path
+from compactstore.db.engine import sqlite_path
 from compactstore.db.migrate import head_revision, stored_revision
-from compactstore.db.sessions import subagents_of
 from compactstore.db.transfer import CopyReport
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError, SchemaError
 from compactstore.scratch import scratch_dir
@@ -65,29 +65,18 @@ def copy_sessions(
         SchemaError: the two databases are at different schema revisions.
     """
     wanted = None if session_ids is None else [checks.check_session_id(s) for s in session_ids]
-    name = source_name or source.location
 
-    def tx(target_connection: Connection) -> CopyReport:
-        with read_tx(source.engine) as source_connection:
-            theirs, ours = stored_revision(source_connection), stored_revision(target_connection)
-            if theirs != ours:
-                raise SchemaError(
-                    f"{source.location} has schema revision {theirs} and {target.location} "
-                    f"has {ours}: upgrade both to the same revision first"
-                )
-            if wanted is not None:
-                have = set(db.session_ids(source_connection, wanted))
-                missing = [sid for sid in dict.fromkeys(wanted) if sid not in have]
-                if missing:
-                    raise NotFoundError(f"no session {', '.join(map(repr, missing))} in {name}")
-                # A session's subagents (imported Claude Code sidechains) go with it.
-                children = subagents_of(source_connection, wanted)
-                return db.copy_sessions(
-                    source_connection, target_connection, [*wanted, *(c for c, _ in children)]
-                )
-            return db.copy_sessions(source_connection, target_connection, wanted)
+    def tx(connection: Connection) -> CopyReport:
+        return db.copy_from(
+            source.engine,
+            connection,
+            wanted,
+            source_location=source.location,
+            target_location=target.location,
+            source_name=source_name,
+        )
 
-    return target._write(tx)
+    return target.write(tx)
 
 
 def prune(
@@ -125,11 +114,11 @@ def prune(
             db.delete_sessions(connection, ids)
         return ids
 
-    ids = store._read(tx) if dry_run else store._write(tx)
+    ids = store.read(tx) if dry_run else store.write(tx)
     for sid in [] if dry_run else ids:
-        store._cache.drop(sid)
+        store.cache.drop(sid)
     if ids and not dry_run:
-        store._release_free_pages()
+        release_space(store.engine, store.location)
     return ids
 
 
@@ -200,7 +189,7 @@ def restore(
     source = CompactStore(db.read_only_sqlite(str(src)), str(src))
     try:
         try:
-            revision = source._read(stored_revision)
+            revision = source.read(stored_revision)
         except DatabaseError as exc:
             raise InvalidInputError(f"{src} is not a compactstore backup: {exc}") from None
         if revision is None:
@@ -250,7 +239,7 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
             allow_block_types=target.allow_block_types,
             prices=target.prices,
         )
-        stage._staging = True  # its own imports are built in place
+        stage.imports_in_place = True  # its own imports are built in place
         try:
             yield stage
             copy_sessions(stage, target)

@@ -26,8 +26,10 @@ from compactstore import (
     MissingExtraError,
     Session,
     SummaryResult,
+    aio,
 )
 from compactstore.aio import STEP_THREADS
+from compactstore.core import driver
 from tests.helpers import words
 
 pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
@@ -250,14 +252,14 @@ def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Pa
 def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on_the_loop(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    resumed: list[int] = []  # the threads Session._resume ran in (the rest of a paused call)
-    resume = Session._resume
+    resumed: list[int] = []  # the threads a paused call went on in (the rest of its steps)
+    resume = driver.committed
 
-    def spy(self: Session, paused: Any) -> Any:
+    def spy(*args: Any) -> Any:
         resumed.append(threading.get_ident())
-        return resume(self, paused)
+        return resume(*args)
 
-    monkeypatch.setattr(Session, "_resume", spy)
+    monkeypatch.setattr(aio, "committed", spy)
     summarized_on: list[bool] = []
 
     async def summarize(messages: Any, previous: str | None, instructions: str | None) -> str:
@@ -431,7 +433,7 @@ def test_cache_sessions_bounds_the_context_cache(tmp_path: Path) -> None:
         for k in range(4):
             store.session(f"s{k}").append(user("hi"))
             store.get_session(f"s{k}").active_context()
-        assert len(store._cache._entries) == 2
+        assert len(store.cache._entries) == 2
 
 
 def test_a_session_whose_handle_lives_stays_cached_beyond_cache_sessions(
@@ -443,12 +445,12 @@ def test_a_session_whose_handle_lives_stays_cached_beyond_cache_sessions(
             sess.append(user("hi"))
             sess.active_context()
         for sess in handles:  # each step of these agents finds its context cached
-            assert store._cache.get(sess.id) is not None
+            assert store.cache.get(sess.id) is not None
         del handles, sess
         # Unreferenced, the four are idle: two of them stay, the least recently used out.
-        assert list(store._cache._entries) == ["s2", "s3"]
+        assert list(store.cache._entries) == ["s2", "s3"]
         store.session("s4").active_context()
-        assert list(store._cache._entries) == ["s3", "s4"]
+        assert list(store.cache._entries) == ["s3", "s4"]
 
 
 def test_async_sessions_in_use_stay_cached(tmp_path: Path) -> None:
@@ -458,7 +460,7 @@ def test_async_sessions_in_use_stay_cached(tmp_path: Path) -> None:
             for sess in sessions:
                 await sess.append(user("hi"))
                 await sess.active_context()
-            return [store._core._cache.get(sess.id) is not None for sess in sessions]
+            return [store._core.cache.get(sess.id) is not None for sess in sessions]
 
     assert asyncio.run(main()) == [True, True, True]
 

@@ -69,7 +69,7 @@ def step(sess: Session, i: int) -> None:
 def wait_for_jobs(store: CompactStore) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if not store._read(
+        if not store.read(
             lambda c: c.execute(
                 select(compaction_jobs.c.id).where(
                     compaction_jobs.c.state.in_(["pending", "running"])
@@ -119,7 +119,7 @@ def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
         result = sess.process_request(background=True, now=100.0 + i)
         assert result.background == "applied"
         assert sess.token_usage() < CONFIG.background_threshold * WINDOW
-        rows = store._read(
+        rows = store.read(
             lambda c: c.execute(
                 select(compactions.c.id, compactions.c.trigger, compactions.c.started_by)
                 .where(compactions.c.session_id == "bg")
@@ -228,10 +228,10 @@ def test_the_worker_command_runs_a_job_whose_process_died(tmp_path: Path) -> Non
     )
     subprocess.run([sys.executable, "-c", child], check=True, timeout=60)
     with CompactStore.open(db) as store:
-        (job,) = store._read(lambda c: c.execute(select(compaction_jobs)).all())
+        (job,) = store.read(lambda c: c.execute(select(compaction_jobs)).all())
         assert job.state in ("pending", "running")
         # A dead worker's lease lapses (here: moved into the past instead of waiting 90 s).
-        store._write(lambda c: c.execute(update(compaction_jobs).values(expires_at=0.0)))
+        store.write(lambda c: c.execute(update(compaction_jobs).values(expires_at=0.0)))
     result = CliRunner().invoke(
         cli,
         ["worker", "--once", "--summarizer", "tests.helpers:cli_summarizer", "--db", str(db)],
@@ -412,14 +412,14 @@ def test_no_context_handed_out_exceeds_the_window_whatever_the_summary_delay(
 
 
 def jobs_of(store: CompactStore) -> list[Any]:
-    return list(store._read(lambda c: c.execute(select(compaction_jobs)).all()))
+    return list(store.read(lambda c: c.execute(select(compaction_jobs)).all()))
 
 
 def age_jobs(store: CompactStore, seconds: float | None) -> None:
     """As if ``seconds`` passed on the database clock since the jobs' leases were taken
     (None: a pending job with no lease, as earlier versions left them)."""
     expires = None if seconds is None else compaction_jobs.c.expires_at - seconds
-    store._write(lambda c: c.execute(update(compaction_jobs).values(expires_at=expires)))
+    store.write(lambda c: c.execute(update(compaction_jobs).values(expires_at=expires)))
 
 
 @pytest.mark.parametrize("left", ["pending", "running", "pending without a lease"])
@@ -434,13 +434,13 @@ def test_an_orphaned_job_is_taken_over_by_the_next_call(
         i = 0
         with monkeypatch.context() as patch:
             # The starting process dies before its worker runs the job.
-            patch.setattr(store, "_submit_job", lambda *args: None)
+            patch.setattr(store, "submit_job", lambda *args: None)
             while sess.process_request(background=True, now=100.0 + i).background != "started":
                 step(sess, i)
                 i += 1
         if left == "running":
             # ...or while its worker ran it: claimed, then the database never heard of it.
-            store._write(lambda c: background.claim(c, jobs_of(store)[0].id, "killed-worker"))
+            store.write(lambda c: background.claim(c, jobs_of(store)[0].id, "killed-worker"))
         (job,) = jobs_of(store)
         assert job.state == ("running" if left == "running" else "pending")
         # The lease is live: it may still be running somewhere.
@@ -474,7 +474,7 @@ def test_a_job_never_takes_over_the_lease_of_a_blocked_call(
         sess = store.session("s", context_window=WINDOW, config=config)
         i = 0
         with monkeypatch.context() as patch:
-            patch.setattr(store, "_submit_job", lambda *args: None)  # no worker yet
+            patch.setattr(store, "submit_job", lambda *args: None)  # no worker yet
             while sess.process_request(background=True, now=100.0 + i).background != "started":
                 step(sess, i)
                 i += 1

@@ -191,7 +191,7 @@ def facts(context: ActiveContext) -> dict[str, Any]:
 
 
 def versions(store: CompactStore, session_id: str) -> tuple[int, int] | None:
-    return store._read(lambda connection: repo.session_versions(connection, session_id))
+    return store.read(lambda connection: repo.session_versions(connection, session_id))
 
 
 @pytest.mark.slow
@@ -212,7 +212,7 @@ def test_the_context_a_compaction_leaves_in_the_cache_is_what_a_new_process_rebu
         for result in every_stage(chat):
             assert result is not None and result.effective, (fmt, seen)
             seen.append(result.strategy)
-            cached = store._cache.get(sess.id)
+            cached = store.cache.get(sess.id)
             assert cached is not None, (fmt, seen)
             assert (cached.version, cached.context_version) == versions(store, sess.id)
             fresh = reopen().get_session(sess.id)
@@ -236,7 +236,7 @@ def test_a_stage_that_acted_but_freed_nothing_leaves_no_context_in_the_cache(
     result = sess.process_request(now=T0 + HOUR)
 
     assert result.id is not None and not result.effective
-    cached = store._cache.get(sess.id)
+    cached = store.cache.get(sess.id)
     assert cached is None or (cached.version, cached.context_version) != versions(store, sess.id)
     assert facts(sess.context()) == facts(reopen().get_session(sess.id).context())
     assert result.messages == per_seq(sess), "the result must show the context as stored"
@@ -292,7 +292,7 @@ def test_a_context_extended_step_by_step_derives_what_a_fresh_one_does(
         busy_log(chat)
         for step in step_by_step(chat):
             chat.sess.context()  # brings the cached context up to date
-            cached = store._cache.get(chat.sess.id)
+            cached = store.cache.get(chat.sess.id)
             assert cached is not None
             for context in (cached.base, cached.answered):
                 # What the cached one derives (carried over from the context it extends)

@@ -23,6 +23,7 @@ from compactstore import (
     CompactionConfig,
     CompactStore,
     ConflictError,
+    DatabaseError,
     InvalidInputError,
     InvalidMessageError,
     NotFoundError,
@@ -520,7 +521,7 @@ def test_a_plan_reads_the_breaker_and_both_ids_in_one_statement_as_three_reads_w
             )
             return repo.plan_state(connection, sid), separate
 
-        combined, separate = store._read(read)
+        combined, separate = store.read(read)
         assert combined == separate
         return tuple(combined)
 
@@ -581,3 +582,33 @@ def test_memory_means_a_database_in_memory_not_a_file(
         assert sess.process_request(now=1_700_000_000.0).success is False
         assert store.get_session("s").messages() == [{"role": "user", "content": "hi"}]
     assert list(tmp_path.iterdir()) == [], "no file named ':memory:' (or any other)"
+
+
+def test_a_transaction_stores_its_writes_together_or_not_at_all(store: CompactStore) -> None:
+    with store.transaction() as connection:
+        connection.exec_driver_sql("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        connection.exec_driver_sql("INSERT INTO notes VALUES (1, 'kept')")
+    with pytest.raises(KeyError, match="the caller's own"), store.transaction() as connection:
+        connection.exec_driver_sql("INSERT INTO notes VALUES (2, 'rolled back')")
+        raise KeyError("the caller's own error, as raised")
+    with (
+        pytest.raises(DatabaseError, match=f"{re.escape(store.location)} refused the data"),
+        store.transaction() as connection,
+    ):
+        connection.exec_driver_sql("INSERT INTO notes VALUES (3, 'rolled back too')")
+        connection.exec_driver_sql("INSERT INTO notes VALUES (1, 'a duplicate id')")
+    notes = store.read(lambda c: c.exec_driver_sql("SELECT id, body FROM notes").all())
+    assert [tuple(row) for row in notes] == [(1, "kept")]
+    # No connection or lock was left behind: the store's own writes go on.
+    sess = store.session("after")
+    assert sess.append(user("hello")) == 0
+
+
+@pytest.mark.slow
+def test_a_transaction_on_a_read_only_store_is_a_DatabaseError(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    CompactStore.open(path).close()
+    with CompactStore.open(path, read_only=True) as store:
+        with pytest.raises(DatabaseError, match=re.escape(str(path))), store.transaction() as c:
+            c.exec_driver_sql("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+        assert store.sessions() == []

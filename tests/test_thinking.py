@@ -492,7 +492,7 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
             view = sess.context_view()
             assert context.raw_tokens == sum(i.tokens for i in items) + thinking_cost(view)
             fresh = store.get_session("p")
-            store._cache.drop("p")  # read from the rows, as another process would
+            store.cache.drop("p")  # read from the rows, as another process would
             assert list(fresh.context_view()) == list(view)
             assert fresh.token_usage() == sess.token_usage()
             thinking_at = [i for i, item in enumerate(items) if item.thinking_tokens is not None]

@@ -42,7 +42,7 @@ def test_a_count_below_half_the_estimate_is_not_used_and_warns_once(store: Compa
     sess = chat.sess
     raw = sess.context().raw_tokens
     # Two recovery attempts made, so the count's reset of the attempt counter shows.
-    store._write(lambda c: repo.set_breaker(c, sess.id, reactive_attempts=2))
+    store.write(lambda c: repo.set_breaker(c, sess.id, reactive_attempts=2))
     usage = sess.token_usage()
     used, caught = _warnings(lambda: sess.record_usage(raw // 2 - 1))  # input_tokens alone
     assert used is False

@@ -14,7 +14,6 @@ from compactstore.cli.errors import library_errors, library_warnings
 from compactstore.cli.files import progress, read_config
 from compactstore.cli.options import config_option, db_option, json_option, own_db_option
 from compactstore.db import model_calls
-from compactstore.db.engine import read_tx
 from compactstore.store import CompactStore
 
 __all__ = ["demo", "import_", "simulate"]
@@ -109,8 +108,7 @@ def import_(
         count = sess.message_count()
         boundaries = len(sess.boundaries())
         usage = sess.token_usage()
-        with read_tx(store.engine) as connection:
-            calls = model_calls.calls_of(connection, sess.id)
+        calls = store.read(lambda c: model_calls.calls_of(c, sess.id))
         subagents = sess.subagents()
     last = next((call for call in reversed(calls) if call.real_tokens), None)
     if as_json:

@@ -19,21 +19,25 @@ claims it (:func:`claim`) and runs it, as ``compactstore worker`` would.
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core.cache import read_context
-from compactstore.core.compaction import LEASE_GRACE_SECONDS, Target, require
+from compactstore.core.compaction import LEASE_GRACE_SECONDS, Plugins, Request, Target, require
+from compactstore.core.handle import Store
 from compactstore.core.recording import record_attempt
 from compactstore.db import repository as repo
 from compactstore.db.jobs import ACTIVE_STATES
 from compactstore.engines import auto_compact
-from compactstore.models import CompactionConfig, CompactTrigger
+from compactstore.models import CompactionConfig, CompactionResult, CompactTrigger
 from compactstore.tokens import TokenCounter
 
-__all__ = ["Probe", "claim", "finish", "lease_seconds", "probe", "start"]
+__all__ = ["Probe", "call", "claim", "finish", "lease_seconds", "probe", "start"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +172,98 @@ def finish(
         compaction_id=compaction_id,
         error=error,
     )
+
+
+# A compaction call of the session (plan -> decide -> commit); None only for a reactive one.
+Compact = Callable[[Request], CompactionResult | None]
+
+
+def call(
+    store: Store,
+    target: Target,
+    request: Request,
+    plugins: Plugins,
+    compact: Compact,
+    seen_job: int | None,
+) -> tuple[CompactionResult, int]:
+    """``process_request(background=True)`` with a summarizer (see the module docstring):
+    the result, its ``background`` status set, and the newest finished job the session's
+    handle has now reported (``seen_job``: the one it had; None: it never looked)."""
+    seen = store.read(partial(probe, target=target, count_tokens=store.token_counter))
+    status, seen_job = _reported(seen.finished, seen_job)
+    job = seen.active
+    if seen.orphan is not None:
+        # Its lease lapsed: the process running it died. Taken over, as a lapsed
+        # compaction lease is: claimed here and run by this store's worker.
+        job = seen.orphan
+        owner = uuid.uuid4().hex
+        if store.write(partial(claim, job_id=job.id, owner=owner)):
+            store.submit_job(job.id, plugins, owner)
+    if seen.blocking:
+        # The agent is blocked anyway: compact now, as without background. A job's summary
+        # in flight holds the lease: the call waits for it (up to
+        # summarizer_timeout_seconds) and decides again on what it left, or takes the lease
+        # over and cuts with the rule-based summary.
+        result = _decided(compact(request))
+        if job is not None:
+            status, seen_job = _job_status(store, job.id, seen_job)
+        if status is None:
+            return result, seen_job
+        return result.model_copy(update={"background": status}), seen_job
+    cheap = request.cheap()
+    assert cheap is not None
+    result = _decided(compact(cheap))
+    if job is not None or result.background == "running":
+        status = "running"
+    else:
+        usage = result.tokens_after if result.success else seen.context.usage
+        if seen.passes(usage):
+            result, status = _started(store, target, request, plugins, result, usage)
+    return result.model_copy(update={"background": status}), seen_job
+
+
+def _decided(result: CompactionResult | None) -> CompactionResult:
+    assert result is not None, "the pipeline always decides"
+    return result
+
+
+def _reported(finished: repo.JobRow | None, seen_job: int | None) -> tuple[str | None, int]:
+    """The status to report for the latest finished job ("applied" once, for a job newer
+    than the one the handle reported), and the job the handle has now seen."""
+    if finished is None:
+        return None, 0 if seen_job is None else seen_job
+    status = None
+    if seen_job is not None and finished.id > seen_job:
+        status = "applied" if finished.state == "applied" else None
+    return status, finished.id
+
+
+def _job_status(store: Store, job_id: int, seen_job: int | None) -> tuple[str | None, int]:
+    """``background`` for a job a blocking call may have waited for: "running", or how it
+    ended ("applied" or None), which is then reported."""
+    ended = store.read(lambda c: repo.get_job(c, job_id))
+    if ended is None or ended.state in ACTIVE_STATES:
+        return "running", seen_job or 0
+    return ("applied" if ended.state == "applied" else None), max(seen_job or 0, ended.id)
+
+
+def _started(
+    store: Store,
+    target: Target,
+    request: Request,
+    plugins: Plugins,
+    result: CompactionResult,
+    usage: int,
+) -> tuple[CompactionResult, str]:
+    """Start a job (unless another call just did: "running"); the call's result names its
+    own row, recorded by :func:`start` when the cheap stages left none."""
+    started = store.write(
+        partial(start, target=target, started_by=result.id, usage=usage, at=request.now)
+    )
+    if started is None:
+        return result, "running"
+    started_by, job_id = started
+    if result.id is None:
+        result = result.model_copy(update={"id": started_by, "trigger": CompactTrigger.AUTO})
+    store.submit_job(job_id, plugins)
+    return result, "started"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext, ContextMessage
+from compactstore.core.assembling import appended_messages, load_context, with_session
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
 from compactstore.formats import MessageFormat
@@ -48,11 +49,11 @@ class CachedContext:
         the answered context stays valid with the messages appended to it; its answered()
         only starts over when the new messages orphan another call.
         """
-        base = repo.with_session(self.base, added, row)
+        base = with_session(self.base, added, row)
         if self.answered is self.base:
             answered = base.answered()
         else:
-            answered = repo.with_session(self.answered, added, row).answered()
+            answered = with_session(self.answered, added, row).answered()
         return CachedContext(row.context_version, row.version, base, answered)
 
 
@@ -136,9 +137,9 @@ def read_context(
     if cached is not None and cached.context_version == row.context_version:
         if cached.version == row.version:
             return cached.answered
-        entry = cached.extended(repo.appended_messages(connection, cached.base, row), row)
+        entry = cached.extended(appended_messages(connection, cached.base, row), row)
     else:
-        base = repo.load_context(connection, row, adapter, count_tokens)
+        base = load_context(connection, row, adapter, count_tokens)
         entry = CachedContext.of(base, row.version, row.context_version)
     cache.put(session_id, entry)
     return entry.answered

@@ -15,7 +15,7 @@ from typing import Any
 
 from compactstore.capabilities import ModelCapabilities
 from compactstore.errors import InvalidInputError, InvalidMessageError, NotFoundError
-from compactstore.formats import MessageFormat, get_format
+from compactstore.formats import FORMAT_NAMES, MessageFormat, get_format
 from compactstore.formats.base import ResultContent, check_nesting, storable_text, storage_json
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension, check_block_types
 from compactstore.media_checks import check_media_block
@@ -388,3 +388,18 @@ def check_capabilities(table: object) -> Mapping[str, ModelCapabilities] | None:
             f"ModelCapabilities, got {table!r}"
         )
     return table
+
+
+def check_session_options(
+    cwd: Any, format: Any, context_window: Any, config: Any, model: Any
+) -> None:
+    """The settings ``store.session()`` was given (each may be None: not given)."""
+    if cwd is not None:
+        check_cwd(cwd)
+    if format is not None and format not in FORMAT_NAMES:
+        get_format(format)  # raises, naming the valid formats
+    if context_window is not None:
+        check_whole(context_window, "context_window (tokens)", minimum=1_000)
+    check_config(config)
+    if model is not None:
+        check_model(model)

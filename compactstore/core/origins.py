@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection
 
 from compactstore.core.appending import insert_messages
+from compactstore.core.handle import Handle, locked, prepare
 from compactstore.db.origins import Origin, insert_origins, known_source_ids, origins_of
-
-if TYPE_CHECKING:
-    from compactstore.session import Session
 
 __all__ = ["Given", "extend_with_origins", "known_ids", "read_origins"]
 
@@ -32,7 +30,7 @@ class Given:
     payload: str
 
 
-def extend_with_origins(session: Session, source: str, given: Sequence[Given]) -> list[int]:
+def extend_with_origins(session: Handle, source: str, given: Sequence[Given]) -> list[int]:
     """Append the messages not stored yet (by ``source_id``) with their origins, in one
     transaction; returns the new seqs.
 
@@ -43,10 +41,10 @@ def extend_with_origins(session: Session, source: str, given: Sequence[Given]) -
     if not given:
         return []
     # Checked and counted before the write transaction opens.
-    pending = [session._prepare(item.message, None, index=i) for i, item in enumerate(given)]
+    pending = [prepare(session, item.message, None, index=i) for i, item in enumerate(given)]
 
     def tx(connection: Connection) -> list[int]:
-        row = session._locked(connection)
+        row = locked(session, connection)
         known = known_source_ids(connection, session.id, source, (g.source_id for g in given))
         fresh = [(p, g) for p, g in zip(pending, given, strict=True) if g.source_id not in known]
         if not fresh:
@@ -60,16 +58,16 @@ def extend_with_origins(session: Session, source: str, given: Sequence[Given]) -
         )
         return seqs
 
-    return session.store._write(tx)
+    return session.store.write(tx)
 
 
-def read_origins(session: Session, source: str, seqs: Iterable[int]) -> dict[int, Origin]:
+def read_origins(session: Handle, source: str, seqs: Iterable[int]) -> dict[int, Origin]:
     """The stored origins of these seqs (seqs given otherwise are left out)."""
     wanted = list(seqs)
-    return session.store._read(lambda c: origins_of(c, session.id, source, wanted))
+    return session.store.read(lambda c: origins_of(c, session.id, source, wanted))
 
 
-def known_ids(session: Session, source: str, source_ids: Iterable[str]) -> set[str]:
+def known_ids(session: Handle, source: str, source_ids: Iterable[str]) -> set[str]:
     """Which of these framework ids are stored in the session."""
     wanted = list(source_ids)
-    return session.store._read(lambda c: known_source_ids(c, session.id, source, wanted))
+    return session.store.read(lambda c: known_source_ids(c, session.id, source, wanted))

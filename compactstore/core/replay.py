@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from compactstore.context import ActiveContext
 from compactstore.core import replay_inputs
+from compactstore.core.assembling import load_context
 from compactstore.core.recording import compaction_model, record_outcome, rolled_back_model
 from compactstore.core.replay_inputs import EditRun, EngineRun, ImportedRun, ServerRun
 from compactstore.core.summarizing import RecordedSummary
@@ -217,7 +218,7 @@ def plan_replay(
         token_factor=recorded.token_factor,
         config=config or CompactionConfig.model_validate_json(compaction.config),
     )
-    context = repo.load_context(connection, session, adapter, count_tokens, as_of=as_of)
+    context = load_context(connection, session, adapter, count_tokens, as_of=as_of)
     context = context.answered()
     service = resummarize or RecordedSummary(
         tuple(json.loads(compaction.removed_seqs)),

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
+from compactstore.capabilities import ModelCapabilities, resolve_policy
 from compactstore.core.appending import insert_messages
+from compactstore.core.assembling import load_context
 from compactstore.core.checks import (
     PendingMessage,
     check_timestamp,
@@ -25,9 +30,14 @@ from compactstore.core.checks import (
 from compactstore.core.recording import record_imported
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
+from compactstore.db.engine import database_errors, describe, normalize_url, with_retry, write_tx
+from compactstore.db.migrate import open_engine
 from compactstore.db.model_calls import ModelCall
+from compactstore.db.space import release_free_pages
+from compactstore.db.transfer import copy_from
 from compactstore.errors import (
     ConflictError,
+    DatabaseError,
     InvalidInputError,
     InvalidMessageError,
     NotFoundError,
@@ -35,17 +45,33 @@ from compactstore.errors import (
 from compactstore.formats import MessageFormat
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.ledger import CallUsage, usage_cost
-from compactstore.models import CompactionConfig, ImportedBoundary, ImportedMessage, SessionInfo
+from compactstore.models import (
+    CompactionConfig,
+    DroppedThinking,
+    EditState,
+    ImportedBoundary,
+    ImportedMessage,
+    SessionInfo,
+)
 from compactstore.pricing import PriceTable, price_table
+from compactstore.scratch import scratch_dir
 from compactstore.tokens import TokenCounter
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_FORMAT",
+    "edit_state",
+    "import_staged",
     "import_transcript",
+    "named",
+    "once",
     "open_session",
+    "release_space",
     "require",
     "session_infos",
+    "stored_id",
 ]
 
 # What a new session takes when it is not given.
@@ -116,7 +142,7 @@ def open_session(
 def _check_reopened(
     row: repo.SessionRow, *, format: str | None, context_window: int | None, cwd: str | None
 ) -> None:
-    """A stored session reopened with another cwd, format or context window: ConflictError."""
+    """Refuse to reopen a session with another cwd, format or context window."""
     sid = row.id
     if cwd is not None and row.cwd is not None and cwd != row.cwd:
         raise ConflictError(
@@ -242,7 +268,7 @@ def import_transcript(
                 f"message {at_index - 1} of the transcript"
             )
         flush()
-        context = repo.load_context(
+        context = load_context(
             connection, require(connection, sid, location), adapter, count_tokens
         )
         stamp = item.timestamp
@@ -329,3 +355,108 @@ def session_infos(connection: Connection) -> list[SessionInfo]:
         )
         for row, count in repo.list_sessions(connection)
     ]
+
+
+def stored_id(connection: Connection, given: str, normalized: str) -> str:
+    """The id a session is stored under: ``normalized`` (NFC, as every session is written
+    now), or, when a database written before ids were normalized holds the session in
+    another form and not in NFC, that form (the one given, or NFD)."""
+    if given == normalized and unicodedata.is_normalized("NFD", normalized):
+        return normalized  # no other form to look for (an ASCII id): no extra read
+    if repo.get_session(connection, normalized) is not None:
+        return normalized
+    for form in dict.fromkeys((given, unicodedata.normalize("NFD", normalized))):
+        if form != normalized and repo.get_session(connection, form) is not None:
+            return form
+    return normalized
+
+
+def import_staged(
+    build: Callable[[Connection], object],
+    write: Callable[[Callable[[Connection], object]], object],
+    location: str,
+) -> None:
+    """Run ``build`` (an import: it counts tokens) in a staging database, a temporary
+    SQLite file, then copy what it stored into the target in one short write transaction
+    (``write``: the target's): the target is never locked while the import runs, and
+    whatever stops it early leaves the target as it was."""
+    with scratch_dir("compactstore-staging-") as tmp:
+        url = normalize_url(Path(tmp) / "staging.db")
+        stage = describe(url)
+        engine = open_engine(url, location=stage, auto_migrate=True, read_only=False)
+        try:
+
+            def attempt() -> None:
+                with write_tx(engine) as connection:
+                    build(connection)
+
+            database_errors(stage, lambda: with_retry(attempt))
+            where = {"source_location": stage, "target_location": location}
+            write(lambda connection: copy_from(engine, connection, None, **where))
+        finally:
+            engine.dispose()
+
+
+def once(build: Callable[[Connection], T], location: str) -> Callable[[Connection], T]:
+    """``build`` for a write transaction that may be tried again, when it consumes what it
+    is given (a transcript's items): a second try raises instead of storing a part."""
+    started = False
+
+    def tx(connection: Connection) -> T:
+        nonlocal started
+        if started:  # the items were consumed by an attempt that failed
+            raise DatabaseError(f"{location} was busy; the import was not stored")
+        started = True
+        return build(connection)
+
+    return tx
+
+
+def edit_state(
+    connection: Connection,
+    session_id: str,
+    location: str,
+    capabilities: Mapping[str, ModelCapabilities],
+) -> EditState:
+    """The session's model, edit policy (configured and resolved with ``capabilities``),
+    its thinking binding, and the thinking blocks the API dropped per model call, in the
+    caller's transaction."""
+    row = require(connection, session_id, location)
+    dropped = [
+        DroppedThinking(call_seq=seq, created_at=at, count=len(listed), transformations=listed)
+        for seq, at, listed in model_calls.transformations_of(connection, session_id)
+    ]
+    policy, prefix_checks = resolve_policy(row.config.edit_policy, row.model, capabilities)
+    return EditState(
+        model=row.model,
+        edit_policy=row.config.edit_policy,
+        effective_policy=policy,
+        prefix_checks=prefix_checks,
+        thinking_binding=row.thinking_binding,
+        thinking_binding_at=row.thinking_binding_at,
+        dropped=dropped,
+    )
+
+
+def named(
+    connection: Connection,
+    opening: Callable[..., repo.SessionRow],
+    given: str,
+    normalized: str,
+    *,
+    summarizer: str | None,
+) -> repo.SessionRow:
+    """``opening`` (:func:`open_session` with its settings) under the id the session is
+    stored under (:func:`stored_id`), recording the name of the handle's own
+    ``summarizer`` with the session."""
+    row = opening(connection, stored_id(connection, given, normalized))
+    if summarizer is not None and row.summarizer != summarizer:
+        repo.update_session(connection, row.id, summarizer=summarizer)
+        row = replace(row, summarizer=summarizer)
+    return row
+
+
+def release_space(engine: Engine, location: str) -> None:
+    """Give the pages deleted rows left back to the disk, where the database can do it
+    quickly (a SQLite file with incremental auto-vacuum: see compactstore.db.space)."""
+    database_errors(location, lambda: with_retry(lambda: release_free_pages(engine)))

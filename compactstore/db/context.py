@@ -1,12 +1,12 @@
-"""Reading the active context from the rows, and the boundaries and compactions that cut it.
+"""Reading the rows the active context is made of, and the boundaries and compactions that
+cut it.
 
-The rule that puts the rows together is :func:`compactstore.assembly.assemble`; this module
-only reads them.
+This module only reads rows (:func:`context_rows`); :mod:`compactstore.core.assembling`
+puts them together into an :class:`~compactstore.context.ActiveContext`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -22,14 +22,6 @@ from sqlalchemy import (
     update,
 )
 
-from compactstore.assembly import (
-    LiveEdit,
-    LoggedMessage,
-    StoredSummary,
-    assemble,
-    logged_message,
-)
-from compactstore.context import ActiveContext, BoundaryInfo, ContextMessage, MessageState
 from compactstore.db.common import SID, columns
 from compactstore.db.history import next_context_version
 from compactstore.db.schema import (
@@ -40,31 +32,52 @@ from compactstore.db.schema import (
     messages,
 )
 from compactstore.db.sessions import SessionRow
-from compactstore.formats import MessageFormat
-from compactstore.models import CompactionConfig, CompactStrategy, SummaryState
-from compactstore.tokens import TokenCounter
+from compactstore.models import CompactionConfig, CompactStrategy
 
 __all__ = [
     "CLEAR",
     "AsOf",
     "BoundaryRow",
     "CompactionRow",
-    "appended_messages",
+    "ContextRows",
+    "EditRow",
+    "LoggedMessage",
+    "appended_rows",
     "boundary_rows",
     "cleared_before",
     "compaction_of_boundary",
     "compaction_rows",
     "context_changes",
-    "extend_context",
+    "context_rows",
+    "edit_rows",
     "get_boundary",
     "get_compaction",
     "live_boundary",
-    "live_edits",
-    "load_context",
     "roll_back",
     "roll_back_from",
-    "with_session",
 ]
+
+
+class LoggedMessage(NamedTuple):
+    """A message of the log as the context needs it."""
+
+    seq: int
+    payload: str
+    tokens: int
+    created_at: float
+    pinned: str | None  # why it is pinned (system, request, user), None when it is not
+    dedup_of_seq: int | None
+    context_version: int | None  # an assistant message: the context version it answered
+
+
+class EditRow(NamedTuple):
+    """One live edit of a message (the newest of a seq wins; see core.assembling)."""
+
+    seq: int
+    kind: str  # persisted, removed or cleared
+    payload: str
+    tokens: int
+    tool_use_ids: str  # JSON list of the tool-use ids it edited
 
 
 class BoundaryRow(NamedTuple):
@@ -198,19 +211,23 @@ def live_boundary(connection: Connection, session_id: str) -> BoundaryRow | None
 _MESSAGE_COLUMNS = columns(messages, LoggedMessage)
 
 
-def load_context(
-    connection: Connection,
-    session: SessionRow,
-    fmt: MessageFormat,
-    count_tokens: TokenCounter,
-    *,
-    as_of: AsOf | None = None,
-) -> ActiveContext:
-    """Read what the active context is assembled from (the rule is
-    :func:`compactstore.assembly.assemble`): the live boundary, the pinned messages and every
-    message from its first kept seq on, and their live edits. With ``as_of`` the context is
-    rebuilt as it stood just before a recorded compaction (for replay).
-    """
+@dataclass(frozen=True, slots=True)
+class ContextRows:
+    """What the active context is assembled from, read in the caller's transaction."""
+
+    boundary: BoundaryRow | None  # the live boundary (as of a compaction: the one before it)
+    messages: list[LoggedMessage]  # the pinned messages and every one from its first kept seq
+    edits: list[EditRow]  # their live edits, oldest first
+    last_seq: int
+    changes: tuple[tuple[int, int], ...]  # see context_changes
+
+
+def context_rows(
+    connection: Connection, session: SessionRow, *, as_of: AsOf | None = None
+) -> ContextRows:
+    """Read what the active context is assembled from: the live boundary, the pinned
+    messages and every message from its first kept seq on, and their live edits. With
+    ``as_of`` as the context stood just before a recorded compaction (for replay)."""
     sid = session.id
     if as_of is None:
         boundary_row = live_boundary(connection, sid)
@@ -234,37 +251,13 @@ def load_context(
         )
         .order_by(messages.c.seq)
     ).all()
-    edits = live_edits(connection, sid, first_kept, as_of)
-    summary = None
-    boundary = None
-    if boundary_row is not None:
-        boundary = BoundaryInfo(
-            boundary_row.id,
-            boundary_row.first_kept_seq,
-            boundary_row.summary_text,
-            SummaryState.model_validate_json(boundary_row.summary_state),
-        )
-        if boundary_row.strategy != CLEAR:  # a clear boundary has no summary message
-            summary = StoredSummary(
-                boundary, boundary_row.summary_message, boundary_row.summary_tokens
-            )
     logged = [LoggedMessage._make(row) for row in rows]
-    head, kept = assemble(fmt, logged, edits, summary)
-    return ActiveContext(
-        session_id=sid,
-        fmt=fmt,
-        context_window=session.context_window,
-        count_tokens=count_tokens,
-        head=head,
-        kept=kept,
-        boundary=boundary,
-        last_seq=last_seq,
-        usage_offset=session.usage_offset if as_of is None else as_of.usage_offset,
-        token_factor=session.token_factor if as_of is None else as_of.token_factor,
-        config=session.config if as_of is None else as_of.config,
-        real_request_seq=session.real_request_seq,
-        cwd=session.cwd,
-        changes=context_changes(connection, sid, logged, as_of),
+    return ContextRows(
+        boundary_row,
+        logged,
+        edit_rows(connection, sid, first_kept, as_of),
+        last_seq,
+        context_changes(connection, sid, logged, as_of),
     )
 
 
@@ -318,48 +311,21 @@ _APPENDED = (
 )
 
 
-def appended_messages(
-    connection: Connection, context: ActiveContext, session: SessionRow
-) -> list[ContextMessage]:
-    """The messages appended to the log since ``context`` was read, as the context holds them
-    (appends never carry edits)."""
+def appended_rows(
+    connection: Connection, session_id: str, after_seq: int, last_seq: int
+) -> list[LoggedMessage]:
+    """The messages of the log after ``after_seq`` up to ``last_seq``."""
     rows = connection.execute(
-        _APPENDED,
-        {"sid": session.id, "after_seq": context.last_seq, "last_seq": session.last_seq},
+        _APPENDED, {"sid": session_id, "after_seq": after_seq, "last_seq": last_seq}
     ).all()
-    return [logged_message(context.fmt, LoggedMessage._make(row), None) for row in rows]
+    return [LoggedMessage._make(row) for row in rows]
 
 
-def extend_context(
-    connection: Connection, context: ActiveContext, session: SessionRow
-) -> ActiveContext:
-    """A cached context brought up to date with the messages appended since it was read.
-
-    Only valid while no compaction, rollback or config change happened in between (the
-    session's context_version is unchanged).
-    """
-    return with_session(context, appended_messages(connection, context, session), session)
-
-
-def with_session(
-    context: ActiveContext, added: Sequence[ContextMessage], session: SessionRow
-) -> ActiveContext:
-    """``context`` with ``added`` appended and the session's current values."""
-    return context.extended(
-        added,
-        last_seq=session.last_seq,
-        usage_offset=session.usage_offset,
-        token_factor=session.token_factor,
-        config=session.config,
-        real_request_seq=session.real_request_seq,
-        cwd=session.cwd,
-    )
-
-
-def live_edits(
+def edit_rows(
     connection: Connection, session_id: str, from_seq: int, as_of: AsOf | None = None
-) -> dict[int, LiveEdit]:
-    """Latest live edit per seq: (payload, tokens, state, tool-use ids edited so far)."""
+) -> list[EditRow]:
+    """The live edits of the messages from ``from_seq`` on (as of a compaction: those live
+    just before it), oldest first."""
     live: ColumnElement[bool]
     if as_of is None:
         live = compactions.c.rolled_back_at.is_(None)
@@ -388,19 +354,7 @@ def live_edits(
         )
         .order_by(message_edits.c.id)
     ).all()
-    out: dict[int, LiveEdit] = {}
-    for row in rows:
-        earlier = out[row.seq].edited_ids if row.seq in out else frozenset[str]()
-        state: MessageState = (
-            "persisted"
-            if row.kind == "persisted"
-            else "removed"
-            if row.kind == "removed"
-            else "cleared"
-        )
-        ids = earlier | set(json.loads(row.tool_use_ids))
-        out[row.seq] = LiveEdit(row.payload, row.tokens, state, ids)
-    return out
+    return [EditRow._make(row) for row in rows]
 
 
 def get_boundary(connection: Connection, session_id: str, boundary_id: int) -> BoundaryRow | None:

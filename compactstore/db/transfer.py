@@ -37,7 +37,10 @@ from sqlalchemy import Column, Connection, MetaData, Table, delete, func, insert
 from sqlalchemy.engine import Engine, create_engine
 
 from compactstore.db import schema
+from compactstore.db.engine import read_tx
+from compactstore.db.migrate import stored_revision
 from compactstore.db.repository import dumps
+from compactstore.db.sessions import subagents_of
 from compactstore.errors import ConflictError, NotFoundError, SchemaError
 from compactstore.formats.base import storable_text
 
@@ -47,6 +50,7 @@ __all__ = [
     "PER_SESSION_IDS",
     "CopyReport",
     "TablePlan",
+    "copy_from",
     "copy_sessions",
     "delete_sessions",
     "last_activity",
@@ -113,24 +117,8 @@ def plan(metadata: MetaData = schema.metadata) -> list[TablePlan]:
     keys = {t.name: t.autoincrement_column for t in tables if t.autoincrement_column is not None}
     plans = []
     for table in tables:
-        if table.name == schema.sessions.name:
-            session_column = table.c.id
-        elif "session_id" in table.c:
-            session_column = table.c.session_id
-        else:
-            raise SchemaError(
-                f"table {table.name} has no session_id column: sessions cannot be copied or "
-                f"deleted without saying which session its rows belong to"
-            )
-        references: dict[str, str] = {}
-        for column in table.columns:
-            for fk in column.foreign_keys:
-                target = fk.column
-                if target.table.name in keys and keys[target.table.name] is target:
-                    references[column.name] = target.table.name
-        for (name, column_name), target_name in HIDDEN_REFERENCES.items():
-            if name == table.name and column_name in table.c:
-                references[column_name] = target_name
+        session_column = _session_column(table)
+        references = _references(table, keys)
         json_references = {
             column_name: keys_to_tables
             for (name, column_name), keys_to_tables in JSON_REFERENCES.items()
@@ -154,6 +142,32 @@ def plan(metadata: MetaData = schema.metadata) -> list[TablePlan]:
             )
         )
     return plans
+
+
+def _session_column(table: Table) -> Column[Any]:
+    """The column that says which session a row of ``table`` belongs to."""
+    if table.name == schema.sessions.name:
+        return table.c.id
+    if "session_id" in table.c:
+        return table.c.session_id
+    raise SchemaError(
+        f"table {table.name} has no session_id column: sessions cannot be copied or "
+        f"deleted without saying which session its rows belong to"
+    )
+
+
+def _references(table: Table, keys: Mapping[str, Column[Any]]) -> dict[str, str]:
+    """column -> the renumbered table whose ids it holds (foreign keys and hidden ones)."""
+    references: dict[str, str] = {}
+    for column in table.columns:
+        for fk in column.foreign_keys:
+            target = fk.column
+            if target.table.name in keys and keys[target.table.name] is target:
+                references[column.name] = target.table.name
+    for (name, column_name), target_name in HIDDEN_REFERENCES.items():
+        if name == table.name and column_name in table.c:
+            references[column_name] = target_name
+    return references
 
 
 @dataclass
@@ -369,3 +383,40 @@ def read_only_sqlite(path: str) -> Engine:
 
 def _connect_read_only(uri: str) -> Any:
     return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
+def copy_from(
+    source: Engine,
+    target: Connection,
+    wanted: Sequence[str] | None,
+    *,
+    source_location: str,
+    target_location: str,
+    source_name: str | None = None,
+) -> CopyReport:
+    """Copy the sessions ``wanted`` (None: all) with their subagents' sessions from the
+    ``source`` database (one consistent snapshot) into the target's open write transaction;
+    errors name the source ``source_name`` (default: its location).
+
+    Raises:
+        NotFoundError: a session is not in the source.
+        ConflictError: a session already exists in the target.
+        SchemaError: the two databases are at different schema revisions.
+    """
+    with read_tx(source) as source_connection:
+        theirs, ours = stored_revision(source_connection), stored_revision(target)
+        if theirs != ours:
+            raise SchemaError(
+                f"{source_location} has schema revision {theirs} and {target_location} has "
+                f"{ours}: upgrade both to the same revision first"
+            )
+        if wanted is None:
+            return copy_sessions(source_connection, target, None)
+        have = set(session_ids(source_connection, wanted))
+        missing = [sid for sid in dict.fromkeys(wanted) if sid not in have]
+        if missing:
+            name = source_name or source_location
+            raise NotFoundError(f"no session {', '.join(map(repr, missing))} in {name}")
+        # A session's subagents (imported Claude Code sidechains) go with it.
+        children = subagents_of(source_connection, list(wanted))
+        return copy_sessions(source_connection, target, [*wanted, *(c for c, _ in children)])

@@ -178,7 +178,7 @@ def run_demo(
                 progress(index + 1, steps)
         # What each stage did, as the rows say (and `compactstore stats` counts it): every
         # stage of a call counted, the manual compact among the full ones.
-        stages = stage._read(lambda connection: stage_counts(connection, sid))
+        stages = stage.read(lambda connection: stage_counts(connection, sid))
         for key in STAGE_KEYS:
             agent.fired[key], agent.freed[key] = stages.get(key, (0, 0))
         compactions = len(session.compactions())

@@ -51,8 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from compactstore.aio import AsyncCompactStore
-from compactstore.aio_session import AsyncSession
+from compactstore.aio import AsyncCompactStore, AsyncSession
 from compactstore.errors import CompactStoreWarning, InvalidInputError, MissingExtraError
 from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig

@@ -14,8 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from compactstore.core import handle
 from compactstore.core.cost import session_cost
 from compactstore.core.recording import boundary_model, compaction_model
+from compactstore.core.sessions import edit_state
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
@@ -151,7 +153,7 @@ def collect(store: CompactStore, session_id: str) -> ReportData:
         NotFoundError: there is no such session.
     """
     session = store.get_session(session_id)
-    data = store._read(lambda connection: _collect(connection, session))
+    data = store.read(lambda connection: _collect(connection, session))
     redactor = store.redactor
     if redactor is None:
         return data
@@ -216,7 +218,7 @@ def _collect(connection: Connection, session: Session) -> ReportData:
                 rewrite=rewrites.get(compaction.id),
             )
         )
-    context = session._context(connection, row)
+    context = handle.context(session, connection, row)
     return ReportData(
         session_id=row.id,
         format=row.format,
@@ -236,7 +238,9 @@ def _collect(connection: Connection, session: Session) -> ReportData:
         parent_session_id=row.parent_session_id,
         parent_tool_use_id=row.parent_tool_use_id,
         subagents=tuple(repo.subagents_of(connection, [session.id])),
-        edit_state=session._edit_state(connection),
+        edit_state=edit_state(
+            connection, session.id, session.store.location, session.store.model_capabilities
+        ),
         cost=cost,
     )
 

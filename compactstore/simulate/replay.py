@@ -516,7 +516,7 @@ class _Replay:
             self.sess.record_usage(real_size, now=self.now)
         else:
             call = model_calls.ModelCall(context.last_seq, usage, real_size, self.now)
-            self.sess.store._write(lambda c: model_calls.insert_calls(c, self.sess.id, [call]))
+            self.sess.store.write(lambda c: model_calls.insert_calls(c, self.sess.id, [call]))
 
     def _tokens(self, context: ActiveContext, real: int) -> None:
         """The store's usage just before the call against the provider's real count."""

@@ -71,7 +71,6 @@ class _LLMSummarizer(ABC):
     _sdk_error: str  # the SDK's base exception class
     _credentials: tuple[str, ...]  # the client's attributes, one of which holds a credential
     _credentials_hint: str  # what to set when none does
-    _async_variant: type[_LLMSummarizer] | None = None  # the class over an async client
 
     def _result(
         self, response: Any, text: str | None, input_tokens: int | None, output_tokens: int | None
@@ -149,9 +148,9 @@ class _LLMSummarizer(ABC):
 
     def __new__(cls, client: Any = None, *args: Any, **kwargs: Any) -> Self:
         # Over an async client, the async variant of the class (whose __call__ is awaited).
-        variant = getattr(cls, "_async_variant", None)
+        variant = next((_ASYNC_VARIANTS[k] for k in cls.__mro__ if k in _ASYNC_VARIANTS), None)
         if variant is not None and _is_async_client(client, cls._module):
-            return super().__new__(variant)  # type: ignore[no-any-return]
+            return super().__new__(variant)  # type: ignore[return-value]
         return super().__new__(cls)
 
     def _create(self, prompt: SummaryPrompt) -> tuple[Any, str | None, int | None, int | None]:
@@ -294,5 +293,8 @@ class _AsyncOpenAISummarizer(_Async, OpenAISummarizer):  # type: ignore[misc]
     """:class:`OpenAISummarizer` over ``openai.AsyncOpenAI``."""
 
 
-AnthropicSummarizer._async_variant = _AsyncAnthropicSummarizer
-OpenAISummarizer._async_variant = _AsyncOpenAISummarizer
+# Each summarizer class's variant over an async client (a subclass finds its base's).
+_ASYNC_VARIANTS: dict[type[_LLMSummarizer], type[_LLMSummarizer]] = {
+    AnthropicSummarizer: _AsyncAnthropicSummarizer,
+    OpenAISummarizer: _AsyncOpenAISummarizer,
+}
