@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from compactstore._incremental import CACHE_INDEX
 from compactstore.caching import Ttl
+from compactstore.formats.compaction import compaction_block
 from compactstore.formats.request import (
     breakpoints,
     build_request_params,
@@ -35,7 +36,6 @@ from compactstore.formats.request import (
     system_param,
 )
 from compactstore.frozen import freeze, thaw
-from compactstore.providers import compaction_block
 
 if TYPE_CHECKING:
     from compactstore.context import ActiveContext

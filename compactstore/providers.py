@@ -31,11 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from compactstore.capabilities import BINDING_BETA, COMPACTION_BETA
-from compactstore.core.openai_compactor import (
-    OpenAICompactor,
-    item_note,
-    split_responses_compaction,
-)
+from compactstore.core.openai_compactor import OpenAICompactor, split_responses_compaction
 from compactstore.core.provider_compaction import (
     ProviderCompaction,
     ProviderCompactionError,
@@ -45,6 +41,12 @@ from compactstore.core.provider_compaction import (
     with_retries_async,
 )
 from compactstore.errors import InvalidInputError, InvalidMessageError
+from compactstore.formats.compaction import (
+    compaction_block,
+    compaction_text,
+    provided_note,
+    provided_text,
+)
 
 __all__ = [
     "COMPACTION_BETA",
@@ -67,18 +69,6 @@ __all__ = [
 _BLOCK_FIELDS = frozenset(
     {"type", "content", "encrypted_content", "signature", "tool_changes", "cache_control"}
 )
-
-
-def compaction_block(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The compaction block a message starts with (an Anthropic message whose first content
-    block has type ``compaction``), else None."""
-    content = message.get("content")
-    if not isinstance(content, list) or not content:
-        return None
-    first = content[0]
-    if isinstance(first, dict) and first.get("type") == "compaction":
-        return first
-    return None
 
 
 # Error types with which a provider refuses a compaction object it issued earlier.
@@ -141,15 +131,6 @@ def _returned_block(response: Any) -> dict[str, Any] | None:
     return whole if isinstance(whole, dict) and whole.get("type") == "compaction" else None
 
 
-def compaction_text(message: dict[str, Any]) -> str:
-    """The readable summary of a provider's compaction message (a note when opaque)."""
-    block = compaction_block(message) or {}
-    text = block.get("content")
-    if isinstance(text, str) and text:
-        return text
-    return "[compaction by the provider: opaque block, no readable summary]"
-
-
 def split_provided(
     format_name: str, messages: list[dict[str, Any]], response: Any = None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -168,21 +149,6 @@ def split_provided(
     if format_name == "responses":
         return split_responses_compaction(messages, response)
     return None, messages
-
-
-def provided_text(message: dict[str, Any]) -> str | None:
-    """The readable summary of a provider's compaction (an Anthropic block's ``content``);
-    None for an opaque one (an encrypted block, every OpenAI compaction item)."""
-    block = compaction_block(message)
-    text = block.get("content") if block is not None else None
-    return text if isinstance(text, str) and text else None
-
-
-def provided_note(message: dict[str, Any]) -> str:
-    """The one-line note naming an opaque provider compaction."""
-    if compaction_block(message) is not None:
-        return "compaction by the provider: opaque block, no readable summary"
-    return item_note(message)
 
 
 def check_block(block: Any, where: str = "compaction block") -> dict[str, Any]:

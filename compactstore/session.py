@@ -12,10 +12,10 @@ import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from compactstore.capabilities import resolve_policy
 from compactstore.core import background, checks, compaction, handle
@@ -28,7 +28,9 @@ from compactstore.core.appending import (
 from compactstore.core.checks import PendingMessage, now_or_clock
 from compactstore.core.cost import session_cost
 from compactstore.core.driver import committed
+from compactstore.core.handle import Store
 from compactstore.core.recording import record_provider_compaction, record_server_edits
+from compactstore.core.summarizing import Redactor
 from compactstore.core.usage import Calibration, calibrate
 from compactstore.db import repository as repo
 from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
@@ -43,6 +45,7 @@ from compactstore.ledger import SessionCost, call_usage, response_usage, usage_c
 from compactstore.models import (
     CompactionResult,
     CompactStrategy,
+    SessionInfo,
     SummaryInfo,
 )
 from compactstore.providers import (
@@ -56,17 +59,28 @@ from compactstore.session_history import SessionHistory
 from compactstore.session_memory import SessionMemory
 from compactstore.session_reading import SessionReading
 
-if TYPE_CHECKING:
-    from compactstore.store import CompactStore
+__all__ = ["Session", "SessionStore"]
 
-__all__ = ["Session"]
+
+class SessionStore(Store, Protocol):
+    """The store a session belongs to (a :class:`~compactstore.CompactStore`), as the
+    session and its users reach it through ``session.store``."""
+
+    engine: Engine
+    redactor: Redactor | None
+
+    def session(self, *args: Any, **kwargs: Any) -> Session: ...
+
+    def get_session(self, session_id: str) -> Session: ...
+
+    def sessions(self) -> list[SessionInfo]: ...
 
 
 class Session(SessionReading, SessionHistory, SessionMemory):
     """One agent conversation: its log, its active context and its compactions."""
 
     # The store the session belongs to: the driver its work runs on.
-    store: CompactStore
+    store: SessionStore
 
     # -- appending ----------------------------------------------------------------------
 

@@ -23,10 +23,10 @@ from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError
 from compactstore.formats import PROVIDER_FORMATS
+from compactstore.formats.compaction import compaction_block
 from compactstore.formats.request import clear_trigger, session_fields
 from compactstore.frozen import freeze, thaw
 from compactstore.models import EditState
-from compactstore.providers import compaction_block
 from compactstore.session_base import SessionBase
 
 __all__ = ["SessionReading"]

@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore
 from compactstore.db.schema import metadata
+from compactstore.session import SessionStore
 
 # Property tests keep no example database and no time limits: on a machine the suite shares
 # (two test workers, other jobs) generation and examples are slower, not wrong.
@@ -218,10 +219,10 @@ def reopen(db_url: str) -> Iterator[Callable[[], CompactStore]]:
         item.close()
 
 
-Snapshot = Callable[[CompactStore], dict[str, list[tuple[Any, ...]]]]
+Snapshot = Callable[[CompactStore | SessionStore], dict[str, list[tuple[Any, ...]]]]
 
 
-def snapshot(store: CompactStore) -> dict[str, list[tuple[Any, ...]]]:
+def snapshot(store: CompactStore | SessionStore) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, in a stable order: compare two to prove nothing changed."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     with store.engine.connect() as connection:

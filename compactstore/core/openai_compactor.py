@@ -25,19 +25,16 @@ from compactstore.core.provider_compaction import (
 from compactstore.errors import InvalidInputError, InvalidMessageError
 
 __all__ = [
-    "ITEM_NOTE",
     "OpenAICompactor",
     "check_item",
     "compacted",
     "compaction_iterations",
-    "item_note",
     "split_responses_compaction",
 ]
 
 # The fields a compaction item may carry (the SDK's ResponseCompactionItem: ``created_by``
 # is output-only, kept because output items are sent back as they came).
 _ITEM_FIELDS = frozenset({"type", "id", "encrypted_content", "created_by"})
-ITEM_NOTE = "compaction by the provider: opaque item {id}, no readable summary"
 # The statuses with which the Responses API says it is overloaded: retried first.
 _OVERLOADED = frozenset({503, 529})
 
@@ -58,11 +55,6 @@ def check_item(item: Any, where: str = "compaction item") -> dict[str, Any]:
         if value is not None and (not isinstance(value, str) or not value):
             raise InvalidMessageError(f"{where}: {key} must be a non-empty string or null")
     return dict(item)
-
-
-def item_note(item: Mapping[str, Any]) -> str:
-    """The one-line note a boundary's summary starts with for an opaque item."""
-    return ITEM_NOTE.format(id=item.get("id") or "(no id)")
 
 
 def split_responses_compaction(

@@ -12,7 +12,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from compactstore.formats.base import storage_json
+from compactstore._text import storage_json
 
 __all__ = ["SID", "DbRow", "columns", "dumps", "insert_ignore"]
 

@@ -36,13 +36,13 @@ from urllib.parse import quote
 from sqlalchemy import Column, Connection, MetaData, Table, delete, func, insert, select
 from sqlalchemy.engine import Engine, create_engine
 
+from compactstore._text import storable_text
 from compactstore.db import schema
 from compactstore.db.engine import read_tx
 from compactstore.db.migrate import stored_revision
 from compactstore.db.repository import dumps
 from compactstore.db.sessions import subagents_of
 from compactstore.errors import ConflictError, NotFoundError, SchemaError
-from compactstore.formats.base import storable_text
 
 __all__ = [
     "HIDDEN_REFERENCES",

@@ -25,11 +25,11 @@ from compactstore.engines.base import (
     SummaryRequest,
     nearest_legal_cut,
 )
+from compactstore.formats.compaction import compaction_block, provided_note
 from compactstore.frozen import thaw
 from compactstore.media import without_media
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 from compactstore.pairs import legal_cuts
-from compactstore.providers import compaction_block, provided_note
 
 __all__ = ["continuing", "header", "rule_summary", "run", "summarise"]
 

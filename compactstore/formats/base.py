@@ -9,12 +9,12 @@ dicts stored verbatim; adapters never mutate them and always return new dicts.
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from compactstore._text import storable_text, storage_json
 from compactstore.errors import InvalidInputError, InvalidMessageError, MissingExtraError
 from compactstore.media import MEDIA_BLOCK_TYPES, has_media, media_tokens
 from compactstore.tokens import TokenCounter
@@ -105,30 +105,6 @@ def check_nesting(value: Any, what: str = "message") -> None:
                 f"{what} nests lists or objects more than {MAX_NESTING} levels deep"
             )
         stack.extend((child, depth + 1) for child in children)
-
-
-def storage_json(value: Any) -> str:
-    """JSON as messages are stored: key order kept, non-ASCII kept, NaN refused."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def storable_text(text: str) -> str:
-    """Text the store derives (a summary, a reason, a path key) as every backend can store
-    it in a text column: PostgreSQL text cannot hold NUL, and no UTF-8 column can hold a
-    lone surrogate (a summarizer or an exception may still give one), so each becomes
-    U+FFFD, the replacement character. Messages never go through this: their JSON spells
-    NUL as an escape and reads back exactly, and a message with a lone surrogate is refused."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = _SURROGATE.sub("\ufffd", text)
-    return text
 
 
 def json_text(value: Any) -> str:

@@ -22,7 +22,7 @@ from compactstore.capabilities import (
 )
 from compactstore.errors import InvalidInputError
 from compactstore.formats.base import MessageFormat
-from compactstore.providers import compaction_block
+from compactstore.formats.compaction import compaction_block
 
 if TYPE_CHECKING:
     from compactstore._message import ContextMessage

@@ -114,7 +114,7 @@ class _Hooks(RunHooks[Any]):
     ) -> None:
         tokens = response.usage.input_tokens
         if tokens > 0:
-            await self._owner._call("record_usage", tokens)
+            await self._owner.call("record_usage", tokens)
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 
@@ -225,8 +225,8 @@ class CompactSession:
             await self._async.recall_tool()
         return self._async
 
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """``name`` of the compactstore session: off the loop (sync store) or awaited."""
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``name`` of the compactstore session: off the loop (sync store) or awaited."""
         if self._sync is not None:
             return await asyncio.to_thread(getattr(self._sync, name), *args, **kwargs)
         session = await self.async_session()
@@ -238,8 +238,8 @@ class CompactSession:
         """The active context, compacted first (``process_request()``): the Runner reads it
         before a run's first model call. Newest ``limit`` items when given."""
         async with self._lock:
-            await self._call("process_request")
-            items: list[Any] = await self._call("active_context")
+            await self.call("process_request")
+            items: list[Any] = await self.call("active_context")
             if limit is not None:
                 items = items[-limit:] if limit > 0 else []
             self._known = [_key(item) for item in items]
@@ -260,7 +260,7 @@ class CompactSession:
         it."""
         if not any(str(item.get("type", "")).endswith("_output") for item in items):
             return  # no tool output: no model call follows in this run
-        usage: int = await self._call("token_usage")
+        usage: int = await self.call("token_usage")
         if self._sync is not None:
             config, window = self._sync.config, self._sync.context_window
         else:
@@ -283,7 +283,7 @@ class CompactSession:
         there is none. A recorded edit (strategy ``pop``): ``rollback(compaction_id=...)``
         undoes it; the log keeps the item."""
         async with self._lock:
-            item: TResponseInputItem | None = await self._call("pop")
+            item: TResponseInputItem | None = await self.call("pop")
             self._known = []
             return item
 
@@ -292,7 +292,7 @@ class CompactSession:
         pins, no summary), so ``get_items()`` returns ``[]``. ``rollback(compaction_id=...)``
         undoes it; the log keeps everything."""
         async with self._lock:
-            await self._call("clear")
+            await self.call("clear")
             self._known = []
             self._unclaimed.clear()
 
@@ -310,7 +310,7 @@ class CompactSession:
     async def rollback_async(self, compaction_id: int) -> None:
         """:meth:`rollback` as a coroutine, over either store."""
         async with self._lock:
-            await self._call("rollback", compaction_id=compaction_id)
+            await self.call("rollback", compaction_id=compaction_id)
             self._known = []
 
     # -- run configuration --------------------------------------------------------------
@@ -380,7 +380,7 @@ class CompactSession:
         except Exception as error:
             if not is_context_overflow(error):
                 raise
-            recovered = await self._call("reactive_recover", str(error))
+            recovered = await self.call("reactive_recover", str(error))
             if recovered is None:
                 raise
             async with self._lock:
@@ -399,7 +399,7 @@ class CompactSession:
             self._recall_pending = True
 
         async def invoke(context: RunContextWrapper[Any], arguments: str) -> str:
-            answer: str = await self._call("recall", arguments)
+            answer: str = await self.call("recall", arguments)
             return answer
 
         return FunctionTool(
@@ -428,8 +428,8 @@ class CompactSession:
                 tail = given[start:]
             await self._store_new(tail)
             self._known = keys
-            await self._call("process_request")
-            view: list[dict[str, Any]] = await self._call("active_context")
+            await self.call("process_request")
+            view: list[dict[str, Any]] = await self.call("active_context")
         sent = [wire_item(item) for item in view]
         return ModelInputData(
             input=sent,  # type: ignore[arg-type]
@@ -445,5 +445,5 @@ class CompactSession:
                 continue
             new.append(item)
         if new:
-            await self._call("extend", new)
+            await self.call("extend", new)
             self._unclaimed.update(_key(item) for item in new)
