@@ -166,6 +166,27 @@ def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
     assert check(agent.sess, reopen) == signatures(1, 7)
 
 
+def test_a_block_made_while_an_earlier_one_of_its_turn_was_sent_anyway_is_left_out_with_it(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    agent = new_agent(store, "loop", microcompact_keep_recent=1)
+    agent.turn()
+    agent.turn()
+    result = agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    assert result is not None and result.strategy == "microcompact"
+    # Turn 1's result became a placeholder: block 2's prefix changed, but the tool loop
+    # continues, so it is still sent -- and block 3 is made with it before it.
+    agent.turn()
+    assert check(agent.sess, reopen) == signatures(1, 2, 3)
+    # Once a user message ends the loop, block 2 is left out: block 3's prefix is no longer
+    # what was sent before it, so it goes too; a turn made after that keeps its own.
+    agent.user("Next")
+    assert check(agent.sess, reopen) == signatures(1)
+    agent.turn()
+    agent.user("And then")
+    assert check(agent.sess, reopen) == signatures(1, 4)
+
+
 def test_a_preview_before_a_message_changes_its_prefix(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -450,7 +471,7 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
 ) -> None:
     """The prefix each assistant message answered is kept aside at append; after every step
     a block is sent only if that prefix is still exactly the context before it (or its turn
-    is the one a request continues), the first block left out leaves out every later one,
+    is the one a request continues) and the wire before it is what was sent before it then,
     usage counts what is sent, and a fresh handle reads the same."""
     config = plain(
         preserved_thinking=preserved, microcompact_keep_recent=2, tool_result_max_chars=3_000
@@ -460,11 +481,14 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
         agent = Agent(sess)
         agent.user("Port the parser")
         answered: dict[int, list[Any]] = {}  # seq -> the context before it, at append
+        sent_before: dict[int, list[Any]] = {}  # seq -> the wire view before it, at append
         rolled_back = False
         for kind, arg in events:
             if kind == "turn":
                 before = [item.message for item in sess.context().items]
+                wire = list(sess.context_view())
                 seq = agent.turn(output="x" * arg)
+                sent_before[seq] = wire
                 answered[seq] = before
             elif kind == "user":
                 agent.user(f"Next {len(answered)}")
@@ -517,10 +541,11 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
                 newest = len(items) if turn.start is None else turn.start
                 assert all(i >= newest for i in sent)
                 continue
-            # From the first block left out, every later one is (but the continued turn).
-            out = [i for i in thinking_at if i not in sent and i not in continued]
-            if out:
-                assert not [i for i in sent if i > out[0] and i not in continued]
+            # What the provider checks: the wire before each block sent is what was sent
+            # before it when it was made (but the continued turn's).
+            for i in sent:
+                if i not in continued:
+                    assert list(view[:i]) == sent_before[items[i].seq or -1]
             if not rolled_back:
                 # Exactly: every block before the first changed one is sent.
                 first = next((i for i in thinking_at if i not in unchanged), len(items))
