@@ -45,7 +45,8 @@ from typing import Any
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.errors import InvalidInputError
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers.builder import Entry, Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Entry, Item, TranscriptBuilder
+from compactstore.importers.codex_records import CALL_TYPES, OUTPUT_TYPES, payloads, unwrap
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
 from compactstore.ledger import CallUsage, codex_usage
@@ -57,6 +58,7 @@ __all__ = [
     "call_paths",
     "convert",
     "output_text",
+    "payloads",
     "replacement_text",
     "shell_read_path",
     "succeeded",
@@ -64,17 +66,6 @@ __all__ = [
     "unwrap",
 ]
 
-_CALL_TYPES = frozenset(
-    {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call"}
-)
-_OUTPUT_TYPES = frozenset(
-    {
-        "function_call_output",
-        "custom_tool_call_output",
-        "local_shell_call_output",
-        "tool_search_output",
-    }
-)
 # Items a server-side compaction returns in place of the history it summarised.
 COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
 _TRIGGERS = {"auto": CompactTrigger.AUTO, "manual": CompactTrigger.MANUAL}
@@ -119,14 +110,7 @@ def convert(
 ) -> Iterator[Item]:
     """Convert a rollout (see the module docstring for what is kept)."""
     state = _State(TranscriptBuilder(file.name, "codex", "openai", extension))
-    for number, record in file.records(progress):
-        where = f"line {number}"
-        kind, payload = unwrap(record)
-        if payload is None:
-            continue
-        if not isinstance(payload, dict):
-            raise state.out.error(where, f"{kind} record: 'payload' must be an object")
-        timestamp = parse_timestamp(record.get("timestamp") or payload.get("timestamp"))
+    for where, kind, payload, timestamp in payloads(file, state.out, progress):
         if kind == "session_meta":
             _session_meta(state, where, payload, timestamp)
         elif kind == "turn_context":
@@ -134,14 +118,14 @@ def convert(
                 state.cwd = payload["cwd"]
             if isinstance(payload.get("model"), str) and payload["model"]:
                 state.model = payload["model"]
-        if file.cwd is None and state.cwd:
-            file.cwd = state.cwd  # the session's working directory, where it started
         elif kind == "event_msg":
             _event(state, where, payload)
         elif kind == "compacted":
             _compacted(state, where, payload, timestamp)
         elif kind == "response_item":
             _item(state, where, payload, timestamp)
+        if file.cwd is None and state.cwd:
+            file.cwd = state.cwd  # the session's working directory, where it started
         state.out.release(_held_from(state))
         yield from state.out.drain()
     _prepend_instructions(state)
@@ -153,18 +137,6 @@ def _held_from(state: _State) -> int | None:
     session instructions may still have to go first, else the assistant message taking
     items."""
     return 0 if state.instructions is not None else state.group
-
-
-def unwrap(record: dict[str, Any]) -> tuple[str, Any]:
-    """The record's kind and payload; old rollouts have no wrapper (None: nothing to use)."""
-    kind = record.get("type") if isinstance(record.get("type"), str) else None
-    if "payload" in record and kind is not None:
-        return kind, record["payload"]
-    if kind in _CALL_TYPES | _OUTPUT_TYPES | {"message", "reasoning"}:
-        return "response_item", record
-    if kind is None and "instructions" in record and "id" in record:
-        return "session_meta", record
-    return str(kind), None
 
 
 def _session_meta(
@@ -311,9 +283,9 @@ def _item(state: _State, where: str, item: dict[str, Any], timestamp: float | No
     kind = item.get("type") if isinstance(item.get("type"), str) else None
     if kind == "message":
         _message(state, where, item, timestamp)
-    elif kind in _CALL_TYPES:
+    elif kind in CALL_TYPES:
         _call(state, where, item, timestamp)
-    elif kind in _OUTPUT_TYPES:
+    elif kind in OUTPUT_TYPES:
         _output(state, where, item, timestamp)
     elif kind in _SERVER_CALLS:
         _server_call(state, where, item, timestamp)

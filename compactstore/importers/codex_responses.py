@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
-from compactstore.importers.builder import Entry, Item, TranscriptBuilder, parse_timestamp
+from compactstore.importers.builder import Entry, Item, TranscriptBuilder
 from compactstore.importers.codex import (
     COMPACTION_ITEMS,
     call_paths,
     output_text,
+    payloads,
     replacement_text,
     succeeded,
     token_count,
-    unwrap,
 )
 from compactstore.importers.files import Progress, TranscriptFile
 from compactstore.importers.jsonl import text_parts
@@ -106,14 +106,7 @@ def convert(
 ) -> Iterator[Item]:
     """Convert a rollout into Responses items (see the module docstring)."""
     state = _State(TranscriptBuilder(file.name, "codex", "responses", extension))
-    for number, record in file.records(progress):
-        where = f"line {number}"
-        kind, payload = unwrap(record)
-        if payload is None:
-            continue
-        if not isinstance(payload, dict):
-            raise state.out.error(where, f"{kind} record: 'payload' must be an object")
-        timestamp = parse_timestamp(record.get("timestamp") or payload.get("timestamp"))
+    for where, kind, payload, timestamp in payloads(file, state.out, progress):
         _record(state, where, kind, payload, timestamp)
         if file.cwd is None and state.cwd:
             file.cwd = state.cwd  # the session's working directory, where it started
