@@ -115,6 +115,13 @@ def test_every_public_name_is_on_the_api_page() -> None:
         and getattr(compactstore, name).__module__ not in directives
     ]
     assert not missing, f"add '::: compactstore.NAME' to docs/api.md for: {missing}"
+    # And the other way: what the page documents as importable from compactstore is exported.
+    documented = {d.split(".")[1] for d in directives if d.count(".") == 1}
+    modules = {
+        name for name in documented if importlib.util.find_spec(f"compactstore.{name}") is not None
+    }
+    unexported = sorted(documented - modules - set(compactstore.__all__))
+    assert not unexported, f"docs/api.md documents names compactstore does not export: {unexported}"
 
 
 def test_the_command_line_page_has_a_section_per_command() -> None:
