@@ -217,28 +217,28 @@ class ActiveContext:
 
     @property
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
-        """Index ranges of ``items`` whose thinking the wire view sends.
-
-        A message's thinking is left out when its prefix changed since it was produced
-        (:attr:`changed_thinking`), and so is the rest of its turn's (made with it in the
-        prefix). A later turn's thinking, made after the change, is sent: the bytes before
-        it are what was sent then (append-only, and the prompt cache stays warm). Without
-        ``preserved_thinking`` only the newest assistant turn's thinking is sent (back to
-        the last user message). In both, a turn the request continues (only tool results
-        follow its last assistant message) keeps its thinking whatever changed before it:
-        the Messages API refuses a tool-use continuation not starting with its thinking."""
+        """Index ranges of ``items`` whose thinking the wire view sends: with
+        ``preserved_thinking``, all but a message whose prefix changed since it was made
+        (:attr:`changed_thinking`) and the rest of its turn -- a later turn, made after the
+        change, keeps its thinking (the bytes sent stay, the cache stays warm); without,
+        the newest turn's, none after the first change. A turn the request continues
+        keeps its thinking: the API refuses a tool-use continuation not starting with it."""
         return self._derived(_RANGES, self._ranges)
 
     def _ranges(self) -> tuple[tuple[int, int], ...]:
         n = len(self.items)
         turn = self._turn
         start = n if turn.start is None else turn.start
-        sent, begin = [], 0 if self.config.preserved_thinking else start
-        for cut, end in self._cut_turns():
-            if end > begin:
-                sent.append((begin, cut))
-                begin = end
-        sent.append((begin, n))
+        if self.config.preserved_thinking:
+            sent, begin = [], 0
+            for cut, end in self._cut_turns():
+                if end > begin:
+                    sent.append((begin, cut))
+                    begin = end
+            sent.append((begin, n))
+        else:
+            cutoff = self.thinking_cutoff
+            sent = [(start, max(start, n if cutoff is None else cutoff))]
         if turn.continuing:
             sent.append((start, n))
         return merged_ranges(sent)
