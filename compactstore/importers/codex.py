@@ -38,9 +38,9 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from compactstore.code_mode import CODE_MODE_TOOLS, inner_calls
 from compactstore.errors import InvalidInputError
@@ -54,6 +54,7 @@ from compactstore.models import CompactStrategy, CompactTrigger, ImportedBoundar
 
 __all__ = [
     "COMPACTION_ITEMS",
+    "answer",
     "apply_patch_paths",
     "call_paths",
     "convert",
@@ -406,17 +407,10 @@ def call_paths(name: str, arguments: Any, cwd: str | None) -> tuple[str | None, 
 
 def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
     state.group = None
-    call_id = item.get("call_id") or item.get("id")
-    call = state.calls.get(call_id) if isinstance(call_id, str) else None
-    # Unknown, answered twice, or compacted away: the store would refuse the result.
-    if call is None or call_id in state.answered or call.epoch != state.epoch:
+    answered = answer(state.calls, state.answered, state.epoch, item)
+    if answered is None:
         return
-    assert isinstance(call_id, str)
-    state.answered.add(call_id)
-    if "output" not in item and "tools" in item:  # tool_search_output: the tools it loaded
-        text = json.dumps(item["tools"], ensure_ascii=False)
-    else:
-        text = output_text(item.get("output"))
+    call_id, call, text = answered
     read = call.read_path if call.read_path is not None and succeeded(text) else None
     state.out.add(
         {"role": "tool", "tool_call_id": call_id, "content": text},
@@ -424,6 +418,30 @@ def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | 
         timestamp=timestamp,
         read_path=read,
     )
+
+
+class _Epoched(Protocol):
+    epoch: int
+
+
+C = TypeVar("C", bound=_Epoched)
+
+
+def answer(
+    calls: Mapping[str, C], answered: set[str], epoch: int, item: dict[str, Any]
+) -> tuple[str, C, str] | None:
+    """(call id, the call, the output's text) of an output item, now marked answered; None
+    for an output of an unknown call, one answered already, or one compacted away (the
+    store would refuse it)."""
+    call_id = item.get("call_id") or item.get("id")
+    call = calls.get(call_id) if isinstance(call_id, str) else None
+    if call is None or call_id in answered or call.epoch != epoch:
+        return None
+    assert isinstance(call_id, str)
+    answered.add(call_id)
+    if "output" not in item and "tools" in item:  # tool_search_output: the tools it loaded
+        return call_id, call, json.dumps(item["tools"], ensure_ascii=False)
+    return call_id, call, output_text(item.get("output"))
 
 
 def output_text(output: Any) -> str:

@@ -37,8 +37,8 @@ from compactstore.formats.block_types import NO_EXTENSION, BlockTypeExtension
 from compactstore.importers.builder import Entry, Item, TranscriptBuilder
 from compactstore.importers.codex import (
     COMPACTION_ITEMS,
+    answer,
     call_paths,
-    output_text,
     payloads,
     replacement_text,
     succeeded,
@@ -313,17 +313,10 @@ def _call(state: _State, where: str, item: dict[str, Any], timestamp: float | No
 
 
 def _output(state: _State, where: str, item: dict[str, Any], timestamp: float | None) -> None:
-    call_id = item.get("call_id") or item.get("id")
-    call = state.calls.get(call_id) if isinstance(call_id, str) else None
-    # Unknown, answered twice, or compacted away: the store would refuse the output.
-    if call is None or call_id in state.answered or call.epoch != state.epoch:
+    answered = answer(state.calls, state.answered, state.epoch, item)
+    if answered is None:
         return
-    assert isinstance(call_id, str)
-    state.answered.add(call_id)
-    if "output" not in item and "tools" in item:  # tool_search_output: the tools it loaded
-        text = json.dumps(item["tools"], ensure_ascii=False)
-    else:
-        text = output_text(item.get("output"))
+    call_id, call, text = answered
     kind = "custom_tool_call_output" if call.custom else "function_call_output"
     output = {"type": kind, "call_id": call_id, "output": text}
     read = call.read_path if call.read_path is not None and succeeded(text) else None
