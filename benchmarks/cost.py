@@ -31,7 +31,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from compactstore import CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 
 SESSION = "cost-bench"
 TARGET_SECONDS = 1.0

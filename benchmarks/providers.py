@@ -50,7 +50,7 @@ from typing import Any
 from sqlalchemy import text
 
 from compactstore import CompactionConfig, CompactStore
-from compactstore.ledger import response_usage, usage_cost
+from compactstore._ledger import response_usage, usage_cost
 from compactstore.pricing import price_table
 from compactstore.providers import AnthropicCompactor
 
@@ -293,7 +293,7 @@ def clear_pattern(
     Cost from each response's usage at compactstore.pricing's prices."""
     import anthropic
 
-    from compactstore.ledger import response_usage, usage_cost
+    from compactstore._ledger import response_usage, usage_cost
     from compactstore.pricing import price_table
     from tests.fake_messages_api import CONTEXT_MANAGEMENT_BETA, fake_client
 

@@ -7,7 +7,7 @@ prompt sizes from the transcript (system prompt and tool definitions included) d
 record_usage. Prints one markdown table per mode.
 
 After each table, the handoff each cut left, measured by
-compactstore.summary_audit — its own noise markers and parsers, not the summary code's
+compactstore._summary_audit — its own noise markers and parsers, not the summary code's
 classifier: noise lines, files listed twice, escaped newlines, summaries over budget, the
 share of instructions / open plan items / the last assistant text before the cut still in the
 summary or the kept messages, and, where the agent compacted itself, how much of what its
@@ -15,7 +15,7 @@ summary lists ours names when cut at the same place; and "recalled exactly": of 
 each compaction removed, cleared or persisted and the blobs it wrote, how many ``recall`` gave
 back exactly (paged through with its cursors).
 
-Then, against the agent's own handoff at its own cuts (compactstore.simulate.reference
+Then, against the agent's own handoff at its own cuts (compactstore._simulate.reference
 .agent_cuts): Claude Code's summaries and what Codex's ``compacted`` records kept
 (``replacement_history``), each against our summary of the same messages — the files the
 agent names among those the tool calls before the cut touched, the user's messages it keeps,
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from benchmarks import DEFAULT_CORPUS
-from compactstore.simulate import SimulationReport, simulate
-from compactstore.simulate.reference import AgentCut, agent_cuts
+from compactstore._simulate import SimulationReport, simulate
+from compactstore._simulate.reference import AgentCut, agent_cuts
 
 
 def _pct(value: float | None) -> str:

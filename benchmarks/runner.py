@@ -249,10 +249,13 @@ def run_resume(args: argparse.Namespace) -> dict[str, Any]:
 # -- profile --------------------------------------------------------------------------------
 
 _CATEGORIES = (
-    ("compaction engines + ActiveContext", ("/compactstore/engines/", "/compactstore/context.py")),
+    (
+        "compaction engines + ActiveContext",
+        ("/compactstore/_engines/", "/compactstore/_context/active.py"),
+    ),
     ("message formats (validate, tool calls)", ("/compactstore/formats/",)),
-    ("store + repository glue", ("/compactstore/store.py", "/compactstore/db/")),
-    ("token estimate", ("/compactstore/tokens.py",)),
+    ("store + repository glue", ("/compactstore/_store/store.py", "/compactstore/db/")),
+    ("token estimate", ("/compactstore/_context/tokens.py",)),
     ("SQLAlchemy", ("/sqlalchemy/",)),
     ("sqlite3 driver (execute, commit)", ("sqlite3.",)),
     ("json encode/decode", ("/json/", "_json.")),

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from compactstore import CompactStore
-from compactstore.importers import read_transcript
-from compactstore.simulate import simulate_transcript
+from compactstore._context.tokens import estimate_tokens
+from compactstore._importers import read_transcript
+from compactstore._simulate import simulate_transcript
 from compactstore.summarizers import (
     DEFAULT_MAX_INPUT_TOKENS,
     AnthropicSummarizer,
     OpenAISummarizer,
 )
-from compactstore.tokens import estimate_tokens
 
 SUMMARY = "## Original request\n(summary written by the mock)\n\n## Current work\nNext step: go on."
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{200,}={0,2}")

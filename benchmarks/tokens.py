@@ -2,7 +2,7 @@
 
 For every model call of each dev transcript that reports the provider's prompt size, the
 store's usage just before the call is compared with the real prompt size (learnt from the
-transcript's usage, see compactstore.simulate): the article's plain estimate (other
+transcript's usage, see compactstore._simulate): the article's plain estimate (other
 characters / 4, no overhead) and the calibrated figure the store reports (default factor
 until the first real count, then learnt from record_usage). Run at a 200k window and at a
 64k window, where the Claude Code transcripts compact. The last column replays the same
@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from benchmarks import DEFAULT_CORPUS
-from compactstore.importers import read_transcript
+from compactstore._importers import read_transcript
+from compactstore._simulate import simulate_transcript
 from compactstore.models import CompactionConfig
-from compactstore.simulate import simulate_transcript
 
 HEADER = (
     "| transcript | window | calls | raw median | raw p90 | calibrated median | calibrated p90 "

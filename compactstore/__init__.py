@@ -8,8 +8,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from compactstore._context.tokens import estimate_tokens
+    from compactstore._engines.base import Summarizer, SummaryResult
+    from compactstore._ledger import CacheRewrite, CallUsage, SessionCost
+    from compactstore._store.store import CompactStore, Session
     from compactstore.aio import AsyncCompactStore, AsyncSession
-    from compactstore.engines.base import Summarizer, SummaryResult
     from compactstore.errors import (
         CompactStoreError,
         CompactStoreWarning,
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
         SchemaError,
         SummarizerError,
     )
-    from compactstore.ledger import CacheRewrite, CallUsage, SessionCost
     from compactstore.models import (
         BreakerState,
         CompactBoundary,
@@ -38,8 +40,6 @@ if TYPE_CHECKING:
         SummaryInfo,
     )
     from compactstore.pricing import ModelPrice
-    from compactstore.store import CompactStore, Session
-    from compactstore.tokens import estimate_tokens
 
 __all__ = [
     "AsyncCompactStore",
@@ -88,10 +88,10 @@ _LAZY = {
     "AsyncCompactStore": "compactstore.aio",
     "AsyncSession": "compactstore.aio",
     "BreakerState": "compactstore.models",
-    "CacheRewrite": "compactstore.ledger",
-    "CallUsage": "compactstore.ledger",
+    "CacheRewrite": "compactstore._ledger",
+    "CallUsage": "compactstore._ledger",
     "CompactBoundary": "compactstore.models",
-    "CompactStore": "compactstore.store",
+    "CompactStore": "compactstore._store.store",
     "CompactStoreError": "compactstore.errors",
     "CompactStoreWarning": "compactstore.errors",
     "CompactStrategy": "compactstore.models",
@@ -110,14 +110,14 @@ _LAZY = {
     "NotFoundError": "compactstore.errors",
     "PluginError": "compactstore.errors",
     "SchemaError": "compactstore.errors",
-    "Session": "compactstore.store",
-    "SessionCost": "compactstore.ledger",
+    "Session": "compactstore._store.store",
+    "SessionCost": "compactstore._ledger",
     "SessionInfo": "compactstore.models",
-    "Summarizer": "compactstore.engines.base",
+    "Summarizer": "compactstore._engines.base",
     "SummarizerError": "compactstore.errors",
     "SummaryInfo": "compactstore.models",
-    "SummaryResult": "compactstore.engines.base",
-    "estimate_tokens": "compactstore.tokens",
+    "SummaryResult": "compactstore._engines.base",
+    "estimate_tokens": "compactstore._context.tokens",
 }
 
 

@@ -1,5 +1,5 @@
 """python -m compactstore: the same as the compactstore command."""
 
-from compactstore.cli import main
+from compactstore._cli import main
 
 main()

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
+from compactstore._context.boilerplate import DEFAULT_BOILERPLATE_PATTERNS, compile_patterns
 
 __all__ = ["CompactionConfig"]
 
@@ -320,7 +320,7 @@ class CompactionConfig(BaseModel):
         description="Regular expressions of client boilerplate (environment blocks, command "
         "tags, reminders, skill banners): removed from the request, instructions and errors; "
         "a user message with nothing else is never the request. Defaults in "
-        "compactstore.boilerplate.",
+        "compactstore._context.boilerplate.",
     )
 
     # Input limits.

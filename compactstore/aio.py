@@ -10,7 +10,7 @@ running each *step* of it in a worker thread:
   ``active_context``, ``rollback``, ...) runs whole in one such thread: one hop.
 - A call that compacts (``process_request``, ``compact``, ``reactive_recover``,
   ``replay``, a background job) may wait: for another caller's lease, for a summary. Its
-  driver code (:func:`compactstore.core.steps.drive` over ``compaction_steps``) runs on
+  driver code (:func:`compactstore._core.steps.drive` over ``compaction_steps``) runs on
   the loop, in a greenlet (SQLAlchemy's ``greenlet_spawn``), where the store's driver hooks
   hop: ``Read``/``Write`` go to the step pool, ``Compute`` (the engines and the summarizer
   behind them) to a pool of :data:`DECIDE_THREADS` threads of its own, so a decide step
@@ -18,7 +18,7 @@ running each *step* of it in a worker thread:
   and ``Wait`` (and a retry's back-off) is ``asyncio.sleep``.
 - ``process_request()`` without ``background`` (most calls: nothing to summarise) starts
   whole in a step thread, one hop like a simple call; the driver pauses there before a
-  step that waits (a summary, another caller's lease: :class:`~compactstore.core.steps.Paused`)
+  step that waits (a summary, another caller's lease: :class:`~compactstore._core.steps.Paused`)
   and the loop goes on with the rest as above.
 - An async summarizer is awaited on the loop (``Plugins.loop``); a sync one runs in the
   summarizer pool.
@@ -41,16 +41,19 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from sqlalchemy import Engine
 
-from compactstore.aio_threads import DECIDE_THREADS, STEP_THREADS, ThreadedStore, glue
+from compactstore._context.tokens import TokenCounter
+from compactstore._core.checks import check_cache_sessions, check_capabilities, check_pool
+from compactstore._core.driver import committed
+from compactstore._core.steps import Paused
+from compactstore._core.summarizing import Redactor, check_summarizer
+from compactstore._engines.base import AsyncSummarizer, Summarizer
+from compactstore._engines.session_memory import MemoryProvider
+from compactstore._store.session import Session
+from compactstore._store.store import DEFAULT_CACHE_SESSIONS, CompactionCallback
+from compactstore._store.threads import DECIDE_THREADS, STEP_THREADS, ThreadedStore, glue
 from compactstore.capabilities import ModelCapabilities
-from compactstore.core.checks import check_cache_sessions, check_capabilities, check_pool
-from compactstore.core.driver import committed
-from compactstore.core.steps import Paused
-from compactstore.core.summarizing import Redactor, check_summarizer
 from compactstore.db.engine import describe, normalize_url
 from compactstore.db.migrate import open_engine
-from compactstore.engines.base import AsyncSummarizer, Summarizer
-from compactstore.engines.session_memory import MemoryProvider
 from compactstore.errors import MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
 from compactstore.models import (
@@ -62,9 +65,6 @@ from compactstore.models import (
     SessionInfo,
 )
 from compactstore.pricing import Prices, price_table
-from compactstore.session import Session
-from compactstore.store import DEFAULT_CACHE_SESSIONS, CompactionCallback
-from compactstore.tokens import TokenCounter
 
 __all__ = ["DECIDE_THREADS", "STEP_THREADS", "AsyncCompactStore", "AsyncSession"]
 

@@ -19,8 +19,8 @@ from pydantic import (
 )
 
 from compactstore._config import CompactionConfig
-from compactstore.frozen import FrozenDict, freeze, thaw
-from compactstore.ledger import CallUsage
+from compactstore._context.frozen import FrozenDict, freeze, thaw
+from compactstore._ledger import CallUsage
 
 __all__ = [
     "MEMORY_KINDS",
@@ -186,7 +186,7 @@ class CompactionResult(BaseModel):
     # policy existed, or a call that recorded nothing).
     edit_policy: str | None = None
 
-    # The messages, read-only (compactstore.frozen): a compaction hands over the context's
+    # The messages, read-only (compactstore._context.frozen): a compaction hands over the context's
     # own, so a call that compacts copies nothing unless the caller reads ``messages``.
     _messages: tuple[dict[str, Any], ...] = PrivateAttr(default=())
 

@@ -30,9 +30,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from compactstore.capabilities import BINDING_BETA, COMPACTION_BETA
-from compactstore.core.openai_compactor import OpenAICompactor, split_responses_compaction
-from compactstore.core.provider_compaction import (
+from compactstore._core.openai_compactor import OpenAICompactor, split_responses_compaction
+from compactstore._core.provider_compaction import (
     ProviderCompaction,
     ProviderCompactionError,
     async_client,
@@ -40,6 +39,7 @@ from compactstore.core.provider_compaction import (
     with_retries,
     with_retries_async,
 )
+from compactstore.capabilities import BINDING_BETA, COMPACTION_BETA
 from compactstore.errors import InvalidInputError, InvalidMessageError
 from compactstore.formats.compaction import (
     compaction_block,

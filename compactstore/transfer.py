@@ -17,15 +17,15 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from compactstore.core import checks
-from compactstore.core.sessions import release_space
+from compactstore._core import checks
+from compactstore._core.sessions import release_space
+from compactstore._scratch import scratch_dir
+from compactstore._store.store import CompactStore
 from compactstore.db import transfer as db
 from compactstore.db.engine import sqlite_path
 from compactstore.db.migrate import head_revision, stored_revision
 from compactstore.db.transfer import CopyReport
 from compactstore.errors import DatabaseError, InvalidInputError, NotFoundError, SchemaError
-from compactstore.scratch import scratch_dir
-from compactstore.store import CompactStore
 
 __all__ = [
     "CopyReport",
@@ -223,7 +223,7 @@ def staging(target: CompactStore) -> Iterator[CompactStore]:
     Whatever stops the work early (an exception, Ctrl-C, ``kill -9``, a full disk) leaves
     the target as it was. The temporary file lives in the system's temporary directory
     (``TMPDIR``) and is removed afterwards; one a killed run left is removed by the next
-    (:mod:`compactstore.scratch`). The staging store counts tokens, summarises and
+    (:mod:`compactstore._scratch`). The staging store counts tokens, summarises and
     supplies memory as ``target`` does.
 
     Raises:

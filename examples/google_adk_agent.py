@@ -30,9 +30,9 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.genai import types
 
+from compactstore._context.tokens import estimate_tokens, message_tokens
 from compactstore.formats import get_format
 from compactstore.integrations.google_adk import CompactPlugin, to_anthropic  # glue
-from compactstore.tokens import estimate_tokens, message_tokens
 
 CONTEXT_WINDOW = 10_000
 TURNS = 40

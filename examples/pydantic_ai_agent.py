@@ -63,8 +63,8 @@ class Script:
         self.calls = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from compactstore._context.tokens import estimate_tokens, message_tokens
         from compactstore.formats import get_format
-        from compactstore.tokens import estimate_tokens, message_tokens
 
         fmt = get_format("anthropic")
         size = sum(

@@ -46,7 +46,7 @@ def _commands(
 
 def cli_reference() -> str:
     """The text of docs/cli.md: every command's ``--help``, in a section of its own."""
-    from compactstore.cli import cli
+    from compactstore._cli import cli
 
     out = [
         NOTE,
@@ -72,7 +72,7 @@ def _default(value: Any) -> str:
 
 def config_reference() -> str:
     """The text of docs/configuration.md: every CompactionConfig field."""
-    from compactstore.boilerplate import DEFAULT_BOILERPLATE_PATTERNS
+    from compactstore._context.boilerplate import DEFAULT_BOILERPLATE_PATTERNS
     from compactstore.models import CompactionConfig
 
     out = [

@@ -26,7 +26,7 @@ def screenshot(output: Path, steps: int) -> Path:
     from selenium.webdriver.chrome.service import Service
 
     from compactstore import CompactStore
-    from compactstore.demo import run_demo
+    from compactstore._demo import run_demo
     from compactstore.report import write_report
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

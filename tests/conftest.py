@@ -28,8 +28,8 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore
+from compactstore._store.session import SessionStore
 from compactstore.db.schema import metadata
-from compactstore.session import SessionStore
 
 # Property tests keep no example database and no time limits: on a machine the suite shares
 # (two test workers, other jobs) generation and examples are slower, not wrong.
@@ -40,7 +40,7 @@ settings.load_profile("compactstore")
 
 # Each test process keeps its temporary files in a directory of its own (children inherit
 # it through TMPDIR): a store removes the leftovers of stopped runs from the temporary
-# directory and warns that it did (compactstore.scratch), which depends on what other
+# directory and warns that it did (compactstore._scratch), which depends on what other
 # programs left in the machine's, and warnings are errors here.
 _TMPDIR = tempfile.mkdtemp(prefix="compactstore-tests-")
 os.chmod(_TMPDIR, 0o755)  # as /tmp: the tests that run as an unprivileged user reach into it
@@ -57,8 +57,8 @@ def corpus_transcripts() -> list[Path]:
     """The dev corpus files of a kind compactstore imports (detected from their content):
     the sweeping tests take whatever transcripts are there and skip the rest (companion
     files, formats without an importer)."""
+    from compactstore._importers import detect
     from compactstore.errors import InvalidInputError
-    from compactstore.importers import detect
 
     found = []
     for path in sorted(CORPUS_DEV.glob("*/*")):

@@ -1,5 +1,5 @@
 """Our summary against the agent's own handoff at the agent's own cuts
-(compactstore.simulate.reference.agent_cuts, which benchmarks/quality.py reports): Claude
+(compactstore._simulate.reference.agent_cuts, which benchmarks/quality.py reports): Claude
 Code's summaries and what Codex's ``compacted`` records kept."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from compactstore.simulate import simulate
-from compactstore.simulate.reference import agent_cuts, pending_tasks
+from compactstore._simulate import simulate
+from compactstore._simulate.reference import agent_cuts, pending_tasks
 from tests.conftest import CORPUS_DEV
 from tests.helpers import claude_code_record
 

@@ -1,4 +1,4 @@
-"""The async store's worker threads (compactstore.aio_threads): started at open, results
+"""The async store's worker threads (compactstore._store.threads): started at open, results
 handed back to the loop in batches, cancelled calls never run, errors reach the caller."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from compactstore import AsyncCompactStore
+from compactstore._store.threads import Workers
 from compactstore.aio import DECIDE_THREADS, STEP_THREADS
-from compactstore.aio_threads import Workers
 
 pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
 

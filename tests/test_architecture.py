@@ -123,3 +123,31 @@ def test_no_module_over_600_lines() -> None:
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert found == {}
+
+
+# What a user imports: the package itself and these modules; the rest is `_`-prefixed.
+PUBLIC_MODULES = {
+    "aio",
+    "capabilities",
+    "db",
+    "errors",
+    "formats",
+    "integrations",
+    "models",
+    "pricing",
+    "providers",
+    "report",
+    "summarizers",
+    "transfer",
+}
+
+
+def test_the_public_top_level_modules_are_the_documented_twelve() -> None:
+    public = {
+        path.stem
+        for path in PACKAGE.iterdir()
+        if not path.name.startswith("_")
+        and (path.suffix == ".py" or (path / "__init__.py").exists())
+    }
+    assert public == PUBLIC_MODULES
+    assert len(PUBLIC_MODULES) <= 12

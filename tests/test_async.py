@@ -28,8 +28,8 @@ from compactstore import (
     SummaryResult,
     aio,
 )
+from compactstore._core import driver
 from compactstore.aio import STEP_THREADS
-from compactstore.core import driver
 from tests.helpers import words
 
 pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")

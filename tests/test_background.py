@@ -25,8 +25,8 @@ from compactstore import (
     CompactStore,
     Session,
 )
-from compactstore.cli import cli
-from compactstore.core import background
+from compactstore._cli import cli
+from compactstore._core import background
 from compactstore.db.schema import compaction_jobs, compactions
 from tests.helpers import new_session, plain, scratch_store, words
 

@@ -24,13 +24,13 @@ from compactstore import (
     InvalidInputError,
     InvalidMessageError,
 )
+from compactstore._importers import import_file, read_transcript
 from compactstore.formats.block_types import (
     BLOCK_TYPES,
     EXCLUDED_BLOCK_TYPES,
     SERVER_TOOL_BLOCKS,
     check_block_types,
 )
-from compactstore.importers import import_file, read_transcript
 from tests.conftest import Snapshot, module_database
 from tests.helpers import pair_problems, validate_with_sdk
 

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactstore import CompactStore, CompactStrategy
-from compactstore.context import ActiveContext, ContextMessage, json_copy
-from compactstore.core.cache import ContextCache
+from compactstore._context.active import ActiveContext, ContextMessage, json_copy
+from compactstore._core.cache import ContextCache
 from compactstore.db import repository as repo
 from compactstore.formats import get_format
 from tests.helpers import (

@@ -1,4 +1,4 @@
-"""Prompt caching as a cost decision (compactstore.caching): where request_params() puts
+"""Prompt caching as a cost decision (compactstore._context.caching): where request_params() puts
 cache breakpoints and which lifetime their writes get, proven against the strict fake of
 the Messages API; and the cost rule of in-place edits, as a pure function and through
 process_request() (a deferral is a step of the history)."""
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from compactstore import CompactionConfig, CompactStore
-from compactstore.caching import (
+from compactstore._context.caching import (
     call_gap,
     choose_ttl,
     edit_cost,

@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore, InvalidMessageError
+from compactstore._context.pairs import legal_cuts, match_pairs
+from compactstore._importers import import_file, read_transcript
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
-from compactstore.importers import import_file, read_transcript
-from compactstore.pairs import legal_cuts, match_pairs
 from tests.conftest import CORPUS_DEV, Snapshot, module_database
 from tests.helpers import (
     call_message,

@@ -31,8 +31,8 @@ from sqlalchemy import Engine, create_engine, text, update
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore, Session
-from compactstore.cli import cli, render, render_stats
-from compactstore.cli.files import progress
+from compactstore._cli import cli, render, render_stats
+from compactstore._cli.files import progress
 from compactstore.db.schema import breaker_state
 from compactstore.errors import (
     ConflictError,
@@ -1149,7 +1149,7 @@ def test_export_then_import_round_trips_the_log(
 def test_demo_simulates_a_session_then_prints_its_history_and_audit_queries(
     db_url: str, store: CompactStore
 ) -> None:
-    from compactstore.demo import audit_queries
+    from compactstore._demo import audit_queries
 
     result = ok(invoke(db_url, "demo", "--steps", "30"))
     assert result.stderr == "Simulating 30 agent steps: 30 of 30\n"  # progress, on stderr
@@ -1388,7 +1388,7 @@ def test_an_output_is_whole_or_absent_on_a_full_disk(template: str, tmp_path: Pa
 
 
 def test_open_output_leaves_nothing_when_the_writer_fails(tmp_path: Path) -> None:
-    from compactstore.cli.files import open_output
+    from compactstore._cli.files import open_output
 
     target = tmp_path / "out.jsonl"
     with pytest.raises(KeyboardInterrupt), open_output(target, db=None) as out:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from compactstore import CompactStore
-from compactstore.cli import render, render_stats
+from compactstore._cli import render, render_stats
 from tests.conftest import Snapshot
 from tests.test_cli import T0, big_file, build_session, fails, invoke, ok, read_call
 
@@ -366,7 +366,7 @@ def test_nfc_and_nfd_forms_of_an_id_are_one_session(store: CompactStore) -> None
 def test_a_non_nfc_id_written_before_ids_were_normalised_is_still_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from compactstore.core import checks
+    from compactstore._core import checks
 
     db = str(tmp_path / "old.db")
     with monkeypatch.context() as patch:  # an older compactstore stored ids as given
@@ -487,8 +487,8 @@ def test_breaker_says_when_no_microcompact_ran(tmp_path: Path) -> None:
 
 
 def test_simulate_without_anything_freed_says_none(tmp_path: Path) -> None:
-    from compactstore.simulate import summary_lines
-    from compactstore.simulate.report import SimulationReport
+    from compactstore._simulate import summary_lines
+    from compactstore._simulate.report import SimulationReport
 
     report = SimulationReport(
         file="t.jsonl", source="jsonl", format="anthropic", window=8_000, messages=1, calls=1

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from compactstore import CompactionConfig, CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.providers import AnthropicCompactor
 from tests.fake_messages_api import FakeMessagesAPI, fake_client
 from tests.test_edit_policy import _call, _tasks

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from compactstore.cli import cli
+from compactstore._cli import cli
 from tests.helpers import new_session, opened
 from tests.test_transfer import rich_session
 

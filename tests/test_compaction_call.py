@@ -1,4 +1,4 @@
-"""The compaction call as a state object (compactstore.core.compaction.CompactionCall):
+"""The compaction call as a state object (compactstore._core.compaction.CompactionCall):
 its transitions as a table, and the lease it holds ended exactly once, by the commit or by
 the ``finally`` of its steps. No database: the transitions are plain methods."""
 
@@ -10,8 +10,9 @@ from functools import partial
 
 import pytest
 
-from compactstore.core.cache import ContextCache
-from compactstore.core.compaction import (
+from compactstore._context.tokens import estimate_tokens
+from compactstore._core.cache import ContextCache
+from compactstore._core.compaction import (
     MAX_REPLANS,
     CompactionCall,
     Plugins,
@@ -23,14 +24,13 @@ from compactstore.core.compaction import (
     process_request,
     reactive_request,
 )
-from compactstore.core.steps import Read, Write
+from compactstore._core.steps import Read, Write
+from compactstore._engines import pipeline
+from compactstore._engines.base import EngineInputs
+from compactstore._engines.pipeline import Outcome
 from compactstore.db import repository as repo
-from compactstore.engines import pipeline
-from compactstore.engines.base import EngineInputs
-from compactstore.engines.pipeline import Outcome
 from compactstore.formats import get_format
 from compactstore.models import CompactionResult
-from compactstore.tokens import estimate_tokens
 from tests.engines.builder import ContextBuilder
 
 NOW = 1_700_010_000.0

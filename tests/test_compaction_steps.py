@@ -20,7 +20,7 @@ from compactstore import (
     CompactTrigger,
     ConflictError,
 )
-from compactstore.admin import store_stats
+from compactstore._store.admin import store_stats
 from compactstore.db.migrate import head_revision
 from tests.conftest import Snapshot
 from tests.helpers import T0, Chat, busy_log, every_stage, migrate_to, new_session, words

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 
 from compactstore import CompactStore, Session
-from compactstore.frozen import FrozenDict, FrozenList, freeze, thaw
+from compactstore._context.frozen import FrozenDict, FrozenList, freeze, thaw
 from tests.helpers import FORMATS, T0, every_stage, new_session, plain, validate_with_sdk
 from tests.test_cache import containers, json_values, tool_log, vandalise
 

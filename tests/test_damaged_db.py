@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore, CompactStoreError, DatabaseError, SchemaError
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.db.migrate import head_revision
 from tests.conftest import snapshot
 

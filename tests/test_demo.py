@@ -1,4 +1,4 @@
-"""The demo session (compactstore.demo) on SQLite and PostgreSQL: every stage fires and is
+"""The demo session (compactstore._demo) on SQLite and PostgreSQL: every stage fires and is
 recorded, the run is deterministic, its active context is a valid request, and the audit
 queries it documents run and find rows.
 """
@@ -14,15 +14,15 @@ import pytest
 from sqlalchemy import text
 
 from compactstore import CompactStore, CompactStrategy, CompactTrigger, InvalidInputError
-from compactstore.admin import store_stats
-from compactstore.demo import (
+from compactstore._demo import (
     DEMO_CONTEXT_WINDOW,
     FIRED_KEYS,
     DemoReport,
     audit_queries,
     run_demo,
 )
-from compactstore.demo.agent import STAGE_KEYS
+from compactstore._demo.agent import STAGE_KEYS
+from compactstore._store.admin import store_stats
 from tests.helpers import validate_with_sdk
 
 # Enough turns to reach every stage (the default demo plays 300), small enough to be quick.

@@ -40,7 +40,7 @@ import click
 import pytest
 
 from compactstore import CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 from tests.conftest import PG_URL, fresh_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,8 +339,8 @@ def _audit_statements() -> list[str]:
 def test_the_audit_sql_runs_and_counts_each_stage_as_stats_does(tmp_path: Path) -> None:
     import sqlite3
 
-    from compactstore.admin import store_stats
-    from compactstore.demo import run_demo
+    from compactstore._demo import run_demo
+    from compactstore._store.admin import store_stats
 
     path = tmp_path / "audit.db"
     with CompactStore.open(path) as store:

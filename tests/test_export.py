@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, Session
-from compactstore.cli import cli
-from compactstore.export import export_lines
-from compactstore.importers import import_file, read_transcript
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
+from compactstore._store.export import export_lines
 from tests.conftest import CORPUS_DEV
 from tests.helpers import per_seq
 

@@ -29,10 +29,10 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, NotFoundError, Session
-from compactstore.cli import cli
-from compactstore.engines.microcompact import CLEARED_TEXT
-from compactstore.engines.read_dedup import dedup_stub
-from compactstore.importers import import_file
+from compactstore._cli import cli
+from compactstore._engines.microcompact import CLEARED_TEXT
+from compactstore._engines.read_dedup import dedup_stub
+from compactstore._importers import import_file
 from tests.conftest import snapshot
 from tests.crash_child import check_rows
 from tests.helpers import per_seq

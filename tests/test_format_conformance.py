@@ -18,7 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, InvalidInputError, InvalidMessageError, Session
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._context.media import MEDIA_BLOCK_TYPES
+from compactstore._context.tokens import estimate_tokens, message_tokens
+from compactstore._recall import render
 from compactstore.formats import (
     FORMAT_NAMES,
     PROVIDER_FORMATS,
@@ -35,9 +38,6 @@ from compactstore.formats.sdk_types import (
     request_type,
     to_request,
 )
-from compactstore.media import MEDIA_BLOCK_TYPES
-from compactstore.recall import render
-from compactstore.tokens import estimate_tokens, message_tokens
 from tests.conftest import module_database
 
 Message = dict[str, Any]

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from compactstore import CompactionConfig, CompactStore
+from compactstore._context.tokens import estimate_tokens
 from compactstore.formats.base import json_text
 from compactstore.formats.sdk_types import sdk_problems
-from compactstore.tokens import estimate_tokens
 from tests.conftest import module_database
 from tests.test_media import PIXEL_TOKENS, PNG_B64, T0
 

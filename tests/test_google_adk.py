@@ -30,9 +30,9 @@ from google.genai import errors, types
 from pydantic import Field
 
 from compactstore import CompactStore, InvalidInputError
+from compactstore._context.tokens import estimate_tokens, message_tokens
 from compactstore.formats import get_format
 from compactstore.integrations.google_adk import CompactPlugin, is_context_overflow, to_anthropic
-from compactstore.tokens import estimate_tokens, message_tokens
 from tests.test_media import PIXEL_TOKENS, png
 
 # Each test runs real ADK runners (a runner's setup alone takes about 0.1 s).

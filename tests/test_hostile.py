@@ -37,9 +37,9 @@ from compactstore import (
     NotFoundError,
     Session,
 )
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
 from compactstore.formats.base import MAX_NESTING
-from compactstore.importers import import_file, read_transcript
 from tests.conftest import BACKENDS, fresh_database, snapshot
 
 T0 = 1_700_000_000.0

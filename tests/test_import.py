@@ -30,17 +30,17 @@ from compactstore import (
     InvalidMessageError,
     NotFoundError,
 )
-from compactstore.cli import cli
-from compactstore.formats import get_format
-from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
-from compactstore.importers import (
+from compactstore._cli import cli
+from compactstore._importers import (
     SOURCES,
     Transcript,
     detect,
     import_file,
     read_transcript,
 )
-from compactstore.importers.codex import apply_patch_paths, shell_read_path
+from compactstore._importers.codex import apply_patch_paths, shell_read_path
+from compactstore.formats import get_format
+from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 from compactstore.models import ImportedMessage
 from tests.conftest import CORPUS_DEV, Snapshot
 from tests.helpers import claude_code_record

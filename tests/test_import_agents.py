@@ -21,12 +21,12 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, CompactTrigger, InvalidInputError
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._importers import SOURCES, detect, import_file, read_transcript
+from compactstore._importers.openhands import HOLD
+from compactstore._simulate import simulate
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import check_sdk_types
-from compactstore.importers import SOURCES, detect, import_file, read_transcript
-from compactstore.importers.openhands import HOLD
-from compactstore.simulate import simulate
 from tests.conftest import CORPUS_DEV, Snapshot
 
 Message = dict[str, Any]

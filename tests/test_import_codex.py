@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, InvalidInputError
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
+from compactstore._simulate import simulate
 from compactstore.formats.sdk_types import check_sdk_types
-from compactstore.importers import import_file, read_transcript
-from compactstore.simulate import simulate
 from tests.conftest import CORPUS_DEV
 
 SECRET = "gAAAAABo1Ut" + "x" * 200  # an encrypted reasoning blob, as Codex stores it

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from compactstore import CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
+from compactstore._importers.files import MAX_LINE_BYTES, TranscriptFile
 from compactstore.errors import InvalidInputError
-from compactstore.importers import import_file, read_transcript
-from compactstore.importers.files import MAX_LINE_BYTES, TranscriptFile
 from tests.conftest import fresh_database
 from tests.helpers import opened
 

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore
-from compactstore.cli import cli
-from compactstore.importers import import_file, read_transcript
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
 from compactstore.models import CompactStrategy, CompactTrigger
 from tests.conftest import CORPUS_DEV
 from tests.helpers import claude_code_record

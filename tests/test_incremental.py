@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactstore import CompactionConfig
-from compactstore._incremental import REGISTRY, Scope
-from compactstore.context import ActiveContext, ContextMessage, MessageState
+from compactstore._context.active import ActiveContext, ContextMessage, MessageState
+from compactstore._context.incremental import REGISTRY, Scope
+from compactstore._context.tokens import estimate_tokens
 from compactstore.formats import get_format
-from compactstore.tokens import estimate_tokens
 
 TEXT = st.text(alphabet="abc xyz", max_size=12)
 IDS = st.sampled_from(["t1", "t2", "t3"])

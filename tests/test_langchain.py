@@ -37,13 +37,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 from compactstore import CompactionConfig, CompactStore, InvalidInputError
+from compactstore._context.media import media_tokens
+from compactstore._context.tokens import estimate_tokens
 from compactstore.formats.sdk_types import sdk_problems
 from compactstore.integrations.langchain import (
     CompactStoreMiddleware,
     format_for_model,
 )
-from compactstore.media import media_tokens
-from compactstore.tokens import estimate_tokens
 from tests.mock_http import anthropic_message, http_module, sdk_client
 from tests.test_media import png
 

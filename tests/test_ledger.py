@@ -27,7 +27,7 @@ from compactstore import (
     InvalidInputError,
     Session,
 )
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.db.schema import model_calls
 from compactstore.pricing import PRICES, ModelPrice
 from tests.conftest import CORPUS_DEV
@@ -479,7 +479,7 @@ def test_compactstore_cost_and_stats_show_the_ledger(db_url: str) -> None:
 
 _IMPORTED_BY_COST = """
 import json, sys
-from compactstore.cli import main
+from compactstore._cli import main
 sys.argv = ["compactstore", "cost", "s", "--db", sys.argv[1], "--json"]
 try:
     main()
@@ -509,15 +509,15 @@ def test_compactstore_cost_imports_only_what_it_needs(tmp_path: Path) -> None:
     *document, modules = done.stdout.splitlines()
     assert json.loads("\n".join(document))["calls"] == 1
     loaded = set(json.loads(modules))
-    assert "compactstore.cli.reading" in loaded and "compactstore.store" in loaded
+    assert "compactstore._cli.reading" in loaded and "compactstore._store.store" in loaded
     for heavy in (
         "compactstore.aio",
-        "compactstore.cli.transcripts",
-        "compactstore.cli.report",
+        "compactstore._cli.transcripts",
+        "compactstore._cli.report",
         "compactstore.report",
-        "compactstore.simulate",
+        "compactstore._simulate",
         "compactstore.summarizers",
-        "compactstore.importers",
+        "compactstore._importers",
         "jinja2",
     ):
         assert heavy not in loaded, heavy
@@ -596,7 +596,7 @@ def _transcript_usage(path: Path) -> dict[str, dict[str, Any]]:
 def test_an_imported_claude_code_transcript_has_its_own_usage_sums(
     path: Path, tmp_path: Path
 ) -> None:
-    from compactstore.importers import import_file
+    from compactstore._importers import import_file
 
     calls = _transcript_usage(path)
     if not calls:
@@ -657,7 +657,7 @@ def _say(role: str, text: str, second: int) -> str:
 def test_an_imported_codex_rollout_fills_the_ledger_from_its_token_counts(
     tmp_path: Path, store: CompactStore
 ) -> None:
-    from compactstore.importers import import_file
+    from compactstore._importers import import_file
 
     path = tmp_path / "rollout.jsonl"
     lines = [
@@ -686,7 +686,7 @@ def test_an_imported_codex_rollout_fills_the_ledger_from_its_token_counts(
 
 
 def test_a_transcript_usage_with_a_bad_count_names_its_line(tmp_path: Path) -> None:
-    from compactstore.importers import read_transcript
+    from compactstore._importers import read_transcript
 
     record = {
         "type": "assistant",

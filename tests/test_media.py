@@ -21,13 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactionConfig, CompactStore, CompactStoreWarning, InvalidInputError
-from compactstore.cli import cli
-from compactstore.engines import microcompact, tool_budget
-from compactstore.engines.base import EngineInputs
-from compactstore.formats import get_format
-from compactstore.formats.sdk_types import sdk_problems
-from compactstore.importers import read_transcript
-from compactstore.media import (
+from compactstore._cli import cli
+from compactstore._context.media import (
     image_size,
     media_blocks,
     media_note,
@@ -35,13 +30,18 @@ from compactstore.media import (
     user_media,
     without_media,
 )
-from compactstore.tokens import (
+from compactstore._context.tokens import (
     DOCUMENT_PAGE_TOKENS,
     IMAGE_MAX_TOKENS,
     estimate_tokens,
     image_tokens,
     message_tokens,
 )
+from compactstore._engines import microcompact, tool_budget
+from compactstore._engines.base import EngineInputs
+from compactstore._importers import read_transcript
+from compactstore.formats import get_format
+from compactstore.formats.sdk_types import sdk_problems
 from tests.conftest import Snapshot, module_database
 from tests.engines.builder import ContextBuilder
 from tests.helpers import claude_code_record

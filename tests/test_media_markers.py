@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactionConfig, CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 from tests.test_media import PNG_B64, T0, image_block, screenshot_turn
 
 PNG_MARKER = "[image png 1000×800, 81 kB]"

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from compactstore import CompactionConfig, CompactStore
+from compactstore._importers import import_file, read_transcript
+from compactstore._simulate import simulate_transcript
 from compactstore.db.schema import model_calls
-from compactstore.importers import import_file, read_transcript
-from compactstore.simulate import simulate_transcript
 from tests.helpers import assistant, user
 
 

@@ -23,17 +23,17 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from compactstore import CompactStore
-from compactstore.cli import cli
-from compactstore.core.summarizing import redact_credentials
+from compactstore._cli import cli
+from compactstore._core.summarizing import redact_credentials
+from compactstore._engines.base import SummaryResult
+from compactstore._importers import import_file, read_transcript
+from compactstore._store.export import export_lines
 from compactstore.db.schema import (
     compact_boundaries,
     compaction_jobs,
     compactions,
     read_dedup_entries,
 )
-from compactstore.engines.base import SummaryResult
-from compactstore.export import export_lines
-from compactstore.importers import import_file, read_transcript
 from compactstore.models import CompactionResult, CompactStrategy
 from compactstore.transfer import backup, restore
 from tests.helpers import T0, claude_code_record, new_session, per_seq, plain, words
@@ -401,7 +401,7 @@ def test_redacting_a_hostile_error_text_takes_linear_time() -> None:
     test at the deadline instead of hanging it."""
     script = textwrap.dedent(
         """
-        from compactstore.core.summarizing import redact_credentials
+        from compactstore._core.summarizing import redact_credentials
         for text in ("eyJ-" * 100_000, "api_key-" * 50_000, "sk-" * 130_000,
                      "x-api-key" + " " * 400_000, "Authorization: " * 26_000):
             redact_credentials(text)

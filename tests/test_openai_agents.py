@@ -33,6 +33,8 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from openai.types.responses.response_output_text import ResponseOutputText
 
 from compactstore import CompactionConfig, CompactStore, CompactStoreWarning, InvalidInputError
+from compactstore._context.media import media_tokens
+from compactstore._context.tokens import estimate_tokens
 from compactstore.formats.responses import CALLS, OUTPUTS, item_type
 from compactstore.formats.sdk_types import sdk_problems
 from compactstore.integrations.openai_agents import (
@@ -40,8 +42,6 @@ from compactstore.integrations.openai_agents import (
     is_context_overflow,
     wire_item,
 )
-from compactstore.media import media_tokens
-from compactstore.tokens import estimate_tokens
 from tests.test_media import png
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import create_engine, inspect, text
 
 from compactstore import CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.errors import DatabaseError, NotFoundError, SchemaError
 from tests.conftest import fresh_database
 from tests.helpers import T0, opened, user

@@ -1,5 +1,5 @@
 """The rows a compaction outcome writes, built as pure functions
-(compactstore.core.outcome_rows): no database, the outcomes of the engines on in-memory
+(compactstore._core.outcome_rows): no database, the outcomes of the engines on in-memory
 contexts. The writes themselves are checked through the public API elsewhere
 (test_compaction_steps, test_replay, test_caching)."""
 
@@ -9,16 +9,16 @@ import hashlib
 import json
 from dataclasses import replace
 
-from compactstore.core.outcome_rows import (
+from compactstore._core.outcome_rows import (
     boundary_values,
     changed_after_seq,
     outcome_rows,
     recorded_result,
 )
-from compactstore.core.replay_inputs import EngineRun
-from compactstore.engines import pipeline
-from compactstore.engines.base import EngineInputs
-from compactstore.engines.pipeline import Outcome
+from compactstore._core.replay_inputs import EngineRun
+from compactstore._engines import pipeline
+from compactstore._engines.base import EngineInputs
+from compactstore._engines.pipeline import Outcome
 from compactstore.models import CompactStrategy, SummaryInfo
 from tests.engines.builder import ContextBuilder
 from tests.helpers import words

@@ -36,9 +36,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from compactstore import CompactionConfig, CompactStore, ConflictError, InvalidInputError
+from compactstore._context.tokens import estimate_tokens, message_tokens
 from compactstore.formats import get_format
 from compactstore.integrations.pydantic_ai import CompactHistory, to_anthropic
-from compactstore.tokens import estimate_tokens, message_tokens
 from tests.test_media import PIXEL_TOKENS, png
 
 # Each test runs real agents (pydantic-ai's run setup alone takes about 0.2 s).

@@ -19,8 +19,8 @@ from compactstore import (
     InvalidInputError,
     NotFoundError,
 )
-from compactstore.simulate import simulate
-from compactstore.summary_audit import whole_recall
+from compactstore._simulate import simulate
+from compactstore._summary_audit import whole_recall
 from tests.conftest import Snapshot, corpus_transcripts
 from tests.helpers import (
     CLEARED,

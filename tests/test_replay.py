@@ -16,7 +16,7 @@ from compactstore import (
     ConflictError,
     DatabaseError,
 )
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.models import ImportedBoundary, ImportedMessage
 from tests.conftest import Snapshot
 from tests.helpers import T0, assistant, new_session, user, words

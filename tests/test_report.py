@@ -204,7 +204,7 @@ def test_imported_and_simulated_sessions(tmp_path: Path) -> None:
     path.write_text("\n".join(json.dumps(m) for m in messages) + "\n", encoding="utf-8")
     from click.testing import CliRunner
 
-    from compactstore.cli import cli
+    from compactstore._cli import cli
 
     db = tmp_path / "sim.db"
     out = CliRunner().invoke(cli, ["simulate", str(path), "--window", "8000", "--db", str(db)])
@@ -322,7 +322,7 @@ def test_without_jinja2_the_error_names_the_extra(
 def run(*args: str) -> Any:
     from click.testing import CliRunner
 
-    from compactstore.cli import cli
+    from compactstore._cli import cli
 
     return CliRunner().invoke(cli, list(args))
 

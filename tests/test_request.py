@@ -16,17 +16,17 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from compactstore import CompactionConfig, CompactStore, ConflictError, InvalidInputError
-from compactstore.boilerplate import (
+from compactstore._cli import cli
+from compactstore._context.boilerplate import (
     DEFAULT_BOILERPLATE_PATTERNS,
     is_boilerplate,
     request_text,
 )
-from compactstore.cli import cli
+from compactstore._engines.summary import original_request
+from compactstore._importers import import_file
+from compactstore._simulate import simulate
+from compactstore._summary_audit import real_request_index
 from compactstore.db.migrate import alembic_config
-from compactstore.engines.summary import original_request
-from compactstore.importers import import_file
-from compactstore.simulate import simulate
-from compactstore.summary_audit import real_request_index
 from tests.conftest import CORPUS_DEV, corpus_transcripts
 from tests.helpers import T0, assistant, context_seqs, opened, plain, user
 

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactstore import CompactStore, Session
-from compactstore._request_view import RequestView
-from compactstore.caching import min_cacheable_tokens
+from compactstore._context.caching import min_cacheable_tokens
+from compactstore._context.request_view import RequestView
 from compactstore.formats.request import build_request_params
 from tests.helpers import Chat, new_session, plain, scratch_store, words
 from tests.mock_http import anthropic_message, chat_completion, sdk_client

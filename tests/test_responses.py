@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from openai.types.responses import ResponseInputItemParam
 
 from compactstore import CompactionConfig, CompactStore, InvalidMessageError, Session
+from compactstore._context.pairs import legal_cuts
 from compactstore.formats import get_format
 from compactstore.formats.responses import ITEM_CLASSES, NO_STAND_IN, ResponsesFormat
 from compactstore.formats.sdk_types import check_sdk_types, sdk_problems
-from compactstore.pairs import legal_cuts
 from tests.helpers import T0, scratch_store, words
 
 FMT = get_format("responses")
@@ -265,7 +265,7 @@ def test_reasoning_is_glued_to_the_next_item() -> None:
         SAMPLES["reasoning"],
         {"role": "assistant", "content": "done"},
     ]
-    from compactstore.context import ContextMessage
+    from compactstore._context.active import ContextMessage
 
     items = [
         ContextMessage.build(FMT, m, tokens=1, seq=i, state="original")

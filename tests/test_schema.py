@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 import compactstore
 from compactstore import CompactStore, DatabaseError, SchemaError
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.db.schema import metadata
 from tests.helpers import TABLES

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, create_engine, inspect, select, text
 
 from compactstore import CompactionConfig, CompactStore, SchemaError
-from compactstore.cli import cli
+from compactstore._cli import cli
 from compactstore.db import schema
 from compactstore.db.migrate import KINDS, alembic_config, current_revision, head_revision
 

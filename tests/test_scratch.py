@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._importers import import_file
+from compactstore._scratch import LOCK_NAME, STALE_SECONDS, remove_leftovers, scratch_dir
 from compactstore.errors import CompactStoreWarning
-from compactstore.importers import import_file
-from compactstore.scratch import LOCK_NAME, STALE_SECONDS, remove_leftovers, scratch_dir
 from tests.conftest import REPO, fresh_database
 from tests.helpers import opened
 
@@ -118,7 +118,7 @@ def child(script: str, tmpdir: Path) -> Iterator[subprocess.Popen[str]]:
 STUCK_IMPORT = """
 import sys, time
 from compactstore import CompactStore
-from compactstore.importers import import_file
+from compactstore._importers import import_file
 
 def count(text):
     print("staging", flush=True)

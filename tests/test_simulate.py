@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore
-from compactstore import summary_audit as audit
-from compactstore.cli import cli
-from compactstore.importers import read_transcript
-from compactstore.simulate import simulate, simulate_transcript
+from compactstore import _summary_audit as audit
+from compactstore._cli import cli
+from compactstore._importers import read_transcript
+from compactstore._simulate import simulate, simulate_transcript
 from tests.conftest import CORPUS_DEV
 from tests.helpers import claude_code_record
 

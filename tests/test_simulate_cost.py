@@ -1,5 +1,5 @@
 """simulate's cost: a prompt cache at message granularity on the replay's clock
-(compactstore.simulate.cost), under the store's policy, with compaction off, and the
+(compactstore._simulate.cost), under the store's policy, with compaction off, and the
 transcript's own recorded usage, priced with compactstore.pricing."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._simulate import simulate
+from compactstore._simulate.cost import CacheMeter
 from compactstore.errors import CompactStoreWarning
 from compactstore.pricing import price_table
-from compactstore.simulate import simulate
-from compactstore.simulate.cost import CacheMeter
 from tests.conftest import CORPUS_DEV
 from tests.test_ledger import BY_HAND, MTOK, _transcript_usage
 from tests.test_simulate import transcript, write_jsonl

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactStore, ConflictError, InvalidInputError, NotFoundError
-from compactstore.cli import cli
-from compactstore.importers import import_file, read_transcript
+from compactstore._cli import cli
+from compactstore._importers import import_file, read_transcript
 from compactstore.transfer import backup, restore
 from tests.conftest import CORPUS_DEV, Snapshot
 from tests.helpers import claude_code_record

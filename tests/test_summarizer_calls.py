@@ -299,7 +299,7 @@ def test_resummarize_needs_a_summarizer(db_url: str) -> None:
 @pytest.mark.slow
 def test_the_redactor_applies_to_export_and_report_texts(tmp_path: Path) -> None:
     pytest.importorskip("jinja2", reason="the report needs the 'report' extra")
-    from compactstore.export import export_lines
+    from compactstore._store.export import export_lines
     from compactstore.report import session_page
 
     db = tmp_path / "store.db"

@@ -24,10 +24,10 @@ from compactstore import (
     MissingExtraError,
     SummaryResult,
 )
-from compactstore.recall import RECALL_LINE
+from compactstore._context.tokens import estimate_tokens
+from compactstore._recall import RECALL_LINE
 from compactstore.summarizers import AnthropicSummarizer, OpenAISummarizer, resolve
 from compactstore.summarizers.prompt import build_prompt, transcript
-from compactstore.tokens import estimate_tokens
 from tests.mock_http import anthropic_message, chat_completion, sdk_client
 
 anthropic = pytest.importorskip("anthropic", reason="the 'anthropic' extra is not installed")

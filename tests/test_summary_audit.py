@@ -1,9 +1,9 @@
-"""The simulator's own checks of summaries (compactstore.summary_audit): they must catch
+"""The simulator's own checks of summaries (compactstore._summary_audit): they must catch
 what they measure, or the figures they give mean nothing."""
 
 from __future__ import annotations
 
-from compactstore import summary_audit as audit
+from compactstore import _summary_audit as audit
 
 SUMMARY = """[Context compacted]
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore
-from compactstore.cli import cli
+from compactstore._cli import cli
 from tests.helpers import T0, opened
 
 WINDOW = 8_192

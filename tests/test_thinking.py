@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from compactstore import CompactionConfig, CompactStore, Session
+from compactstore._context.tokens import estimate_tokens
 from compactstore.db.migrate import current_revision, head_revision
 from compactstore.models import ImportedBoundary, ImportedMessage
-from compactstore.tokens import estimate_tokens
 from tests.helpers import T0, migrate_to, plain, scratch_store, validate_with_sdk
 from tests.test_validation import wrong
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compactstore import CompactionConfig, CompactStore, estimate_tokens
-from compactstore.tokens import MIN_CALIBRATION_GROWTH, PRIOR_WEIGHT, learn_factor
+from compactstore._context.tokens import MIN_CALIBRATION_GROWTH, PRIOR_WEIGHT, learn_factor
 
 
 def test_the_estimate_keeps_the_articles_formula() -> None:

@@ -34,14 +34,14 @@ from sqlalchemy import (
 )
 
 from compactstore import CompactStore, ConflictError, NotFoundError, Session
-from compactstore.core.origins import Given, extend_with_origins, read_origins
+from compactstore._core.origins import Given, extend_with_origins, read_origins
+from compactstore._demo import run_demo
+from compactstore._importers import read_transcript
+from compactstore._simulate import simulate_transcript
 from compactstore.db import schema
 from compactstore.db import transfer as db_transfer
 from compactstore.db.migrate import alembic_config, head_revision, stored_revision
-from compactstore.demo import run_demo
 from compactstore.errors import InvalidInputError, SchemaError
-from compactstore.importers import read_transcript
-from compactstore.simulate import simulate_transcript
 from compactstore.transfer import backup, copy_sessions, prune, restore, staging
 from tests.conftest import fresh_database, snapshot
 from tests.helpers import HOUR, T0, Chat, busy_log, every_stage, new_session, opened, words

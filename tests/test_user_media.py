@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from compactstore import CompactionConfig, CompactStore, InvalidInputError
-from compactstore.cli import cli
-from compactstore.engines import tool_budget
-from compactstore.engines.base import EngineInputs
+from compactstore._cli import cli
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines import tool_budget
+from compactstore._engines.base import EngineInputs
 from compactstore.formats.sdk_types import sdk_problems
-from compactstore.tokens import estimate_tokens
 from tests.conftest import Snapshot, module_database
 from tests.engines.builder import ContextBuilder
 from tests.test_media import PIXEL_TOKENS, PNG, PNG_B64, T0, image_block, screenshot_turn

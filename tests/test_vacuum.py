@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from compactstore import CompactStore
-from compactstore.admin import database_space, vacuum
-from compactstore.cli import cli
+from compactstore._cli import cli
+from compactstore._store.admin import database_space, vacuum
 from compactstore.transfer import prune
 from tests.helpers import T0, assistant, opened, user
 

@@ -1,8 +1,8 @@
 """Reading the rows the active context is made of, and the boundaries and compactions that
 cut it.
 
-This module only reads rows (:func:`context_rows`); :mod:`compactstore.core.assembling`
-puts them together into an :class:`~compactstore.context.ActiveContext`.
+This module only reads rows (:func:`context_rows`); :mod:`compactstore._core.assembling`
+puts them together into an :class:`~compactstore._context.active.ActiveContext`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A row says how full the store thought the context was when it was sent (``usage``), and,
 when the caller or the transcript reported it, what the provider counted (``real_tokens``)
-and billed (the ledger columns: tokens by kind, model, cost; see :mod:`compactstore.ledger`).
+and billed (the ledger columns: tokens by kind, model, cost; see :mod:`compactstore._ledger`).
 The report draws its usage curve from these rows; :func:`session_cost` sums them in SQL.
 Functions take the connection of a transaction the store opened; none of them commits.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, func, insert, select
 
+from compactstore._ledger import CallUsage, LedgerTotals
 from compactstore.db.schema import compactions, model_calls
-from compactstore.ledger import CallUsage, LedgerTotals
 
 __all__ = [
     "ModelCall",

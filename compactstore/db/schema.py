@@ -396,7 +396,7 @@ model_calls = Table(
     # The prompt size the provider counted, when the caller or the transcript reported it.
     Column("real_tokens", Integer),
     Column("created_at", Float, nullable=False),
-    # The cost and cache ledger (compactstore.ledger), when the call's usage was reported
+    # The cost and cache ledger (compactstore._ledger), when the call's usage was reported
     # (null on rows recorded before it): the prompt split as billed -- uncached input, cache
     # reads, cache writes for the provider's short (5 m) and long (1 h) lifetime -- and the
     # output; the provider's iterations, cache-miss reason and input transformations as

@@ -15,6 +15,8 @@ import copy
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from compactstore._context.frozen import FrozenDict, freeze
+from compactstore._context.media_checks import check_user_media
 from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     Kind,
@@ -30,8 +32,6 @@ from compactstore.formats.base import (
     usage_count,
 )
 from compactstore.formats.blocks import check_tool_use_content, tool_use_calls
-from compactstore.frozen import FrozenDict, freeze
-from compactstore.media_checks import check_user_media
 
 __all__ = ["ANTHROPIC_ASSISTANT", "ANTHROPIC_USER", "SERVER_TOOL_BLOCKS", "AnthropicFormat"]
 

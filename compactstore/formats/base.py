@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from compactstore._context.media import MEDIA_BLOCK_TYPES, has_media, media_tokens
+from compactstore._context.tokens import TokenCounter
 from compactstore._text import storable_text, storage_json
 from compactstore.errors import InvalidInputError, InvalidMessageError, MissingExtraError
-from compactstore.media import MEDIA_BLOCK_TYPES, has_media, media_tokens
-from compactstore.tokens import TokenCounter
 
 __all__ = [
     "MAX_NESTING",
@@ -495,7 +495,7 @@ def content_text(content: Any) -> str:
 
 def flatten_result(content: Any) -> str:
     """A tool result's content as text; non-text blocks count as their JSON, except media
-    (images, documents), which count by their size (:mod:`compactstore.media`)."""
+    (images, documents), which count by their size (:mod:`compactstore._context.media`)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from compactstore._context.media import MEDIA_BLOCK_TYPES
+from compactstore._context.media_checks import check_media_block
 from compactstore.formats.base import (
     MessageFormat,
     ToolCall,
@@ -16,8 +18,6 @@ from compactstore.formats.base import (
     content_blocks,
     type_name,
 )
-from compactstore.media import MEDIA_BLOCK_TYPES
-from compactstore.media_checks import check_media_block
 
 __all__ = ["check_tool_use", "check_tool_use_content", "tool_use_calls"]
 

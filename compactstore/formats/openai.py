@@ -12,6 +12,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from compactstore._context.media import MEDIA_BLOCK_TYPES
+from compactstore._context.media_checks import check_user_media
 from compactstore.errors import InvalidInputError
 from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
@@ -28,8 +30,6 @@ from compactstore.formats.base import (
     usage_count,
 )
 from compactstore.formats.result_messages import ResultMessageFormat
-from compactstore.media import MEDIA_BLOCK_TYPES
-from compactstore.media_checks import check_user_media
 
 __all__ = ["OpenAIFormat"]
 

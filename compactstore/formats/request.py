@@ -2,7 +2,7 @@
 
 Pure (no database). :func:`build_request_params` builds them from fresh copies of every
 message; ``Session.request_params()`` keeps the same result up to date step by step
-(``compactstore._request_view``) with the helpers here (:func:`breakpoints`,
+(``compactstore._context.request_view``) with the helpers here (:func:`breakpoints`,
 :func:`marked_block`, :func:`system_param`).
 """
 
@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from compactstore._incremental import CACHE_INDEX, CacheIndex, Scope
-from compactstore.caching import Ttl, place_breakpoints
+from compactstore._context.caching import Ttl, place_breakpoints
+from compactstore._context.incremental import CACHE_INDEX, CacheIndex, Scope
 from compactstore.capabilities import (
     BINDING_BETA,
     COMPACTION_BETA,
@@ -25,7 +25,7 @@ from compactstore.formats.base import MessageFormat
 from compactstore.formats.compaction import compaction_block
 
 if TYPE_CHECKING:
-    from compactstore._message import ContextMessage
+    from compactstore._context.message import ContextMessage
     from compactstore.models import CompactionConfig
 
 __all__ = [
@@ -58,8 +58,9 @@ def build_request_params(
     """``messages`` are fresh copies of ``items``' messages, in order; they are changed.
 
     Formats that take system messages as a parameter of their own get it; with
-    ``cache_control`` (formats with prompt caching), the breakpoints :func:`compactstore.caching.
-    plan_breakpoints` chooses, with ``ttl`` writes, none on a prefix under ``min_tokens``;
+    ``cache_control`` (formats with prompt caching), the breakpoints
+    :func:`compactstore._context.caching.plan_breakpoints` chooses, with ``ttl`` writes, none on
+    a prefix under ``min_tokens``;
     ``server_clear``: the tool uses kept by the server-side ``clear_tool_uses`` edit that
     will clear in this request, whose moving edit point gets two."""
     key = fmt.request_key
@@ -106,8 +107,8 @@ def cache_control_of(ttl: Ttl) -> dict[str, str]:
 
 
 def breakpoints(index: CacheIndex, min_tokens: int, server_clear: int | None) -> list[int]:
-    """Indexes of the messages to mark (compactstore.caching.place_breakpoints), from the
-    context's :class:`compactstore._incremental.CacheIndex`: the system prompt, the newest
+    """Indexes of the messages to mark (compactstore._context.caching.place_breakpoints), from the
+    context's :class:`compactstore._context.incremental.CacheIndex`: the system prompt, the newest
     message, the last message of the previous request (the one before the newest assistant
     message), the last pinned message of the leading pinned run and the summary."""
     stable = [] if index.last_pinned is None else [index.last_pinned]

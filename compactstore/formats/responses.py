@@ -30,6 +30,8 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
+from compactstore._context.media import GENERATED_IMAGE, MEDIA_BLOCK_TYPES
+from compactstore._context.media_checks import check_media_block, check_user_media
 from compactstore.formats._typed import to_request
 from compactstore.formats.base import (
     THINKING_NOTE,
@@ -46,8 +48,6 @@ from compactstore.formats.base import (
     type_name,
     usage_count,
 )
-from compactstore.media import GENERATED_IMAGE, MEDIA_BLOCK_TYPES
-from compactstore.media_checks import check_media_block, check_user_media
 
 __all__ = [
     "CALLS",

@@ -26,7 +26,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from compactstore.session import Session
+from compactstore._store.session import Session
 
 __all__ = ["answers", "from_format", "pieces", "to_anthropic", "with_results", "without_thinking"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
+from compactstore._store.store import CompactStore
 from compactstore.errors import InvalidInputError
-from compactstore.store import CompactStore
 
 __all__ = ["checked_store"]
 

@@ -46,14 +46,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.context import ActiveContext
-from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
+from compactstore._context.active import ActiveContext
+from compactstore._core.origins import Given, extend_with_origins, known_ids, read_origins
+from compactstore._recall import RECALL_TOOL_NAME
+from compactstore._store.session import Session
+from compactstore._store.store import CompactStore
 from compactstore.errors import InvalidInputError, MissingExtraError
 from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
-from compactstore.recall import RECALL_TOOL_NAME
-from compactstore.session import Session
-from compactstore.store import CompactStore
 
 try:
     from google.adk.agents.callback_context import CallbackContext

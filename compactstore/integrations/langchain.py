@@ -48,16 +48,16 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from compactstore.core.origins import Given, extend_with_origins, known_ids, read_origins
+from compactstore._core.origins import Given, extend_with_origins, known_ids, read_origins
+from compactstore._recall import DESCRIPTION as RECALL_DESCRIPTION
+from compactstore._recall import RECALL_TOOL_NAME
+from compactstore._recall import SCHEMA as RECALL_SCHEMA
+from compactstore._store.session import Session
+from compactstore._store.store import CompactStore
 from compactstore.errors import InvalidInputError, MissingExtraError, NotFoundError
 from compactstore.integrations._overflow import is_context_overflow
 from compactstore.integrations._store import checked_store
 from compactstore.models import CompactionConfig
-from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
-from compactstore.recall import RECALL_TOOL_NAME
-from compactstore.recall import SCHEMA as RECALL_SCHEMA
-from compactstore.session import Session
-from compactstore.store import CompactStore
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest

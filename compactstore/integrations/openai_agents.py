@@ -51,15 +51,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from compactstore._recall import DESCRIPTION as RECALL_DESCRIPTION
+from compactstore._recall import RECALL_TOOL_NAME
+from compactstore._recall import SCHEMA as RECALL_SCHEMA
+from compactstore._store.session import Session
+from compactstore._store.store import CompactStore
 from compactstore.aio import AsyncCompactStore, AsyncSession
 from compactstore.errors import CompactStoreWarning, InvalidInputError, MissingExtraError
 from compactstore.integrations._overflow import is_context_overflow
 from compactstore.models import CompactionConfig
-from compactstore.recall import DESCRIPTION as RECALL_DESCRIPTION
-from compactstore.recall import RECALL_TOOL_NAME
-from compactstore.recall import SCHEMA as RECALL_SCHEMA
-from compactstore.session import Session
-from compactstore.store import CompactStore
 
 try:
     from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, RunHooks, Runner

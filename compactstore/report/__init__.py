@@ -38,7 +38,7 @@ from compactstore.report.data import ReportData, as_json, collect
 if TYPE_CHECKING:
     import jinja2
 
-    from compactstore.store import CompactStore
+    from compactstore._store.store import CompactStore
 
 __all__ = [
     "ReportData",

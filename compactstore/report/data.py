@@ -14,15 +14,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from compactstore.core import handle
-from compactstore.core.cost import session_cost
-from compactstore.core.recording import boundary_model, compaction_model
-from compactstore.core.sessions import edit_state
+from compactstore._context.media import media_markers
+from compactstore._core import handle
+from compactstore._core.cost import session_cost
+from compactstore._core.recording import boundary_model, compaction_model
+from compactstore._core.sessions import edit_state
+from compactstore._ledger import CacheRewrite, SessionCost
+from compactstore._store.store import CompactStore, Session
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.db.model_calls import ModelCall
-from compactstore.ledger import CacheRewrite, SessionCost
-from compactstore.media import media_markers
 from compactstore.models import (
     BreakerState,
     CompactionResult,
@@ -30,7 +31,6 @@ from compactstore.models import (
     CompactTrigger,
     EditState,
 )
-from compactstore.store import CompactStore, Session
 
 __all__ = ["CompactionView", "ContextBar", "ReportData", "collect"]
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Self
 
-from compactstore.engines.base import SummaryResult
+from compactstore._engines.base import SummaryResult
 from compactstore.errors import InvalidInputError, MissingExtraError
 from compactstore.models import CompactionConfig
 from compactstore.summarizers.prompt import DEFAULT_MAX_INPUT_TOKENS, SummaryPrompt, build_prompt

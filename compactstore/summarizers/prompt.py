@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compactstore.engines.summary_sections import RECALL, SECTIONS
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines.summary_sections import RECALL, SECTIONS
 from compactstore.formats.base import json_text
-from compactstore.tokens import estimate_tokens
 
 __all__ = [
     "DEFAULT_MAX_INPUT_TOKENS",

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactstore.context import ActiveContext, ContextMessage, MessageState
+from compactstore._context.active import ActiveContext, ContextMessage, MessageState
+from compactstore._context.pairs import pairing_problems
+from compactstore._context.tokens import estimate_tokens, message_tokens
 from compactstore.formats import get_format
 from compactstore.models import CompactionConfig
-from compactstore.pairs import pairing_problems
-from compactstore.tokens import estimate_tokens, message_tokens
 from tests.helpers import assistant, call_id, calls_message, result_message, user, words
 
 

@@ -1,4 +1,4 @@
-"""The cache-aware cost rule of in-place edits (compactstore.engines.cache_rule), as the
+"""The cache-aware cost rule of in-place edits (compactstore._engines.cache_rule), as the
 pure function it is: microcompact's clears and the tool-result budget's placeholders of
 content already sent wait while the cache reads they save within the cache's lifetime are
 worth less than writing the cached prefix from the edit point again; the window needing
@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from compactstore.context import ActiveContext
-from compactstore.engines import cache_rule, microcompact, tool_budget
-from compactstore.engines.base import EngineInputs, StageResult
+from compactstore._context.active import ActiveContext
+from compactstore._engines import cache_rule, microcompact, tool_budget
+from compactstore._engines.base import EngineInputs, StageResult
 from compactstore.models import CompactionConfig, CompactTrigger
 from tests.engines.builder import ContextBuilder
 from tests.helpers import words

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from compactstore.engines import full_compact, microcompact, pipeline, tool_budget
-from compactstore.engines.base import EngineInputs
+from compactstore._engines import full_compact, microcompact, pipeline, tool_budget
+from compactstore._engines.base import EngineInputs
 from compactstore.models import CompactionConfig, CompactStrategy, CompactTrigger
 from tests.engines.builder import ContextBuilder, valid
 from tests.helpers import words

@@ -24,10 +24,10 @@ from compactstore import (
     CompactStrategy,
     CompactTrigger,
 )
-from compactstore.context import ActiveContext, ContextMessage
-from compactstore.engines import pipeline
-from compactstore.engines.base import EngineInputs, SummaryAnswer, SummaryRequest
-from compactstore.engines.pipeline import Outcome
+from compactstore._context.active import ActiveContext, ContextMessage
+from compactstore._engines import pipeline
+from compactstore._engines.base import EngineInputs, SummaryAnswer, SummaryRequest
+from compactstore._engines.pipeline import Outcome
 from compactstore.models import SummaryInfo, SummaryState
 from tests.engines.builder import ContextBuilder, valid
 from tests.helpers import (

@@ -1,4 +1,4 @@
-"""The stage registry (compactstore.engines.stages): the pipeline's order, switches and
+"""The stage registry (compactstore._engines.stages): the pipeline's order, switches and
 weights come from its declarations, and a registered stage runs in the pipeline, is
 switched off by its switch and, when it may cut, is left out of the cheap stages."""
 
@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from compactstore.core.calls import process_request
-from compactstore.core.replay_inputs import EngineRun
-from compactstore.engines import pipeline, stages
-from compactstore.engines.base import EngineInputs
-from compactstore.engines.stages import PROCESS_STAGES, STRATEGY_WEIGHT, Ran, Stage, register
+from compactstore._core.calls import process_request
+from compactstore._core.replay_inputs import EngineRun
+from compactstore._engines import pipeline, stages
+from compactstore._engines.base import EngineInputs
+from compactstore._engines.stages import PROCESS_STAGES, STRATEGY_WEIGHT, Ran, Stage, register
 from compactstore.models import CompactStrategy
 from tests.engines.builder import ContextBuilder
 from tests.helpers import words

@@ -12,10 +12,10 @@ from sqlalchemy import create_engine
 from sqlalchemy import text as sql
 
 from compactstore import CompactStore, DatabaseError
-from compactstore.engines import summary
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines import summary
 from compactstore.formats import ToolCall
 from compactstore.models import SummaryState
-from compactstore.tokens import estimate_tokens
 from tests.helpers import T0, Chat, assistant, calls_message, new_session, plain, user, words
 
 

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactstore import CompactStore
-from compactstore.engines import summary, summary_render
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines import summary, summary_render
 from compactstore.models import (
     CompactionConfig,
     CurrentWork,
@@ -30,7 +31,6 @@ from compactstore.models import (
     PlanItem,
     SummaryState,
 )
-from compactstore.tokens import estimate_tokens
 from tests.engines.builder import ContextBuilder
 from tests.helpers import T0, assistant, new_session, user, words
 

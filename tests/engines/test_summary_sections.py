@@ -1,12 +1,13 @@
-"""One sections table (compactstore.engines.summary_sections): the rule-based summary and
+"""One sections table (compactstore._engines.summary_sections): the rule-based summary and
 the summarizers' prompt write the same headings, in the same order, from it."""
 
 from __future__ import annotations
 
 import re
 
-from compactstore.engines import summary
-from compactstore.engines.summary_sections import RECALL, SECTIONS
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines import summary
+from compactstore._engines.summary_sections import RECALL, SECTIONS
 from compactstore.models import (
     CompactionConfig,
     CurrentWork,
@@ -18,7 +19,6 @@ from compactstore.models import (
     SummaryState,
 )
 from compactstore.summarizers.prompt import system_prompt
-from compactstore.tokens import estimate_tokens
 
 FULL = SummaryState(
     original_request="Port the parser to Rust.",

@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import pytest
 
-from compactstore.engines import full_compact, summary
-from compactstore.engines.base import EngineInputs
+from compactstore._context.tokens import estimate_tokens
+from compactstore._engines import full_compact, summary
+from compactstore._engines.base import EngineInputs
 from compactstore.models import (
     CompactionConfig,
     CompactTrigger,
@@ -25,7 +26,6 @@ from compactstore.models import (
     PlanItem,
     SummaryState,
 )
-from compactstore.tokens import estimate_tokens
 from tests.engines.builder import ContextBuilder
 from tests.helpers import words
 

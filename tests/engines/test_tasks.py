@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from compactstore import CompactStore
-from compactstore.engines import tasks
+from compactstore._engines import tasks
 from compactstore.formats import ToolCall
 from compactstore.models import CompactionConfig, Plan, PlanItem
 from tests.engines.test_summary import filler, section

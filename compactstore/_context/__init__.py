@@ -1,0 +1,1 @@
+"""The active context as a domain model: messages, pairs, thinking, media, tokens."""

@@ -1,0 +1,1 @@
+"""The stores and their sessions: the drivers of every read and write."""
