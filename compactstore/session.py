@@ -458,14 +458,18 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         enable_microcompact: bool = True,
         enable_auto_compact: bool = True,
         background: bool = False,
+        **switches: bool,
     ) -> CompactionResult:
         """Run the pipeline before a model call, in one transaction.
 
         Tool-result budget, microcompact, then the auto-compact check (session memory,
         then full compact). Read dedup happens when a tool result is appended, so
         ``enable_read_dedup`` only exists for symmetry (turn dedup off with
-        ``CompactionConfig(read_dedup_enabled=False)``). Always returns a result; when
-        nothing happened, success is False and strategy None.
+        ``CompactionConfig(read_dedup_enabled=False)``). A stage registered in
+        :mod:`compactstore.engines.stages` is switched the same way, by its
+        ``enable_<name>=`` keyword (recorded for replay); any other keyword is a
+        ``TypeError``. Always returns a result; when nothing happened, success is False and
+        strategy None.
 
         With ``background=True`` and a summarizer configured, the call never waits for a
         summary below ``reactive_blocking_ratio``: it runs the cheap stages, and once usage
@@ -480,6 +484,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             enable_tool_budget=bool(enable_tool_budget),
             enable_microcompact=bool(enable_microcompact),
             enable_auto_compact=bool(enable_auto_compact),
+            **{name: bool(value) for name, value in switches.items()},
         )
         if background and enable_auto_compact:
             return self._background(request)

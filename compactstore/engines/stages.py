@@ -34,6 +34,8 @@ __all__ = [
     "Ran",
     "Stage",
     "register",
+    "switches",
+    "unregister",
     "weight_of",
 ]
 
@@ -121,6 +123,25 @@ def register(stage: Stage, *, before: str | None = None) -> Stage:
     PROCESS_STAGES.insert(place, stage)
     STRATEGY_WEIGHT.update(stage.weights)
     return stage
+
+
+def unregister(name: str) -> Stage:
+    """Take the stage named ``name`` out of the pipeline (a stage added for a while, as a
+    test does); the strategy weights are those of the stages left."""
+    stage = next((each for each in PROCESS_STAGES if each.name == name), None)
+    if stage is None:
+        raise ValueError(f"no stage named {name!r} is registered")
+    PROCESS_STAGES.remove(stage)
+    STRATEGY_WEIGHT.clear()
+    STRATEGY_WEIGHT.update(_OTHER_WEIGHTS)
+    for each in PROCESS_STAGES:
+        STRATEGY_WEIGHT.update(each.weights)
+    return stage
+
+
+def switches() -> frozenset[str]:
+    """The ``enable_<name>`` switch of every registered stage."""
+    return frozenset(stage.switch for stage in PROCESS_STAGES)
 
 
 def weight_of(strategy: CompactStrategy) -> int:
