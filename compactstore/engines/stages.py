@@ -9,10 +9,10 @@ runs the registered stages in order, the compaction call reads which of them cut
 replay passes the recorded switches back.
 
 Adding a stage is its module (a pure ``run(context, inputs) -> Ran | None``) plus one
-:func:`register` call. Its switch is taken by the compaction call's request
-(:func:`compactstore.core.calls.process_request`) and recorded for replay
-(``EngineRun.stage_switches``); ``Session.process_request()`` names the built-in stages'
-switches as keyword arguments. Its thresholds are
+:func:`register` call (:func:`unregister` takes it out again). Its switch is a keyword of
+``Session.process_request()`` (and the async session's), checked against this registry by the
+compaction call's request (:func:`compactstore.core.calls.process_request`) and recorded for
+replay (``EngineRun.stage_switches``). Its thresholds are
 :class:`~compactstore.models.CompactionConfig` fields, and a strategy of its own is a
 :class:`~compactstore.models.CompactStrategy` value: both are stored and documented.
 """
