@@ -433,6 +433,7 @@ class AsyncSession:
         enable_microcompact: bool = True,
         enable_auto_compact: bool = True,
         background: bool = False,
+        **switches: bool,
     ) -> CompactionResult:
         """See :meth:`Session.process_request` (with ``background=True`` the summary is
         written by a task on this loop)."""
@@ -444,6 +445,7 @@ class AsyncSession:
             enable_microcompact=enable_microcompact,
             enable_auto_compact=enable_auto_compact,
             background=background,
+            **switches,
         )
         if background:
             return await glue(call)

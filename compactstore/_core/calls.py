@@ -19,7 +19,7 @@ from compactstore._engines import pipeline
 from compactstore._engines.base import EngineInputs, Summarizer
 from compactstore._engines.pipeline import Outcome
 from compactstore._engines.session_memory import MemoryProvider
-from compactstore._engines.stages import PROCESS_STAGES
+from compactstore._engines.stages import PROCESS_STAGES, switches
 from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities
 from compactstore.errors import InvalidInputError
 from compactstore.formats import MessageFormat
@@ -113,7 +113,13 @@ class Request:
 
 
 def process_request(now: float, **flags: bool) -> Request:
-    """process_request(): the pre-call pipeline with its stage switches."""
+    """process_request(): the pre-call pipeline with its stage switches (the
+    ``enable_<name>`` of a registered stage; any other keyword is a TypeError naming it,
+    as Python's own for an unexpected keyword argument)."""
+    known = switches()
+    for name in flags:
+        if name not in known:
+            raise TypeError(f"process_request() got an unexpected keyword argument {name!r}")
 
     def decide(context: ActiveContext, inputs: EngineInputs) -> Outcome:
         return pipeline.process(context, inputs, **flags)

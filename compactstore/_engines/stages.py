@@ -9,10 +9,10 @@ runs the registered stages in order, the compaction call reads which of them cut
 replay passes the recorded switches back.
 
 Adding a stage is its module (a pure ``run(context, inputs) -> Ran | None``) plus one
-:func:`register` call. Its switch is taken by the compaction call's request
-(:func:`compactstore._core.calls.process_request`) and recorded for replay
-(``EngineRun.stage_switches``); ``Session.process_request()`` names the built-in stages'
-switches as keyword arguments. Its thresholds are
+:func:`register` call (:func:`unregister` takes it out again). Its switch is a keyword of
+``Session.process_request()`` (and the async session's), checked against this registry by the
+compaction call's request (:func:`compactstore._core.calls.process_request`) and recorded for
+replay (``EngineRun.stage_switches``). Its thresholds are
 :class:`~compactstore.models.CompactionConfig` fields, and a strategy of its own is a
 :class:`~compactstore.models.CompactStrategy` value: both are stored and documented.
 """
@@ -34,6 +34,8 @@ __all__ = [
     "Ran",
     "Stage",
     "register",
+    "switches",
+    "unregister",
     "weight_of",
 ]
 
@@ -121,6 +123,25 @@ def register(stage: Stage, *, before: str | None = None) -> Stage:
     PROCESS_STAGES.insert(place, stage)
     STRATEGY_WEIGHT.update(stage.weights)
     return stage
+
+
+def unregister(name: str) -> Stage:
+    """Take the stage named ``name`` out of the pipeline (a stage added for a while, as a
+    test does); the strategy weights are those of the stages left."""
+    stage = next((each for each in PROCESS_STAGES if each.name == name), None)
+    if stage is None:
+        raise ValueError(f"no stage named {name!r} is registered")
+    PROCESS_STAGES.remove(stage)
+    STRATEGY_WEIGHT.clear()
+    STRATEGY_WEIGHT.update(_OTHER_WEIGHTS)
+    for each in PROCESS_STAGES:
+        STRATEGY_WEIGHT.update(each.weights)
+    return stage
+
+
+def switches() -> frozenset[str]:
+    """The ``enable_<name>`` switch of every registered stage."""
+    return frozenset(stage.switch for stage in PROCESS_STAGES)
 
 
 def weight_of(strategy: CompactStrategy) -> int:

@@ -1,68 +1,51 @@
-"""Session: one agent conversation, as the sync driver serves it.
+"""Session: one agent conversation, as a store (its driver) serves it.
 
-Each method checks its arguments (:mod:`compactstore._core.checks`), opens one transaction
-through its store and lets :mod:`compactstore._core` do the work: append under the pairing
-and pin rules, compact as plan -> decide -> commit. Reading, history (rollback, replay) and
-memory (with recall) are in the classes it inherits: :mod:`compactstore._store.session_base`.
+One class: each method checks what is quick to check, then hands the work to the core
+(:mod:`compactstore._core`: one transaction through the store, the rules inside it) or, for
+the longer bodies, to a plain function of :mod:`compactstore._session` that takes the
+session, its handle state and the call's arguments.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Protocol
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from compactstore._core import background, checks, compaction, handle
-from compactstore._core.appending import (
-    dedup_candidate,
-    insert_messages,
-    store_tool_result,
-    tool_result_message,
-)
-from compactstore._core.checks import PendingMessage, now_or_clock
+from compactstore._context.active import ActiveContext
+from compactstore._context.frozen import thaw
+from compactstore._core import checks, edits, handle
+from compactstore._core import recall as recalling
+from compactstore._core.appending import insert_messages
+from compactstore._core.checks import now_or_clock
 from compactstore._core.cost import session_cost
-from compactstore._core.driver import committed
-from compactstore._core.handle import Store
-from compactstore._core.recording import record_provider_compaction, record_server_edits
+from compactstore._core.recording import boundary_model
 from compactstore._core.summarizing import Redactor
-from compactstore._core.usage import Calibration, calibrate
-from compactstore._ledger import SessionCost, call_usage, response_usage, usage_cost
-from compactstore._store.session_history import SessionHistory
-from compactstore._store.session_memory import SessionMemory
-from compactstore._store.session_reading import SessionReading
-from compactstore.capabilities import resolve_policy
+from compactstore._engines.base import Summarizer
+from compactstore._ledger import SessionCost, call_usage
+from compactstore._recall import tool_definition
+from compactstore._session import compacting, history, reading, writing
+from compactstore._session.state import HandleState
 from compactstore.db import repository as repo
-from compactstore.errors import CompactStoreWarning, InvalidInputError, NotFoundError
-from compactstore.formats.base import storable_text
-from compactstore.formats.sdk_objects import (
-    applied_edits,
-    cleared_tokens,
-    response_model,
-    response_turn,
-)
+from compactstore.formats import MessageFormat, get_format
 from compactstore.models import (
+    BreakerState,
+    CompactBoundary,
+    CompactionConfig,
     CompactionResult,
-    CompactStrategy,
+    EditState,
+    MemoryEntry,
     SessionInfo,
-    SummaryInfo,
-)
-from compactstore.providers import (
-    check_provided,
-    provided_note,
-    provided_text,
-    refuses_provider_object,
-    split_provided,
 )
 
 __all__ = ["Session", "SessionStore"]
 
 
-class SessionStore(Store, Protocol):
+class SessionStore(handle.Store, Protocol):
     """The store a session belongs to (a :class:`~compactstore.CompactStore`), as the
     session and its users reach it through ``session.store``."""
 
@@ -76,11 +59,41 @@ class SessionStore(Store, Protocol):
     def sessions(self) -> list[SessionInfo]: ...
 
 
-class Session(SessionReading, SessionHistory, SessionMemory):
+class Session:
     """One agent conversation: its log, its active context and its compactions."""
 
-    # The store the session belongs to: the driver its work runs on.
-    store: SessionStore
+    def __init__(
+        self,
+        store: SessionStore,
+        row: repo.SessionRow,
+        summarizer: Summarizer | None = None,
+        compactor: Any = None,
+    ) -> None:
+        # The store the session belongs to: the driver its work runs on.
+        self.store = store
+        self.id = row.id
+        store.cache.pin(self, row.id)  # its context stays cached while this handle lives
+        self.format = row.format
+        self.context_window = row.context_window
+        self.config = row.config
+        self.created_at = row.created_at
+        # The model the session talks to, as last recorded (session(model=), append_response).
+        self.model = row.model
+        # A subagent's session (an imported Claude Code sidechain): the session whose tool
+        # call started it and that call's id; None for a top-level session.
+        self.parent_session_id = row.parent_session_id
+        self.parent_tool_use_id = row.parent_tool_use_id
+        # "drop_block" once set for the session (sessions.thinking_binding): sticky; as this
+        # handle last read it.
+        self.thinking_binding = row.thinking_binding
+        # The format's adapter: how this session's messages spell calls and results.
+        self.adapter: MessageFormat = get_format(row.format)
+        # This handle's own plug-ins (store.session(..., summarizer=, compactor=)) and what
+        # it keeps between calls.
+        self._state = HandleState(summarizer, compactor)
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, format={self.format!r}, context_window={self.context_window})"
 
     # -- appending ----------------------------------------------------------------------
 
@@ -112,24 +125,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         timestamps: Sequence[float | None] | None = None,
     ) -> list[int]:
         """Append several messages atomically: all are stored, or none."""
-        if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
-            raise InvalidInputError("extend() takes a list of messages")
-        if timestamps is not None and (
-            not isinstance(timestamps, Sequence) or len(timestamps) != len(messages)
-        ):
-            raise InvalidInputError("timestamps must be a list as long as messages")
-        stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
-        pending = self.store.compute(
-            lambda: [
-                handle.prepare(self, m, stamp, index=i)
-                for i, (m, stamp) in enumerate(zip(messages, stamps, strict=True))
-            ]
-        )
-        if not pending:
-            return []
-        return self.store.write(
-            lambda c: insert_messages(c, handle.locked(self, c), self.adapter, pending)
-        )
+        return writing.extend(self, messages, timestamps)
 
     def append_response(
         self, response: Any, *, timestamp: float | None = None, now: float | None = None
@@ -139,13 +135,10 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         ``response`` is the SDK object of the session's format: an Anthropic ``Message``
         (anthropic), an OpenAI ``ChatCompletion`` (openai: its first choice), or a Responses
         ``Response`` (responses: every output item). The turn is stored as
-        :meth:`append` stores SDK objects; the prompt size it reports is recorded as
-        :meth:`record_usage` records it, at time ``now`` (Anthropic: ``input_tokens +
-        cache_creation_input_tokens + cache_read_input_tokens``; OpenAI: ``prompt_tokens``;
-        Responses: ``input_tokens``), before the turn is counted as appended. The call's
-        row in ``model_calls`` gets the usage split as billed, the model, the provider's
-        iterations, cache-miss reason and input transformations, and the cost (see
-        :mod:`compactstore._ledger`). Returns the seqs of the stored messages.
+        :meth:`append` stores SDK objects; the prompt size and usage it reports are
+        recorded as :meth:`record_usage` records them, at time ``now``, before the turn is
+        counted as appended (see "Formats" in the docs). Returns the seqs of the stored
+        messages.
 
         Raises:
             InvalidInputError: not a response object of the session's format, or a usage
@@ -153,77 +146,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                 >= 0 (nothing is stored).
             InvalidMessageError: the turn does not fit the session (nothing is stored).
         """
-        messages, count = response_turn(self.format, response)
-        # A compaction the provider did on its own: an Anthropic reply starting with its
-        # threshold compaction block, a Responses output starting with a server-side
-        # compaction item. It becomes a boundary (strategy provider, trigger server); the
-        # rest is the turn.
-        provided, messages = split_provided(self.format, messages, response)
-        ledger = response_usage(self.format, response)
-        cost = None if ledger is None else usage_cost(self.store.prices, ledger)
-        model = response_model(response)
-        edits = applied_edits(response) if self.format == "anthropic" else []
-        # The real count measures the provider's copy after its server-side edits; what
-        # they cleared is added back, so it measures this context (which they left alone).
-        full_count = None if count is None else count + cleared_tokens(edits)
-        pending = [
-            handle.prepare(self, m, timestamp, index=i if len(messages) > 1 else None)
-            for i, m in enumerate(messages)
-        ]
-        called = now_or_clock(now)
-        measured_on = self._handed_version
-
-        def tx(connection: Connection) -> tuple[Calibration | None, list[int]]:
-            row = handle.locked(self, connection)
-            calibration = None
-            if model is not None and model != row.model:
-                repo.update_session(connection, self.id, model=model)
-                row = handle.locked(self, connection)
-            if provided is not None:
-                check_provided(connection, self.id, provided)
-                record_provider_compaction(
-                    connection,
-                    self.id,
-                    handle.context(self, connection, row),
-                    provided,
-                    provided_text(provided),
-                    called,
-                    note=provided_note(provided),
-                    info=SummaryInfo(source="provider", model=model),
-                )
-                row = handle.locked(self, connection)
-            if edits:
-                policy, _ = resolve_policy(
-                    row.config.edit_policy, row.model, self.store.model_capabilities
-                )
-                record_server_edits(
-                    connection,
-                    self.id,
-                    handle.context(self, connection, row),
-                    edits,
-                    edit_policy=policy,
-                    at=called,
-                )
-            if full_count is not None:
-                context = handle.context(self, connection, row)
-                calibration = calibrate(
-                    connection,
-                    row,
-                    context,
-                    full_count,
-                    called,
-                    measured_on=measured_on,
-                    ledger=ledger,
-                    cost_usd=cost,
-                )
-                row = handle.locked(self, connection)
-            seqs = insert_messages(connection, row, self.adapter, pending) if pending else []
-            return calibration, seqs
-
-        calibration, seqs = self.store.write(tx)
-        if calibration is not None and full_count is not None:
-            self._usage_warnings(calibration, full_count)
-        return seqs
+        return writing.append_response(self, self._state, response, timestamp, now)
 
     def append_tool_result(
         self,
@@ -252,72 +175,8 @@ class Session(SessionReading, SessionHistory, SessionMemory):
                 with media in an openai session, a list in a minicode session, an image
                 whose data does not decode); nothing is stored.
         """
-        result = checks.check_tool_result(
-            tool_use_id,
-            content,
-            tool_name=tool_name,
-            file_path=file_path,
-            is_error=is_error,
-            format_name=self.adapter.name,
-        )
-        store = self.store
-        # The read to point at is looked up first and the message counted with no write
-        # transaction open; the write stores it only if that read is still the
-        # one to point at, else looks again (the last try stores the content whole).
-        for attempt in range(3):
-            last = attempt == 2
-            earlier = (
-                None
-                if last
-                else store.read(lambda c: dedup_candidate(c, self.id, store.location, result))
-            )
-            pending = store.compute(
-                functools.partial(
-                    tool_result_message,
-                    self.adapter,
-                    self.config,
-                    store.token_counter,
-                    result,
-                    earlier,
-                    timestamp,
-                )
-            )
-            stored = store.write(
-                functools.partial(
-                    self._store_tool_result,
-                    result=result,
-                    pending=pending,
-                    expected=earlier,
-                    final=last,
-                )
-            )
-            if stored is not None:
-                seq, dedup = stored
-                if dedup is not None:
-                    store.notify(dedup)  # a read_dedup compaction was recorded
-                return seq
-        raise AssertionError("the last try always stores the result")
-
-    def _store_tool_result(
-        self,
-        connection: Connection,
-        *,
-        result: checks.NewToolResult,
-        pending: PendingMessage,
-        expected: tuple[str, int] | None,
-        final: bool,
-    ) -> tuple[int, CompactionResult | None] | None:
-        row = handle.locked(self, connection)
-        policy, _ = resolve_policy(row.config.edit_policy, row.model, self.store.model_capabilities)
-        return store_tool_result(
-            connection,
-            row,
-            self.adapter,
-            result,
-            pending,
-            expected=expected,
-            final=final,
-            edit_policy=policy,
+        return writing.append_tool_result(
+            self, tool_use_id, content, tool_name, file_path, is_error, timestamp
         )
 
     def invalidate(self, file_path: str) -> bool:
@@ -325,13 +184,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
 
         Returns whether a read was registered.
         """
-        path = checks.check_file_path(file_path)
-
-        def tx(connection: Connection) -> bool:
-            handle.locked(self, connection)
-            return repo.delete_dedup_entry(connection, self.id, path) > 0
-
-        return self.store.write(tx)
+        return writing.invalidate(self, file_path)
 
     # -- usage --------------------------------------------------------------------------
 
@@ -355,13 +208,10 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         cache_write_1h_tokens``: pass the split as the provider bills it (``input_tokens``
         uncached, as Anthropic reports it; the cache writes by lifetime: the provider's
         short one, Anthropic 5 minutes or OpenAI 30, and its long one, 1 hour or 12), or
-        the whole prompt as ``input_tokens`` alone. Usage then follows the real count: the
-        offset to the estimate is stored and the correction factor is learnt from
-        consecutive real counts. A model call that went through also resets the
-        reactive-recovery counter. The call is recorded in ``model_calls`` at time ``now``
-        (epoch seconds; default: the clock) with these fields, the model, and its cost at
-        the store's prices (None for a model without a price: see
-        :mod:`compactstore.pricing`).
+        the whole prompt as ``input_tokens`` alone. Usage then follows the real count, and
+        the reactive-recovery counter resets. The call is recorded in ``model_calls`` at
+        time ``now`` (epoch seconds; default: the clock) with these fields, the model, and
+        its cost at the store's prices (:mod:`compactstore.pricing`).
 
         A prompt below half the store's raw estimate of the context is not used (returns
         False, warns once per session): the usual cause is ``input_tokens`` alone under
@@ -388,29 +238,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
             cache_miss_reason=cache_miss_reason,
             input_transformations=input_transformations,
         )
-        cost = usage_cost(self.store.prices, ledger)
-        prompt = ledger.prompt_tokens
-        called = now_or_clock(now)
-
-        measured_on = self._handed_version
-
-        def tx(connection: Connection) -> Calibration:
-            row = handle.locked(self, connection)
-            context = handle.context(self, connection, row)
-            return calibrate(
-                connection,
-                row,
-                context,
-                prompt,
-                called,
-                measured_on=measured_on,
-                ledger=ledger,
-                cost_usd=cost,
-            )
-
-        calibration = self.store.write(tx)
-        self._usage_warnings(calibration, prompt)
-        return calibration.used
+        return writing.record_usage(self, self._state, ledger, now)
 
     def cost(self) -> SessionCost:
         """What the session's model calls cost, summed from ``model_calls`` in SQL.
@@ -425,27 +253,121 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         store = self.store
         return store.read(lambda c: session_cost(c, self.id, store.location, store.prices))
 
-    def _usage_warnings(self, calibration: Calibration, input_tokens: int) -> None:
-        if calibration.overhead_reason is not None:
-            warnings.warn(
-                f"session {self.id!r}: {calibration.overhead_reason}",
-                CompactStoreWarning,
-                stacklevel=3,
-            )
-        if (
-            not calibration.used
-            and not calibration.superseded
-            and self.store.warn_once(self.id, "low count")
-        ):
-            warnings.warn(
-                f"session {self.id!r}: record_usage({input_tokens}) is below half the store's "
-                f"estimate of the context, so it was not used for calibration; with prompt "
-                f"caching, pass the cache figures too: cache_read_tokens and "
-                f"cache_write_5m_tokens/cache_write_1h_tokens (Anthropic's "
-                f"cache_read_input_tokens and cache_creation_input_tokens)",
-                CompactStoreWarning,
-                stacklevel=3,
-            )
+    # -- reading ------------------------------------------------------------------------
+
+    def request_params(
+        self,
+        cache_control: bool = False,
+        *,
+        thinking: Mapping[str, Any] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """Keyword arguments for the provider call, from the wire view.
+
+        anthropic: ``{"system": ..., "messages": [...]}`` (``system`` only when the session
+        has system messages); openai: ``{"messages": [...]}``; responses: ``{"input": [...]}``.
+        With ``cache_control=True`` (anthropic; the other APIs cache prefixes by themselves)
+        up to four cache breakpoints where they pay, written for 5 minutes or an hour by the
+        rhythm of the session's calls (see "Costs and caching" in the docs).
+
+        anthropic: the caller's ``thinking`` settings and ``extra_headers`` come back merged
+        with what the session needs, as keyword arguments ``messages.create`` (and
+        ``beta.messages.create``) takes: under ``append_only``, microcompact as the
+        server-side ``clear_tool_uses`` edit; once a cut inside a tool loop changed the
+        thinking a request must send (a model that checks thinking prefixes), the
+        ``drop_block`` thinking binding, on this and every later request (recorded at
+        ``now``; see "How compaction works").
+
+        The dict and its ``messages`` (``input``) list are the caller's; the messages in it
+        are the store's read-only ones, shared with ``context_view()`` (copy one before
+        changing it). A call after appends only costs what is new.
+
+        Raises:
+            InvalidInputError: a minicode session (no provider API takes its messages), or
+                ``thinking`` / ``extra_headers`` that are not mappings.
+        """
+        return reading.request_params(
+            self, self._state, cache_control, thinking, extra_headers, now
+        )
+
+    def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
+        """(the edit policy this session's compactions run under, whether its model checks
+        thinking prefixes): ``edit_policy`` "auto" is "append_only" for a model with prefix
+        checks (compactstore.capabilities), else "rewrite"."""
+        return reading.edit_policy(self)
+
+    def edit_state(self) -> EditState:
+        """The session's model, edit policy (configured and resolved), whether the
+        ``drop_block`` thinking binding is set and since when, and the thinking blocks the
+        API dropped, per model call (its responses' ``input_transformations``)."""
+        return reading.edit_state(self)
+
+    def context(self) -> ActiveContext:
+        """The active context with per-message detail (seq, tokens, state).
+
+        This is the store's own cached object, shared by later calls; its messages are
+        read-only. ``active_context()`` returns copies that are the caller's to change.
+        """
+        return reading.current(self, self._state, hand_out=True)
+
+    def active_context(self) -> list[dict[str, Any]]:
+        """What to send to the model, in the session's format: the wire view (fresh plain
+        dicts and lists the caller may change: add ``cache_control``, hand them to an SDK).
+
+        The wire view (see the README): for anthropic, the tool results answering
+        one assistant message are merged into the single user message after it; for
+        responses without stored responses, reasoning items without ``encrypted_content``
+        are left out. ``context().items`` keeps one item per seq.
+        """
+        try:
+            # The same view context_view() keeps up to date step by step, copied.
+            return [thaw(message) for message in self.context_view()]
+        except RecursionError:  # one message nested very deep: context().messages() copes
+            return self.adapter.wire_view(self.context().messages(), self.config)
+
+    def context_view(self) -> tuple[Mapping[str, Any], ...]:
+        """The messages ``active_context()`` returns, read-only and shared: no copy is made.
+
+        The cheap read for callers that only send or serialise the context (a provider
+        call, ``request_params()``, an integration keeping its own list). The tuple and every
+        dict and list inside it are the store's cached objects, the same for every caller
+        until the context changes: ``dict`` and ``list`` subclasses
+        (``FrozenDict``, ``FrozenList``) that serialise and compare
+        like plain JSON values and raise ``TypeError`` on any change. Copy a message
+        (``copy.deepcopy(message)``) before changing it, or use ``active_context()``. A
+        step that only appended costs what is new, not the size of the context. It is the
+        same wire view as ``active_context()``; messages the wire view builds (merged
+        anthropic tool results) are frozen too.
+        """
+        return reading.context_view(self, self._state)
+
+    def token_usage(self) -> int:
+        """Estimated tokens of the active context (calibrated by record_usage)."""
+        return reading.current(self, self._state, hand_out=False).usage
+
+    def message_count(self) -> int:
+        """How many messages the log holds (one count; :meth:`messages` reads them all)."""
+        return self.store.read(lambda c: repo.message_count(c, self.id))
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole log, verbatim, including what compaction removed from the context."""
+        return self.store.read(
+            lambda c: [json.loads(row.payload) for row in repo.log_messages(c, self.id)]
+        )
+
+    def iter_messages(self, *, page: int = 100) -> Iterator[dict[str, Any]]:
+        """The whole log as :meth:`messages` gives it, read ``page`` messages at a time so a
+        long log is never in memory at once: the log as it stood when iteration began
+        (messages appended meanwhile are left out; the log is append-only)."""
+        yield from reading.iter_messages(self, page)
+
+    def subagents(self) -> list[tuple[str, str | None]]:
+        """The sessions of the subagents this session's tool calls started (an imported
+        Claude Code transcript's sidechains), and theirs: (session id, the id of the tool
+        call that started it, None when the transcript does not say): its own in id order,
+        then theirs."""
+        return self.store.read(lambda connection: repo.subagents_of(connection, [self.id]))
 
     # -- compaction ---------------------------------------------------------------------
 
@@ -458,14 +380,18 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         enable_microcompact: bool = True,
         enable_auto_compact: bool = True,
         background: bool = False,
+        **switches: bool,
     ) -> CompactionResult:
         """Run the pipeline before a model call, in one transaction.
 
         Tool-result budget, microcompact, then the auto-compact check (session memory,
         then full compact). Read dedup happens when a tool result is appended, so
         ``enable_read_dedup`` only exists for symmetry (turn dedup off with
-        ``CompactionConfig(read_dedup_enabled=False)``). Always returns a result; when
-        nothing happened, success is False and strategy None.
+        ``CompactionConfig(read_dedup_enabled=False)``). A stage registered in
+        :mod:`compactstore._engines.stages` is switched the same way, by its
+        ``enable_<name>=`` keyword (recorded for replay); any other keyword is a
+        ``TypeError``. Always returns a result; when nothing happened, success is False and
+        strategy None.
 
         With ``background=True`` and a summarizer configured, the call never waits for a
         summary below ``reactive_blocking_ratio``: it runs the cheap stages, and once usage
@@ -475,30 +401,12 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         background row's ``started_by`` names).
         """
         del enable_read_dedup  # dedup runs in append_tool_result
-        request = compaction.process_request(
-            now_or_clock(now),
-            enable_tool_budget=bool(enable_tool_budget),
-            enable_microcompact=bool(enable_microcompact),
-            enable_auto_compact=bool(enable_auto_compact),
+        switches.update(
+            enable_tool_budget=enable_tool_budget,
+            enable_microcompact=enable_microcompact,
+            enable_auto_compact=enable_auto_compact,
         )
-        if background and enable_auto_compact:
-            return self._background(request)
-        result = self._compaction(request)
-        assert result is not None, "the pipeline always decides"
-        return result
-
-    def _background(self, request: compaction.Request) -> CompactionResult:
-        """process_request(background=True): see :mod:`compactstore._core.background`."""
-        plugins = self._plugins()
-        if plugins.summarizer is None:
-            result = self._compaction(request)  # nothing to write in the background
-            assert result is not None
-            return result
-        target = handle.target(self.store, self.id, self.adapter)
-        result, self._seen_job = background.call(
-            self.store, target, request, plugins, self._compaction, self._seen_job
-        )
-        return result
+        return compacting.process_request(self, self._state, now, switches, background)
 
     def reactive_recover(
         self, error_message: str, *, now: float | None = None
@@ -514,21 +422,7 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         provider boundary back and compacts the range on the client instead, recording the
         error with the compaction: nothing is lost, the next request is valid.
         """
-        if not isinstance(error_message, str):
-            raise InvalidInputError("error_message must be the API's error text (a string)")
-        # Recorded in a text column: a NUL in it must not stop the recovery.
-        error = storable_text(error_message)
-        at = now_or_clock(now)
-        if refuses_provider_object(error):
-            # The provider refused the compaction block the wire view sends (its signature,
-            # or a model that cannot read it): that boundary is rolled back (the readable
-            # turns return) and the range compacted on the client, the error recorded.
-            live = self.boundaries()
-            if live and live[-1].strategy == CompactStrategy.PROVIDER:
-                self.rollback(live[-1].id, now=at)
-                plugins = replace(self._plugins(), compactor=None)
-                return self._compaction(compaction.reactive_request(at, error), plugins)
-        return self._compaction(compaction.reactive_request(at, error))
+        return compacting.reactive_recover(self, self._state, error_message, now)
 
     def compact(
         self,
@@ -541,34 +435,159 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         that summarises only the messages up to that seq and keeps the rest verbatim.
         ``instructions`` go to the summarizer and are recorded.
         """
-        if instructions is not None and not isinstance(instructions, str):
-            raise InvalidInputError("instructions must be a string")
-        if instructions is not None:
-            # Recorded in a text column, and sent to the summarizer, as stored.
-            instructions = storable_text(instructions)
-        if up_to_seq is not None:
-            checks.check_whole(up_to_seq, "up_to_seq (a message seq)")
-        result = self._compaction(
-            compaction.manual_request(now_or_clock(now), instructions, up_to_seq)
-        )
-        assert result is not None, "a manual compaction always decides"
-        return result
+        return compacting.compact(self, self._state, instructions, up_to_seq, now)
 
-    def _compaction(
-        self, request: compaction.Request, plugins: compaction.Plugins | None = None
-    ) -> CompactionResult | None:
-        """plan -> decide -> commit: a read transaction, the engines and the
-        summarizer with none open, then one short write transaction."""
-        store = self.store
-        steps = compaction.compaction_steps(
-            handle.target(self.store, self.id, self.adapter),
-            request,
-            plugins if plugins is not None else self._plugins(),
-            store.summarizer_executor(),
-        )
-        return committed(store, store.cache, self.id, steps)
+    # -- history ------------------------------------------------------------------------
 
-    # -- blobs --------------------------------------------------------------------------
+    def rollback(
+        self,
+        boundary_id: int | None = None,
+        *,
+        compaction_id: int | None = None,
+        now: float | None = None,
+    ) -> list[CompactBoundary]:
+        """Undo the latest live boundary, or the given one and every compaction after it;
+        with ``compaction_id``, compaction N (any strategy: ``clear`` and ``pop`` included)
+        and every compaction recorded after it, boundaries included.
+
+        Rows are marked rolled back, never deleted. Afterwards active_context() is exactly
+        what it was before that compaction plus whatever was appended since. Returns the
+        boundaries rolled back.
+
+        Raises:
+            InvalidInputError: both boundary_id and compaction_id given.
+            NotFoundError: no such boundary or compaction in this session, or nothing to
+                roll back.
+            ConflictError: the boundary or compaction is already rolled back.
+        """
+        return history.rollback(self, boundary_id, compaction_id, now)
+
+    def clear(self, *, now: float | None = None) -> int:
+        """Empty the active context (the log keeps everything): a boundary with strategy
+        ``clear`` (trigger manual) after the newest message that keeps nothing — no pinned
+        messages, no summary. Returns the compaction id (``rollback(compaction_id=...)``
+        undoes it)."""
+        at = now_or_clock(now)
+        return self.store.write(
+            lambda c: edits.clear(c, handle.context(self, c, handle.locked(self, c)), at)
+        )
+
+    def pop(self, *, now: float | None = None) -> dict[str, Any] | None:
+        """Take the newest message of the context's kept part out of the context and return
+        it as logged (verbatim); None when there is none. A recorded edit (strategy ``pop``,
+        trigger manual) that ``rollback(compaction_id=...)`` undoes; the log keeps it."""
+        at = now_or_clock(now)
+        return self.store.write(
+            lambda c: edits.pop(c, handle.context(self, c, handle.locked(self, c)), at)
+        )
+
+    def rollback_plan(
+        self, boundary_id: int | None = None, *, compaction_id: int | None = None
+    ) -> list[CompactBoundary]:
+        """The boundaries ``rollback(boundary_id)`` (or ``rollback(compaction_id=...)``)
+        would undo, oldest first; changes nothing.
+
+        For a boundary the first is the target (the latest live boundary when boundary_id
+        is None): a caller that asks for confirmation then rolls back exactly that id. For
+        a compaction the list may be empty (an edit-only compaction such as ``pop``).
+
+        Raises:
+            InvalidInputError, NotFoundError, ConflictError: as :meth:`rollback` would.
+        """
+        return history.rollback_plan(self, boundary_id, compaction_id)
+
+    def replay(
+        self,
+        boundary_id: int,
+        *,
+        config: CompactionConfig | None = None,
+        apply: bool = False,
+        now: float | None = None,
+        resummarize: bool = False,
+    ) -> CompactionResult:
+        """Run a recorded compaction again on the context as it stood just before it.
+
+        With the recorded config (or ``config``) and the recorded time, the same inputs
+        give a byte-identical boundary and summary: the recorded summary text (rule-based
+        or a summarizer's) is reused whenever the replayed cut removes exactly the recorded
+        seqs; otherwise the summary is rule-based, and with ``resummarize=True`` the
+        summarizer is asked again (the session's provider compactor first, when it has
+        one: a provider boundary is requested again). ``result.summary.source`` says which
+        (``"recorded"``, ``"rule"``, ``"summarizer"`` or ``"provider"``). ``apply=True``
+        records the result as a new compaction: allowed on the latest live boundary
+        (which it replaces) or on a rolled-back one whose parent is the live boundary
+        again. The engines and the summary keep the recorded time; the new rows and the
+        rollback they imply are dated ``now`` (epoch seconds; default: the clock).
+
+        Raises:
+            NotFoundError: no such boundary in this session.
+            ConflictError: the boundary was imported from a transcript (nothing to run
+                again), apply=True where the replayed result cannot take its place, or
+                the session was compacted or rolled back while the replay ran.
+            InvalidInputError: resummarize=True with no summarizer configured.
+        """
+        return history.replay_boundary(
+            self, self._state, boundary_id, config, apply, now, resummarize
+        )
+
+    def boundaries(self, include_rolled_back: bool = False) -> list[CompactBoundary]:
+        """The recorded boundaries, oldest first."""
+        rows = self.store.read(
+            lambda c: repo.boundary_rows(c, self.id, include_rolled_back=include_rolled_back)
+        )
+        return [boundary_model(row) for row in rows]
+
+    def compactions(self) -> list[CompactionResult]:
+        """The recorded compactions, oldest first (rolled-back ones included, marked)."""
+        return history.compactions(self)
+
+    def breaker(self) -> BreakerState:
+        """The circuit-breaker and reactive-recovery counters."""
+        return history.breaker(self)
+
+    def reset_breaker(self) -> None:
+        """Clear the breaker's failure count, the reactive-attempt counter and the count of
+        consecutive summarizer fallbacks."""
+        history.reset_breaker(self)
+
+    # -- memory, recall and blobs -------------------------------------------------------
+
+    def remember(
+        self, kind: str, text: str, *, scope: str = "session", now: float | None = None
+    ) -> int:
+        """Add a memory entry for session-memory compact; returns its id."""
+        return compacting.remember(self, kind, text, scope, now)
+
+    def memories(self) -> list[MemoryEntry]:
+        """The stored memory entries, oldest first."""
+        return self.store.read(lambda c: repo.memories(c, self.id))
+
+    def recall_tool(self) -> dict[str, Any]:
+        """The ``recall`` tool's definition in the session's format, to offer the model.
+
+        anthropic and minicode: ``{"name", "description", "input_schema"}``; openai: a Chat
+        Completions function tool; responses: a Responses function tool. Calling it turns on
+        the summary's recall line (``recall_enabled`` in the session's stored config).
+        """
+        definition = tool_definition(self.format)
+        if not self.config.recall_enabled:
+            self.config = self.store.write(lambda c: recalling.enable(c, handle.locked(self, c)))
+        return definition
+
+    def recall(self, arguments: dict[str, Any] | str) -> str:
+        """Answer a ``recall`` call: the original of what is not in the context in full.
+
+        ``arguments`` is the call's input (or its JSON text): ``{"from_seq": a, "to_seq": b}``,
+        ``{"query": "..."}``, ``{"blob_id": n}`` or ``{"cursor": "..."}`` from the last line
+        of an answer cut at ``recall_max_tokens``. A read only: append the answer with
+        ``append_tool_result(call_id, answer, tool_name="recall")`` (exempt from the
+        tool-result budget).
+
+        Raises:
+            InvalidInputError: the arguments, naming what is wrong with them.
+            NotFoundError: no blob with that id in this session.
+        """
+        return compacting.recall(self, arguments)
 
     def get_blob(self, blob_id: int) -> str:
         """The full content of a persisted tool result, byte-exact.
@@ -576,14 +595,4 @@ class Session(SessionReading, SessionHistory, SessionMemory):
         Raises:
             NotFoundError: no blob with that id belongs to this session.
         """
-        checks.check_id(blob_id, "blob", self.id)
-
-        def read(connection: Connection) -> str | None:
-            row = repo.get_blob(connection, self.id, blob_id)
-            # Decoded inside the read, so a damaged blob is a DatabaseError naming the file.
-            return None if row is None else bytes(row.content).decode("utf-8")
-
-        content = self.store.read(read)
-        if content is None:
-            raise NotFoundError(f"no blob {blob_id} in session {self.id!r}")
-        return content
+        return reading.blob(self, blob_id)
