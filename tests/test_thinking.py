@@ -175,7 +175,8 @@ def test_the_thinking_rule_follows_the_edit_policy(
 ) -> None:
     """The same rows under each policy: append_only keeps the thinking of a turn made after
     a change (the bytes sent stay, the cache stays warm); rewrite leaves it out, a wire
-    cheaper by exactly that thinking."""
+    cheaper by exactly that thinking -- but on a model that checks thinking prefixes (its API
+    keeps every block sent in the prompt and the cache), where it keeps it too."""
     agent = new_agent(store, "policy", microcompact_keep_recent=3)
     for _ in range(4):
         agent.turn()
@@ -201,6 +202,12 @@ def test_the_thinking_rule_follows_the_edit_policy(
     assert checked.edit_policy() == ("append_only", True)
     assert check(checked, reopen) == signatures(1, 5, 6)
     assert check(agent.sess, reopen) == signatures(1, 5, 6)
+    forced = store.session(
+        "policy", config=plain(microcompact_keep_recent=3, edit_policy="rewrite"), model=NEW
+    )
+    assert forced.edit_policy() == ("rewrite", True)
+    assert check(forced, reopen) == signatures(1, 5, 6)
+    assert (forced.context().edit_policy, forced.context().prefix_checks) == ("rewrite", True)
 
 
 def test_a_block_made_while_an_earlier_one_of_its_turn_was_sent_anyway_is_left_out_with_it(
@@ -257,26 +264,33 @@ def test_replay_rebuilds_the_context_under_the_policy_its_compaction_ran_under(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "policy", "thinking"),
+    [
+        # auto is rewrite: no thinking of an ended turn from the first changed block on.
+        ("claude-sonnet-4-5", "auto", {"type": "enabled", "budget_tokens": 2_000}),
+        # Forced to rewrite on a model that checks every thinking prefix: the per-turn rule.
+        (NEW, "rewrite", None),
+    ],
+)
 def test_under_rewrite_the_strict_api_accepts_every_request_of_a_long_session(
-    tmp_path: Path,
+    tmp_path: Path, model: str, policy: str, thinking: dict[str, Any] | None
 ) -> None:
-    """claude-opus-5-5 checks every thinking prefix; forced to rewrite, edits in place go on
-    all session long and the wire view sends no thinking from the first changed block on
-    (but the turn a request continues)."""
+    """Edits in place all session long against the strict fake Messages API (signatures,
+    the tool-use continuation rule, pairing, and on claude-opus-5-5 the prefix checks)."""
     pytest.importorskip("anthropic")
     from benchmarks.providers import run
 
     figures = run(
-        model=NEW,
+        model=model,
         calls=150,
-        config=CompactionConfig(edit_policy="rewrite"),
+        config=CompactionConfig(edit_policy=policy),
         db=str(tmp_path / "rewrite.db"),
+        thinking=thinking,
     )
     assert figures["api_errors"] == 0, figures
     assert figures["steps_lost"] == figures["thinking_dropped"] == 0
-    # Edits in place all along, and a cut.
-    assert figures["compactions"]["tool_budget/auto"] > 50, figures
-    assert figures["compactions"]["full/auto"] >= 1, figures
+    assert figures["compactions"]["tool_budget/auto"] > 50, figures  # edits in place
 
 
 def test_a_preview_before_a_message_changes_its_prefix(

@@ -117,8 +117,10 @@ class ActiveContext:
     # removed one). An engine's own edits and cuts are PENDING_VERSION.
     changes: tuple[tuple[int, int], ...] = ()
     # The edit policy the session's compactions run under (resolved: see
-    # compactstore.capabilities.resolve_policy); it chooses the thinking rule.
+    # compactstore.capabilities.resolve_policy) and whether its model checks thinking
+    # prefixes: together they choose the thinking rule.
     edit_policy: EditPolicy = "rewrite"
+    prefix_checks: bool = False
 
     # Derived values are computed once per context and kept in its memo (typed keys: the
     # registry's incremental values, which extended() carries over, and Derived ones): a
@@ -229,8 +231,9 @@ class ActiveContext:
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
         """Index ranges of ``items`` whose thinking the wire view sends: the rule of
         :func:`compactstore._context.thinking.sent_ranges`, chosen by the context's
-        ``edit_policy`` (per turn under append_only, none after the first change under
-        rewrite); the turn a request continues keeps its thinking."""
+        ``edit_policy`` and ``prefix_checks`` (per turn, or none after the first change under
+        rewrite on a model without prefix checks); the turn a request continues keeps its
+        thinking."""
         return self._derived(_RANGES, self._ranges)
 
     def _ranges(self) -> tuple[tuple[int, int], ...]:
@@ -240,6 +243,7 @@ class ActiveContext:
             self._turn,
             preserved=self.config.preserved_thinking,
             policy=self.edit_policy,
+            prefix_checks=self.prefix_checks,
         )
 
     @property
@@ -422,10 +426,10 @@ class ActiveContext:
         config: CompactionConfig,
         real_request_seq: int | None = None,
         cwd: str | None = None,
-        edit_policy: EditPolicy | None = None,
+        policy: tuple[EditPolicy, bool] | None = None,
     ) -> ActiveContext:
         """This context with messages appended to the kept part, and the session's values
-        (``edit_policy`` None: unchanged).
+        (``policy``: its edit policy and prefix checks; None: unchanged).
 
         A step appends a few messages to a context of hundreds, so what this context already
         derived is carried over instead of computed again over every message.
@@ -439,7 +443,8 @@ class ActiveContext:
             config=config,
             real_request_seq=real_request_seq,
             cwd=cwd,
-            edit_policy=edit_policy or self.edit_policy,
+            edit_policy=self.edit_policy if policy is None else policy[0],
+            prefix_checks=self.prefix_checks if policy is None else policy[1],
         )
         known, memo = self.memo, new.memo
         same_config = config is self.config or config == self.config

@@ -24,7 +24,8 @@ __all__ = [
 ]
 
 # The edit policy a session's compactions run under, resolved from its configured one
-# (compactstore.capabilities.resolve_policy): it also chooses the thinking rule.
+# (compactstore.capabilities.resolve_policy): with whether the model checks thinking
+# prefixes, it chooses the thinking rule.
 EditPolicy = Literal["rewrite", "append_only"]
 
 
@@ -104,24 +105,26 @@ def sent_ranges(
     *,
     preserved: bool,
     policy: EditPolicy,
+    prefix_checks: bool,
 ) -> tuple[tuple[int, int], ...]:
     """Index ranges of ``items`` whose thinking the wire view sends, given the indexes of the
     messages with thinking whose prefix changed since each was made (``changed``, in order).
 
-    With preserved thinking under ``append_only``: all but each changed message and the rest
-    of its turn -- a later turn, made after the change, keeps its thinking: the bytes sent
-    stay, and the prompt cache stays warm. Under ``rewrite``, where edits in place go on all
-    session long and would cut such thinking again: none from the first changed message on.
-    Without preserved thinking: the newest turn's, none after the first change. Always, a
-    turn the request continues keeps its thinking: the API refuses a tool-use continuation
-    not starting with it.
+    With preserved thinking: all but each changed message and the rest of its turn -- a
+    later turn, made after the change, keeps its thinking: the bytes sent stay, and the
+    prompt cache stays warm. But under ``rewrite`` on a model without prefix checks (its API
+    keeps no earlier turn's thinking in the prompt, so sending it saves no cache write,
+    while the usage counts it and edits in place go on all session long): none from the
+    first changed message on. Without preserved thinking: the newest turn's, none after the
+    first change. Always, a turn the request continues keeps its thinking: the API refuses a
+    tool-use continuation not starting with it.
     """
     n = len(items)
     start = n if turn.start is None else turn.start
     cutoff = changed[0] if changed else n
     if not preserved:
         sent = [(start, max(start, cutoff))]
-    elif policy == "rewrite":
+    elif policy == "rewrite" and not prefix_checks:
         sent = [(0, cutoff)]
     else:
         sent, begin = [], 0

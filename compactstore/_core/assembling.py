@@ -32,12 +32,13 @@ def load_context(
     fmt: MessageFormat,
     count_tokens: TokenCounter,
     *,
-    edit_policy: EditPolicy,
+    policy: tuple[EditPolicy, bool],
     as_of: AsOf | None = None,
 ) -> ActiveContext:
     """The session's active context from its rows: the live boundary, the pinned messages
     and every message from its first kept seq on, with their live edits; under the
-    session's resolved ``edit_policy`` (which chooses the thinking rule). With ``as_of`` the
+    session's ``policy`` (its resolved edit policy and whether its model checks thinking
+    prefixes: they choose the thinking rule). With ``as_of`` the
     context as it stood just before a recorded compaction (for replay: with the policy that
     compaction ran under)."""
     rows = context_rows(connection, session, as_of=as_of)
@@ -71,7 +72,8 @@ def load_context(
         real_request_seq=session.real_request_seq,
         cwd=session.cwd,
         changes=rows.changes,
-        edit_policy=edit_policy,
+        edit_policy=policy[0],
+        prefix_checks=policy[1],
     )
 
 
@@ -106,10 +108,10 @@ def with_session(
     context: ActiveContext,
     added: Sequence[ContextMessage],
     session: SessionRow,
-    edit_policy: EditPolicy,
+    policy: tuple[EditPolicy, bool],
 ) -> ActiveContext:
-    """``context`` with ``added`` appended and the session's current values (its resolved
-    ``edit_policy``: a response from another model may change it)."""
+    """``context`` with ``added`` appended and the session's current values (its ``policy``,
+    as for :func:`load_context`: a response from another model may change it)."""
     return context.extended(
         added,
         last_seq=session.last_seq,
@@ -118,5 +120,5 @@ def with_session(
         config=session.config,
         real_request_seq=session.real_request_seq,
         cwd=session.cwd,
-        edit_policy=edit_policy,
+        policy=policy,
     )

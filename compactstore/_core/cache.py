@@ -44,9 +44,12 @@ class CachedContext:
         return cls(context_version, version, base, base.answered())
 
     def extended(
-        self, added: Sequence[ContextMessage], row: repo.SessionRow, edit_policy: EditPolicy
+        self,
+        added: Sequence[ContextMessage],
+        row: repo.SessionRow,
+        policy: tuple[EditPolicy, bool],
     ) -> CachedContext:
-        """This entry with messages appended, at the row's versions and ``edit_policy``: what
+        """This entry with messages appended, at the row's versions and ``policy``: what
         is new is all the work, also while a crash-orphaned call's synthetic result stands in
         the context.
 
@@ -54,11 +57,11 @@ class CachedContext:
         the answered context stays valid with the messages appended to it; its answered()
         only starts over when the new messages orphan another call.
         """
-        base = with_session(self.base, added, row, edit_policy)
+        base = with_session(self.base, added, row, policy)
         if self.answered is self.base:
             answered = base.answered()
         else:
-            answered = with_session(self.answered, added, row, edit_policy).answered()
+            answered = with_session(self.answered, added, row, policy).answered()
         return CachedContext(row.context_version, row.version, base, answered)
 
 
@@ -94,9 +97,10 @@ class ContextCache:
             else:
                 self._evict()
 
-    def policy(self, row: repo.SessionRow) -> EditPolicy:
-        """The edit policy the session's compactions run under, as its context follows it."""
-        return resolve_policy(row.config.edit_policy, row.model, self.capabilities)[0]
+    def policy(self, row: repo.SessionRow) -> tuple[EditPolicy, bool]:
+        """The edit policy the session's compactions run under and whether its model checks
+        thinking prefixes, as its context follows them."""
+        return resolve_policy(row.config.edit_policy, row.model, self.capabilities)
 
     def get(self, session_id: str) -> CachedContext | None:
         with self._lock:
@@ -155,7 +159,7 @@ def read_context(
         added = appended_messages(connection, cached.base, row)
         entry = cached.extended(added, row, cache.policy(row))
     else:
-        base = load_context(connection, row, adapter, count_tokens, edit_policy=cache.policy(row))
+        base = load_context(connection, row, adapter, count_tokens, policy=cache.policy(row))
         entry = CachedContext.of(base, row.version, row.context_version)
     cache.put(session_id, entry)
     return entry.answered

@@ -219,9 +219,8 @@ def plan_replay(
         config=config or CompactionConfig.model_validate_json(compaction.config),
     )
     # The policy the compaction ran under: it chose the thinking the context sent.
-    context = load_context(
-        connection, session, adapter, count_tokens, edit_policy=recorded.edit_policy, as_of=as_of
-    )
+    policy = (recorded.edit_policy, recorded.prefix_checks)
+    context = load_context(connection, session, adapter, count_tokens, policy=policy, as_of=as_of)
     context = context.answered()
     service = resummarize or RecordedSummary(
         tuple(json.loads(compaction.removed_seqs)),

@@ -269,8 +269,8 @@ def import_transcript(
             )
         flush()
         row = require(connection, sid, location)
-        policy, _ = resolve_policy(row.config.edit_policy, row.model)
-        context = load_context(connection, row, adapter, count_tokens, edit_policy=policy)
+        policy = resolve_policy(row.config.edit_policy, row.model)
+        context = load_context(connection, row, adapter, count_tokens, policy=policy)
         stamp = item.timestamp
         record_imported(
             connection, sid, context, item, check_timestamp(stamp) if stamp else time.time()
