@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
@@ -26,6 +27,7 @@ from tests.helpers import T0, migrate_to, plain, scratch_store, validate_with_sd
 from tests.test_validation import wrong
 
 HOUR = 3_600
+NEW = "claude-opus-5-5"  # checks thinking prefixes
 SIGNATURE = "EqQBCkgIARABGAIiQL2W" * 4  # opaque: compactstore never reads it
 
 
@@ -146,7 +148,9 @@ def test_thinking_is_sent_verbatim_while_nothing_before_it_changed(
 def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
+    # No model: "auto" resolves to rewrite, the policy that edits sent messages in place.
     agent = new_agent(store, "placeholders", microcompact_keep_recent=3)
+    assert agent.sess.edit_policy() == ("rewrite", False)
     seqs = [agent.turn() for _ in range(6)]
     agent.user("Carry on")
     result = agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
@@ -157,13 +161,53 @@ def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
     # The log keeps every block.
     logged = agent.sess.messages()
     assert [logged[seq]["content"][0]["signature"] for seq in seqs] == signatures(1, 2, 3, 4, 5, 6)
-    # A turn after the change answered the changed context (with turns 2-6 sent without
-    # their thinking): its prefix is what was sent then, so its thinking stays, also once a
-    # user message follows it -- the bytes sent never change, and the cache stays warm.
+    # A turn after the change is sent while the request continues it...
     agent.turn()
     assert check(agent.sess, reopen) == signatures(1, 7)
+    # ... and left out once a user message ends it: under rewrite the next edit in place
+    # before it would cut it again, so it is not sent (nor counted) at all.
     agent.user("And the docs")
-    assert check(agent.sess, reopen) == signatures(1, 7)
+    assert check(agent.sess, reopen) == signatures(1)
+
+
+def test_the_thinking_rule_follows_the_edit_policy(
+    store: CompactStore, reopen: Callable[[], CompactStore]
+) -> None:
+    """The same rows under each policy: append_only keeps the thinking of a turn made after
+    a change (the bytes sent stay, the cache stays warm); rewrite leaves it out, a wire
+    cheaper by exactly that thinking -- but on a model that checks thinking prefixes (its API
+    keeps every block sent in the prompt and the cache), where it keeps it too."""
+    agent = new_agent(store, "policy", microcompact_keep_recent=3)
+    for _ in range(4):
+        agent.turn()
+    agent.user("Carry on")
+    result = agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    assert result is not None and result.strategy == "microcompact"
+    agent.turn()
+    agent.user("And the docs")
+    agent.turn()  # turn 6: the loop goes on
+    rewrite = agent.sess.context()
+    assert rewrite.edit_policy == "rewrite"
+    assert check(agent.sess, reopen) == signatures(1, 6)
+    appended = store.session(
+        "policy", config=plain(microcompact_keep_recent=3, edit_policy="append_only")
+    )
+    assert appended.edit_policy() == ("append_only", False)
+    assert check(appended, reopen) == signatures(1, 5, 6)
+    five = thinking_cost([{"role": "assistant", "content": [thinking(5)]}])
+    assert appended.context().thinking_tokens - rewrite.thinking_tokens == five > 0
+    assert appended.token_usage() - rewrite.usage == five
+    # A model that checks prefixes resolves "auto" to append_only, whichever handle asks.
+    checked = store.session("policy", config=plain(microcompact_keep_recent=3), model=NEW)
+    assert checked.edit_policy() == ("append_only", True)
+    assert check(checked, reopen) == signatures(1, 5, 6)
+    assert check(agent.sess, reopen) == signatures(1, 5, 6)
+    forced = store.session(
+        "policy", config=plain(microcompact_keep_recent=3, edit_policy="rewrite"), model=NEW
+    )
+    assert forced.edit_policy() == ("rewrite", True)
+    assert check(forced, reopen) == signatures(1, 5, 6)
+    assert (forced.context().edit_policy, forced.context().prefix_checks) == ("rewrite", True)
 
 
 def test_a_block_made_while_an_earlier_one_of_its_turn_was_sent_anyway_is_left_out_with_it(
@@ -179,12 +223,74 @@ def test_a_block_made_while_an_earlier_one_of_its_turn_was_sent_anyway_is_left_o
     agent.turn()
     assert check(agent.sess, reopen) == signatures(1, 2, 3)
     # Once a user message ends the loop, block 2 is left out: block 3's prefix is no longer
-    # what was sent before it, so it goes too; a turn made after that keeps its own.
+    # what was sent before it, so it goes too.
     agent.user("Next")
     assert check(agent.sess, reopen) == signatures(1)
     agent.turn()
     agent.user("And then")
-    assert check(agent.sess, reopen) == signatures(1, 4)
+    assert check(agent.sess, reopen) == signatures(1)  # rewrite: none after the change
+    # Under append_only a turn made after that keeps its own; blocks 2 and 3 stay out.
+    appended = store.session(
+        "loop", config=plain(microcompact_keep_recent=1, edit_policy="append_only")
+    )
+    assert check(appended, reopen) == signatures(1, 4)
+
+
+def test_replay_rebuilds_the_context_under_the_policy_its_compaction_ran_under(
+    store: CompactStore,
+) -> None:
+    agent = new_agent(store, "replayed", microcompact_keep_recent=3)
+    for _ in range(4):
+        agent.turn()
+    agent.user("Carry on")
+    agent.sess.process_request(now=T0 + HOUR, enable_auto_compact=False)
+    agent.turn()
+    agent.user("And the docs")  # turn 5 has ended: under rewrite its thinking is left out
+    original = agent.sess.compact(now=T0 + 2 * HOUR)
+    assert original.boundary is not None and original.boundary.id is not None
+    with store.engine.connect() as connection:
+        recorded = connection.execute(
+            text("SELECT edit_policy FROM compactions WHERE boundary_id = :b"),
+            {"b": original.boundary.id},
+        ).scalar_one()
+    assert recorded == "rewrite"
+    # Later the session runs under append_only, which would send turn 5's thinking: the
+    # replay still sees the context the compaction saw.
+    store.session("replayed", config=plain(microcompact_keep_recent=3, edit_policy="append_only"))
+    replayed = agent.sess.replay(original.boundary.id)
+    assert replayed.tokens_before == original.tokens_before
+    assert replayed.removed_seqs == original.removed_seqs
+    assert replayed.summary_text == original.summary_text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "policy", "thinking"),
+    [
+        # auto is rewrite: no thinking of an ended turn from the first changed block on.
+        ("claude-sonnet-4-5", "auto", {"type": "enabled", "budget_tokens": 2_000}),
+        # Forced to rewrite on a model that checks every thinking prefix: the per-turn rule.
+        (NEW, "rewrite", None),
+    ],
+)
+def test_under_rewrite_the_strict_api_accepts_every_request_of_a_long_session(
+    tmp_path: Path, model: str, policy: str, thinking: dict[str, Any] | None
+) -> None:
+    """Edits in place all session long against the strict fake Messages API (signatures,
+    the tool-use continuation rule, pairing, and on claude-opus-5-5 the prefix checks)."""
+    pytest.importorskip("anthropic")
+    from benchmarks.providers import run
+
+    figures = run(
+        model=model,
+        calls=150,
+        config=CompactionConfig(edit_policy=policy),
+        db=str(tmp_path / "rewrite.db"),
+        thinking=thinking,
+    )
+    assert figures["api_errors"] == 0, figures
+    assert figures["steps_lost"] == figures["thinking_dropped"] == 0
+    assert figures["compactions"]["tool_budget/auto"] > 50, figures  # edits in place
 
 
 def test_a_preview_before_a_message_changes_its_prefix(
@@ -454,6 +560,8 @@ THINKING_EVENTS = st.lists(
         st.tuples(st.just("turn"), st.sampled_from([40, 2_000, 6_000])),
         st.tuples(st.just("user"), st.none()),
         st.tuples(st.just("user"), st.none()),
+        # A new task: a user message and a turn (a turn made after a change, then ended).
+        st.tuples(st.just("task"), st.sampled_from([40, 2_000])),
         st.tuples(st.just("process"), st.sampled_from([1, 400, 3_600])),
         st.tuples(st.just("compact"), st.none() | st.floats(0, 1)),
         st.tuples(st.just("rollback"), st.none()),
@@ -463,18 +571,45 @@ THINKING_EVENTS = st.lists(
 )
 
 
+# A cut that keeps changed thinking, then a task: the two policies send different blocks.
+CUT_THEN_TASK = [
+    ("turn", 40),
+    ("turn", 40),
+    ("user", None),
+    ("turn", 40),
+    ("compact", 0.5),
+    ("task", 40),
+    ("user", None),
+    ("process", 3_600),
+    ("task", 2_000),
+    ("user", None),
+]
+
+
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, database=None)
-@given(events=THINKING_EVENTS, preserved=st.booleans(), window=st.sampled_from([4_000, 50_000]))
+@example(events=CUT_THEN_TASK, preserved=True, window=50_000, policy="append_only")
+@example(events=CUT_THEN_TASK, preserved=True, window=50_000, policy="rewrite")
+@given(
+    events=THINKING_EVENTS,
+    preserved=st.booleans(),
+    window=st.sampled_from([4_000, 50_000]),
+    policy=st.sampled_from(["rewrite", "append_only"]),
+)
 def test_thinking_is_never_sent_after_its_prefix_changed(
-    events: list[tuple[str, Any]], preserved: bool, window: int
+    events: list[tuple[str, Any]], preserved: bool, window: int, policy: str
 ) -> None:
     """The prefix each assistant message answered is kept aside at append; after every step
     a block is sent only if that prefix is still exactly the context before it (or its turn
     is the one a request continues) and the wire before it is what was sent before it then,
-    usage counts what is sent, and a fresh handle reads the same."""
+    usage counts what is sent, and a fresh handle reads the same. Under append_only every
+    block before the first changed one, and every later turn made after the change, is
+    sent; under rewrite none from the first changed one on (but the continued turn's)."""
     config = plain(
-        preserved_thinking=preserved, microcompact_keep_recent=2, tool_result_max_chars=3_000
+        preserved_thinking=preserved,
+        microcompact_keep_recent=2,
+        tool_result_max_chars=3_000,
+        edit_policy=policy,
     )
     with scratch_store() as store:
         sess = store.session("p", format="anthropic", config=config, context_window=window, now=T0)
@@ -490,8 +625,14 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
                 seq = agent.turn(output="x" * arg)
                 sent_before[seq] = wire
                 answered[seq] = before
-            elif kind == "user":
+            elif kind in ("user", "task"):
                 agent.user(f"Next {len(answered)}")
+                if kind == "task":
+                    before = [item.message for item in sess.context().items]
+                    wire = list(sess.context_view())
+                    seq = agent.turn(output="x" * arg)
+                    sent_before[seq] = wire
+                    answered[seq] = before
             elif kind == "process":
                 agent.clock += arg
                 sess.process_request(now=agent.tick())
@@ -546,10 +687,28 @@ def test_thinking_is_never_sent_after_its_prefix_changed(
             for i in sent:
                 if i not in continued:
                     assert list(view[:i]) == sent_before[items[i].seq or -1]
-            if not rolled_back:
-                # Exactly: every block before the first changed one is sent.
-                first = next((i for i in thinking_at if i not in unchanged), len(items))
-                assert [i for i in thinking_at if i < first] == [i for i in sent if i < first]
+            first = next((i for i in thinking_at if i not in unchanged), len(items))
+            if policy == "rewrite":  # none from the first changed block on
+                assert all(i < first for i in set(sent) - continued)
+            if rolled_back:
+                continue  # a rollback is a change even where it restored the same bytes
+            # Exactly: every block before the first changed one is sent; under append_only
+            # also every later one that no changed block of its own turn comes before.
+            assert [i for i in thinking_at if i < first] == [i for i in sent if i < first]
+            if policy == "append_only":
+                whole = [
+                    i
+                    for i in thinking_at
+                    if all(j in unchanged for j in thinking_at if turn_start(items, i) <= j <= i)
+                ]
+                assert set(sent) - continued == set(whole) - continued
+
+
+def turn_start(items: Sequence[Any], index: int) -> int:
+    """Index of the first message of the assistant turn ``items[index]`` belongs to."""
+    while index > 0 and items[index - 1].kind in ("assistant", "tool"):
+        index -= 1
+    return index
 
 
 def test_a_reasoning_item_the_wire_view_leaves_out_is_not_counted(

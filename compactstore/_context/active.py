@@ -29,7 +29,14 @@ from compactstore._context.incremental import (
 )
 from compactstore._context.message import ContextMessage, MessageState, json_copy
 from compactstore._context.pairs import match_pairs, newest_turn
-from compactstore._context.thinking import ThinkingIndex, TurnState, merged_ranges, within
+from compactstore._context.thinking import (
+    EditPolicy,
+    ThinkingIndex,
+    TurnState,
+    merged_ranges,
+    sent_ranges,
+    within,
+)
 from compactstore._context.tokens import TokenCounter, message_tokens
 from compactstore.formats import MessageFormat, ToolCall
 from compactstore.formats.base import storable_text
@@ -109,6 +116,11 @@ class ActiveContext:
     # which every message's prefix changed: an edited seq, or the seq before a cut's first
     # removed one). An engine's own edits and cuts are PENDING_VERSION.
     changes: tuple[tuple[int, int], ...] = ()
+    # The edit policy the session's compactions run under (resolved: see
+    # compactstore.capabilities.resolve_policy) and whether its model checks thinking
+    # prefixes: together they choose the thinking rule.
+    edit_policy: EditPolicy = "rewrite"
+    prefix_checks: bool = False
 
     # Derived values are computed once per context and kept in its memo (typed keys: the
     # registry's incremental values, which extended() carries over, and Derived ones): a
@@ -217,45 +229,22 @@ class ActiveContext:
 
     @property
     def thinking_ranges(self) -> tuple[tuple[int, int], ...]:
-        """Index ranges of ``items`` whose thinking the wire view sends: with
-        ``preserved_thinking``, all but a message whose prefix changed since it was made
-        (:attr:`changed_thinking`) and the rest of its turn -- a later turn, made after the
-        change, keeps its thinking (the bytes sent stay, the cache stays warm); without,
-        the newest turn's, none after the first change. A turn the request continues
-        keeps its thinking: the API refuses a tool-use continuation not starting with it."""
+        """Index ranges of ``items`` whose thinking the wire view sends: the rule of
+        :func:`compactstore._context.thinking.sent_ranges`, chosen by the context's
+        ``edit_policy`` and ``prefix_checks`` (per turn, or none after the first change under
+        rewrite on a model without prefix checks); the turn a request continues keeps its
+        thinking."""
         return self._derived(_RANGES, self._ranges)
 
     def _ranges(self) -> tuple[tuple[int, int], ...]:
-        n = len(self.items)
-        turn = self._turn
-        start = n if turn.start is None else turn.start
-        if self.config.preserved_thinking:
-            sent, begin = [], 0
-            for cut, end in self._cut_turns():
-                if end > begin:
-                    sent.append((begin, cut))
-                    begin = end
-            sent.append((begin, n))
-        else:
-            cutoff = self.thinking_cutoff
-            sent = [(start, max(start, n if cutoff is None else cutoff))]
-        if turn.continuing:
-            sent.append((start, n))
-        return merged_ranges(sent)
-
-    def _cut_turns(self) -> list[tuple[int, int]]:
-        """(first, end) index spans whose thinking is left out: from each message whose
-        prefix changed to the end of its turn (the next user or system message)."""
-        items, spans = self.items, []
-        end = 0
-        for index in self.changed_thinking:
-            if index < end:
-                continue
-            end = index + 1
-            while end < len(items) and items[end].kind in ("assistant", "tool"):
-                end += 1
-            spans.append((index, end))
-        return spans
+        return sent_ranges(
+            self.items,
+            self.changed_thinking,
+            self._turn,
+            preserved=self.config.preserved_thinking,
+            policy=self.edit_policy,
+            prefix_checks=self.prefix_checks,
+        )
 
     @property
     def thinking_tokens(self) -> int:
@@ -437,8 +426,10 @@ class ActiveContext:
         config: CompactionConfig,
         real_request_seq: int | None = None,
         cwd: str | None = None,
+        policy: tuple[EditPolicy, bool] | None = None,
     ) -> ActiveContext:
-        """This context with messages appended to the kept part, and the session's values.
+        """This context with messages appended to the kept part, and the session's values
+        (``policy``: its edit policy and prefix checks; None: unchanged).
 
         A step appends a few messages to a context of hundreds, so what this context already
         derived is carried over instead of computed again over every message.
@@ -452,6 +443,8 @@ class ActiveContext:
             config=config,
             real_request_seq=real_request_seq,
             cwd=cwd,
+            edit_policy=self.edit_policy if policy is None else policy[0],
+            prefix_checks=self.prefix_checks if policy is None else policy[1],
         )
         known, memo = self.memo, new.memo
         same_config = config is self.config or config == self.config

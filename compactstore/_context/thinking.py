@@ -1,17 +1,32 @@
 """What a context knows of its thinking blocks, kept step by step: which
-messages carry thinking and how many tokens, and where the newest assistant turn starts."""
+messages carry thinking and how many tokens, and where the newest assistant turn starts;
+and the rule of which thinking the wire view sends (:func:`sent_ranges`)."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from compactstore._context.message import ContextMessage
     from compactstore.formats import MessageFormat
 
-__all__ = ["ThinkingIndex", "TurnState", "merged_ranges", "sent_tokens", "within"]
+__all__ = [
+    "EditPolicy",
+    "ThinkingIndex",
+    "TurnState",
+    "cut_turns",
+    "merged_ranges",
+    "sent_ranges",
+    "sent_tokens",
+    "within",
+]
+
+# The edit policy a session's compactions run under, resolved from its configured one
+# (compactstore.capabilities.resolve_policy): with whether the model checks thinking
+# prefixes, it chooses the thinking rule.
+EditPolicy = Literal["rewrite", "append_only"]
 
 
 class ThinkingIndex(NamedTuple):
@@ -81,6 +96,60 @@ def merged_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], .
         else:
             merged.append((a, b))
     return tuple(merged)
+
+
+def sent_ranges(
+    items: Sequence[ContextMessage],
+    changed: Sequence[int],
+    turn: TurnState,
+    *,
+    preserved: bool,
+    policy: EditPolicy,
+    prefix_checks: bool,
+) -> tuple[tuple[int, int], ...]:
+    """Index ranges of ``items`` whose thinking the wire view sends, given the indexes of the
+    messages with thinking whose prefix changed since each was made (``changed``, in order).
+
+    With preserved thinking: all but each changed message and the rest of its turn -- a
+    later turn, made after the change, keeps its thinking: the bytes sent stay, and the
+    prompt cache stays warm. But under ``rewrite`` on a model without prefix checks (its API
+    keeps no earlier turn's thinking in the prompt, so sending it saves no cache write,
+    while the usage counts it and edits in place go on all session long): none from the
+    first changed message on. Without preserved thinking: the newest turn's, none after the
+    first change. Always, a turn the request continues keeps its thinking: the API refuses a
+    tool-use continuation not starting with it.
+    """
+    n = len(items)
+    start = n if turn.start is None else turn.start
+    cutoff = changed[0] if changed else n
+    if not preserved:
+        sent = [(start, max(start, cutoff))]
+    elif policy == "rewrite" and not prefix_checks:
+        sent = [(0, cutoff)]
+    else:
+        sent, begin = [], 0
+        for cut, end in cut_turns(items, changed):
+            sent.append((begin, cut))
+            begin = end
+        sent.append((begin, n))
+    if turn.continuing:
+        sent.append((start, n))
+    return merged_ranges(sent)
+
+
+def cut_turns(items: Sequence[ContextMessage], changed: Sequence[int]) -> list[tuple[int, int]]:
+    """(first, end) index spans of ``items`` whose thinking the per-turn rule leaves out: from
+    each message of ``changed`` to the end of its turn (the next user or system message)."""
+    spans: list[tuple[int, int]] = []
+    end = 0
+    for index in changed:
+        if index < end:
+            continue
+        end = index + 1
+        while end < len(items) and items[end].kind in ("assistant", "tool"):
+            end += 1
+        spans.append((index, end))
+    return spans
 
 
 def sent_tokens(fmt: MessageFormat, config: Any, items: Iterable[ContextMessage]) -> int:

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from compactstore._context.active import ActiveContext, BoundaryInfo, ContextMessage, MessageState
 from compactstore._context.assembly import LiveEdit, StoredSummary, assemble, logged_message
+from compactstore._context.thinking import EditPolicy
 from compactstore._context.tokens import TokenCounter
 from compactstore.db.context import CLEAR, AsOf, EditRow, appended_rows, context_rows
 from compactstore.db.sessions import SessionRow
@@ -31,11 +32,15 @@ def load_context(
     fmt: MessageFormat,
     count_tokens: TokenCounter,
     *,
+    policy: tuple[EditPolicy, bool],
     as_of: AsOf | None = None,
 ) -> ActiveContext:
     """The session's active context from its rows: the live boundary, the pinned messages
-    and every message from its first kept seq on, with their live edits. With ``as_of`` the
-    context as it stood just before a recorded compaction (for replay)."""
+    and every message from its first kept seq on, with their live edits; under the
+    session's ``policy`` (its resolved edit policy and whether its model checks thinking
+    prefixes: they choose the thinking rule). With ``as_of`` the
+    context as it stood just before a recorded compaction (for replay: with the policy that
+    compaction ran under)."""
     rows = context_rows(connection, session, as_of=as_of)
     boundary_row = rows.boundary
     summary = None
@@ -67,6 +72,8 @@ def load_context(
         real_request_seq=session.real_request_seq,
         cwd=session.cwd,
         changes=rows.changes,
+        edit_policy=policy[0],
+        prefix_checks=policy[1],
     )
 
 
@@ -98,9 +105,13 @@ def appended_messages(
 
 
 def with_session(
-    context: ActiveContext, added: Sequence[ContextMessage], session: SessionRow
+    context: ActiveContext,
+    added: Sequence[ContextMessage],
+    session: SessionRow,
+    policy: tuple[EditPolicy, bool],
 ) -> ActiveContext:
-    """``context`` with ``added`` appended and the session's current values."""
+    """``context`` with ``added`` appended and the session's current values (its ``policy``,
+    as for :func:`load_context`: a response from another model may change it)."""
     return context.extended(
         added,
         last_seq=session.last_seq,
@@ -109,4 +120,5 @@ def with_session(
         config=session.config,
         real_request_seq=session.real_request_seq,
         cwd=session.cwd,
+        policy=policy,
     )

@@ -15,14 +15,16 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
 from compactstore._context.active import ActiveContext, ContextMessage
+from compactstore._context.thinking import EditPolicy
 from compactstore._context.tokens import TokenCounter
 from compactstore._core.assembling import appended_messages, load_context, with_session
+from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
 from compactstore.formats import MessageFormat
@@ -41,28 +43,40 @@ class CachedContext:
     def of(cls, base: ActiveContext, version: int, context_version: int) -> CachedContext:
         return cls(context_version, version, base, base.answered())
 
-    def extended(self, added: Sequence[ContextMessage], row: repo.SessionRow) -> CachedContext:
-        """This entry with messages appended, at the row's versions: what is new is all the
-        work, also while a crash-orphaned call's synthetic result stands in the context.
+    def extended(
+        self,
+        added: Sequence[ContextMessage],
+        row: repo.SessionRow,
+        policy: tuple[EditPolicy, bool],
+    ) -> CachedContext:
+        """This entry with messages appended, at the row's versions and ``policy``: what
+        is new is all the work, also while a crash-orphaned call's synthetic result stands in
+        the context.
 
         An orphaned call never gets a real result later (the pairing rules refuse one), so
         the answered context stays valid with the messages appended to it; its answered()
         only starts over when the new messages orphan another call.
         """
-        base = with_session(self.base, added, row)
+        base = with_session(self.base, added, row, policy)
         if self.answered is self.base:
             answered = base.answered()
         else:
-            answered = with_session(self.answered, added, row).answered()
+            answered = with_session(self.answered, added, row, policy).answered()
         return CachedContext(row.context_version, row.version, base, answered)
 
 
 class ContextCache:
     """Reused as is while the session is unchanged, extended with the new messages while
     only appends happened; any compaction, rollback or config change (in any process)
-    bumps context_version and forces a rebuild from the rows."""
+    bumps context_version and forces a rebuild from the rows. ``capabilities`` is the
+    store's model capability table: a context's edit policy is resolved with it."""
 
-    def __init__(self, max_sessions: int = 64) -> None:
+    def __init__(
+        self,
+        max_sessions: int = 64,
+        capabilities: Mapping[str, ModelCapabilities] = MODEL_CAPABILITIES,
+    ) -> None:
+        self.capabilities = capabilities
         # Reentrant: a handle's finalizer (unpin) may run in a collection inside put().
         self._lock = threading.RLock()
         self._entries: OrderedDict[str, CachedContext] = OrderedDict()
@@ -82,6 +96,11 @@ class ContextCache:
                 self._handles[session_id] = left
             else:
                 self._evict()
+
+    def policy(self, row: repo.SessionRow) -> tuple[EditPolicy, bool]:
+        """The edit policy the session's compactions run under and whether its model checks
+        thinking prefixes, as its context follows them."""
+        return resolve_policy(row.config.edit_policy, row.model, self.capabilities)
 
     def get(self, session_id: str) -> CachedContext | None:
         with self._lock:
@@ -137,9 +156,10 @@ def read_context(
     if cached is not None and cached.context_version == row.context_version:
         if cached.version == row.version:
             return cached.answered
-        entry = cached.extended(appended_messages(connection, cached.base, row), row)
+        added = appended_messages(connection, cached.base, row)
+        entry = cached.extended(added, row, cache.policy(row))
     else:
-        base = load_context(connection, row, adapter, count_tokens)
+        base = load_context(connection, row, adapter, count_tokens, policy=cache.policy(row))
         entry = CachedContext.of(base, row.version, row.context_version)
     cache.put(session_id, entry)
     return entry.answered

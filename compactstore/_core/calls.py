@@ -6,7 +6,7 @@ manual). :mod:`compactstore._core.compaction` runs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,7 +20,6 @@ from compactstore._engines.base import EngineInputs, Summarizer
 from compactstore._engines.pipeline import Outcome
 from compactstore._engines.session_memory import MemoryProvider
 from compactstore._engines.stages import PROCESS_STAGES, switches
-from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities
 from compactstore.errors import InvalidInputError
 from compactstore.formats import MessageFormat
 from compactstore.pricing import PriceTable
@@ -68,11 +67,6 @@ class Target:
     adapter: MessageFormat
     cache: ContextCache
     location: str
-    # The model capability table (compactstore.capabilities; the store's, with its
-    # overrides): it resolves the "auto" edit policy.
-    capabilities: Mapping[str, ModelCapabilities] = field(
-        default_factory=lambda: MODEL_CAPABILITIES
-    )
     # The store's prices (compactstore.pricing): a provider compaction's billed usage is
     # recorded as a model call with its cost, and the cost rule of in-place edits.
     prices: PriceTable | None = None

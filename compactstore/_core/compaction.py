@@ -60,7 +60,6 @@ from compactstore._engines.base import EngineInputs
 from compactstore._engines.pipeline import Outcome
 from compactstore._engines.session_memory import select_memory
 from compactstore._engines.summary import budget_for
-from compactstore.capabilities import resolve_policy
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
 from compactstore.formats.request import build_request_params
@@ -147,9 +146,6 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         row=session,
     )
     breaker, next_blob_id, max_compaction_id = repo.plan_state(connection, sid)
-    policy, prefix_checks = resolve_policy(
-        context.config.edit_policy, session.model, target.capabilities
-    )
     inputs = EngineInputs(
         now=request.now,
         next_blob_id=next_blob_id,
@@ -161,8 +157,10 @@ def plan(connection: Connection, target: Target, request: Request, plugins: Plug
         if context.boundary is not None
         else SummaryState(),
         instructions=request.instructions,
-        edit_policy=policy,
-        prefix_checks=prefix_checks,
+        # Resolved with the context (the store's capability table): the engines run under
+        # the policy that chose the thinking the context sends.
+        edit_policy=context.edit_policy,
+        prefix_checks=context.prefix_checks,
         **cache_inputs(connection, sid, session.model, target.prices),
     )
     if not request.cuts(context, inputs):

@@ -148,6 +148,5 @@ def target(store: Store, session_id: str, adapter: MessageFormat) -> compaction.
         adapter,
         store.cache,
         store.location,
-        store.model_capabilities,
         prices=store.prices,
     )

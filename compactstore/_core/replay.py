@@ -218,7 +218,9 @@ def plan_replay(
         token_factor=recorded.token_factor,
         config=config or CompactionConfig.model_validate_json(compaction.config),
     )
-    context = load_context(connection, session, adapter, count_tokens, as_of=as_of)
+    # The policy the compaction ran under: it chose the thinking the context sent.
+    policy = (recorded.edit_policy, recorded.prefix_checks)
+    context = load_context(connection, session, adapter, count_tokens, policy=policy, as_of=as_of)
     context = context.answered()
     service = resummarize or RecordedSummary(
         tuple(json.loads(compaction.removed_seqs)),

@@ -268,9 +268,9 @@ def import_transcript(
                 f"message {at_index - 1} of the transcript"
             )
         flush()
-        context = load_context(
-            connection, require(connection, sid, location), adapter, count_tokens
-        )
+        row = require(connection, sid, location)
+        policy = resolve_policy(row.config.edit_policy, row.model)
+        context = load_context(connection, row, adapter, count_tokens, policy=policy)
         stamp = item.timestamp
         record_imported(
             connection, sid, context, item, check_timestamp(stamp) if stamp else time.time()

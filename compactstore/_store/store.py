@@ -148,7 +148,9 @@ class CompactStore:
                 raise InvalidInputError(f"{name} must be a callable, got {value!r}")
         self.on_compaction = on_compaction
         self.redactor = redactor
-        self.cache = ContextCache(checks.check_cache_sessions(cache_sessions))
+        self.cache = ContextCache(
+            checks.check_cache_sessions(cache_sessions), self.model_capabilities
+        )
         # A staging store (compactstore.transfer.staging) builds its imports in place.
         self.imports_in_place = False
         self._warned: set[tuple[str, str]] = set()
