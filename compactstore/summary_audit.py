@@ -1,9 +1,11 @@
 """Checks of summaries and contexts that do not trust the code they check.
 
 ``compactstore simulate`` and ``benchmarks/quality.py`` measure the handoff a compaction
-leaves with these. They keep their own idea of client noise — plain markers a
-line or message starts with, not :mod:`compactstore.boilerplate`'s patterns — so a gap in
-the classifier shows up as a finding instead of being measured away.
+leaves with these. They keep their own idea of client noise in a summary — plain markers a
+line holds, not :mod:`compactstore.boilerplate`'s patterns — so a gap in the classifier shows
+up as a noise line (the summary quotes the request it chose) instead of being measured away.
+Which user message is the request is the classifier's one answer, the same for the store,
+the summary and the measures (:func:`compactstore.boilerplate.request_text`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ __all__ = [
     "PLAN_TOOLS",
     "duplicate_files",
     "escaped_newlines",
-    "is_noise",
     "listed_files",
     "noise_lines",
     "path_named",
@@ -26,10 +27,8 @@ __all__ = [
     "pending_plan_items",
     "present",
     "quoted_user_messages",
-    "real_request_index",
     "recall_spans",
     "squash",
-    "user_said",
     "whole_recall",
 ]
 
@@ -57,28 +56,6 @@ NOISE_MARKERS: tuple[str, ...] = (
     "<user-prompt-submit-hook>",
     "This session is being continued from a previous conversation",
 )
-
-_CODEX_HEADING = "## My request for Codex:"
-
-
-def user_said(text: str) -> str:
-    """The part of a user message a person wrote: after Codex's request heading if any."""
-    heading = text.rfind(_CODEX_HEADING)
-    return (text[heading + len(_CODEX_HEADING) :] if heading >= 0 else text).strip()
-
-
-def is_noise(text: str) -> bool:
-    """True for a user message (or a line) that is client noise by the markers above."""
-    said = user_said(text)
-    return not said or said.startswith(NOISE_MARKERS)
-
-
-def real_request_index(user_texts: Iterable[str | None]) -> int | None:
-    """Index of the first user text that is not noise (None entries are not requests)."""
-    for index, text in enumerate(user_texts):
-        if text is not None and not is_noise(text):
-            return index
-    return None
 
 
 def _quoted(line: str) -> str:

@@ -23,8 +23,6 @@ SUMMARY = """[Context compacted]
 
 def test_noise_lines_are_found_by_their_markers() -> None:
     assert audit.noise_lines(SUMMARY) == ["- (seq 31) <command-name>/compact</command-name>"]
-    assert audit.is_noise("<environment_context><cwd>/w</cwd></environment_context>")
-    assert not audit.is_noise("# Context from my IDE setup:\n## My request for Codex:\nGo")
 
 
 def test_a_file_listed_twice_is_counted_whatever_its_spelling() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compactstore import summary_audit as audit
+from compactstore.boilerplate import request_text
 from compactstore.formats import get_format
 from compactstore.importers import Transcript
 from compactstore.models import CompactionConfig, ImportedMessage
@@ -146,7 +147,7 @@ def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list
                 theirs_text, users = summary, audit.quoted_user_messages(summary)
                 tasks = pending_tasks(summary)
             else:
-                theirs_text, users = _history_users(history)
+                theirs_text, users = _history_users(history, copy.config.boilerplate_patterns)
                 tasks = _open_plan_items(before)
             found.append(
                 AgentCut(
@@ -253,8 +254,11 @@ def _share(texts: list[str], haystack: str) -> tuple[int, int]:
     return len(texts), sum(audit.present(text, haystack) for text in texts)
 
 
-def _history_users(history: list[dict[str, Any]]) -> tuple[str, list[str]]:
-    """(all the text, the messages a person typed) of a Codex ``replacement_history``."""
+def _history_users(
+    history: list[dict[str, Any]], patterns: tuple[str, ...]
+) -> tuple[str, list[str]]:
+    """(all the text, what a person typed in each user message, by the store's classifier)
+    of a Codex ``replacement_history``."""
     texts, users = [], []
     for item in history:
         if not isinstance(item, dict) or item.get("type") != "message":
@@ -266,8 +270,9 @@ def _history_users(history: list[dict[str, Any]]) -> tuple[str, list[str]]:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         ]
         texts += parts
-        if item.get("role") == "user":
-            users += [p for p in parts if p.strip() and not audit.is_noise(p.strip())]
+        said = request_text(parts, patterns) if item.get("role") == "user" else ""
+        if said:
+            users.append(said)
     return "\n".join(texts), users
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compactstore import summary_audit as audit
+from compactstore.boilerplate import request_text
 from compactstore.context import ActiveContext
 from compactstore.core.checks import check_session_id
 from compactstore.db import model_calls
@@ -34,7 +35,6 @@ from compactstore.simulate.report import (
     floor_line,
 )
 from compactstore.store import CompactStore, Session
-from compactstore.summary_audit import is_noise
 from compactstore.tokens import estimate_tokens, message_tokens
 from compactstore.transfer import staging
 
@@ -306,9 +306,10 @@ class _Replay:
             seq = self.sess.append(message, timestamp=self.now)
         self.index_of_seq[seq] = index
         self.recall.appended(seq, message)
-        # The user's real request: the first request that is not client noise, by checks
-        # of the simulator's own (not the classifier under test).
-        if self.request is None and fmt.is_request(message) and not is_noise(fmt.text(message)):
+        # The user's real request: the first request a person typed something in, by the
+        # classifier the store pins it with and the summary quotes it by (one rule for what
+        # the request is; summary_audit's own markers still check the summary's lines).
+        if self.request is None and self._said(message):
             self.request = message
         if self.appended_since_auto is not None:
             self.appended_since_auto += self.estimates[index]
@@ -451,9 +452,9 @@ class _Replay:
             if index is None:
                 continue
             message = self.t.messages[index]
-            if self.fmt.is_request(message) and not audit.is_noise(self.fmt.text(message)):
+            said = self._said(message)
+            if said:
                 report.instructions_due += 1
-                said = audit.user_said(self.fmt.text(message))
                 kept = audit.present(said, hay) or any(a <= seq <= b for a, b in spans)
                 report.instructions_kept += kept
                 if not kept:
@@ -478,6 +479,12 @@ class _Replay:
                 self._example(f"last assistant text missing: {last_text[:60]!r}")
         for line in noise:
             self._example(f"noise in summary: {line[:80]!r}")
+
+    def _said(self, message: dict[str, Any]) -> str:
+        """What a person typed in ``message`` when it is a request ("" otherwise)."""
+        if not self.fmt.is_request(message):
+            return ""
+        return request_text(self.fmt.text_parts(message), self.sess.config.boilerplate_patterns)
 
     def _example(self, finding: str) -> None:
         if len(self.report.handoff_examples) < 5:
