@@ -325,14 +325,25 @@ def _words(text: str) -> set[str]:
 
 
 _LABEL = re.compile(r"^\s*\*\*[^*]+\*\*\s*(?:\([^)]*\))?\s*:?\s*")
+# A task the agent's summary names by its number ("**Task 3 (in_progress)**: …"), and an
+# open task our summary lists by its number ("- [pending] #3 …", compactstore.engines.tasks).
+_TASK_NUMBER = re.compile(r"^\W*Task\s+#?(\d+)\b", re.I)
+_OUR_TASK = re.compile(r"^- \[[^\]\n]+\] #(\d+) ", re.M)
 
 
 def _tasks_named(tasks: list[str], ours: str) -> tuple[int, int]:
-    """How many tasks, and how many of them ours names: at least 60% of the words of a
-    task's text (after its label, "**Task 3 (in_progress)**:")."""
+    """How many tasks, and how many of them ours names: the same task number among our open
+    tasks (Claude Code numbers its TaskCreate tasks, and its summary words them in its own
+    way, in any language), else at least 60% of the words of a task's text (after its
+    label, "**Task 3 (in_progress)**:")."""
     have = _words(ours)
+    numbers = set(_OUR_TASK.findall(ours))
     named = 0
     for task in tasks:
+        number = _TASK_NUMBER.match(task)
+        if number is not None and number.group(1) in numbers:
+            named += 1
+            continue
         words = _words(_LABEL.sub("", task)) or _words(task)
         if words and len(words & have) >= 0.6 * len(words):
             named += 1
