@@ -19,6 +19,7 @@ from compactstore import CompactionConfig, CompactStore, ConflictError, InvalidI
 from compactstore.boilerplate import (
     DEFAULT_BOILERPLATE_PATTERNS,
     is_boilerplate,
+    is_tagged_block,
     request_text,
 )
 from compactstore.cli import cli
@@ -261,6 +262,7 @@ def test_the_original_request_of_every_real_transcript_is_what_a_person_typed(
         asked = original_request(session.context())
         assert asked, path.name
         assert not asked.lstrip().startswith("<"), (path.name, asked[:200])
+        assert not is_tagged_block(asked), (path.name, asked[:200])
         assert not _CLIENT_TAG.search(asked), (path.name, asked[:200])
         assert "AGENTS.md instructions" not in asked and "Caveat:" not in asked
 
