@@ -73,9 +73,14 @@ def noise_lines(summary: str) -> list[str]:
     return found
 
 
+# A Windows path from its drive letter (``D:\\w\\node_modules``: its ``\\n`` is no newline).
+_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\[^\s\"'<>|]*")
+
+
 def escaped_newlines(summary: str) -> bool:
-    """True when the summary shows a literal backslash-n (an escaped newline left in)."""
-    return "\\n" in summary
+    """True when the summary shows a literal backslash-n (an escaped newline left in); the
+    separators of a Windows path (``D:\\w\\node_modules``) are not one."""
+    return "\\n" in _WINDOWS_PATH.sub("", summary)
 
 
 def squash(text: str) -> str:
@@ -103,11 +108,15 @@ def listed_files(summary: str) -> list[str]:
     return _FILE_LINE.findall(files_section.group(1)) if files_section else []
 
 
-def _same_file(a: str, b: str) -> bool:
+def _same_file(a: str, b: str, cwd: str | None = None) -> bool:
     """Two spellings of one file: equal, or an absolute path ending with a relative one
     (two relative paths are two files, as ``lib/x.ex`` and ``_build/lib/x.ex`` are); a
-    Windows path (drive letter) spelt with either slash and compared without regard to case."""
+    Windows path (drive letter) spelt with either slash and compared without regard to case.
+    With the session's working directory a relative path is the file under it, so it is
+    another file than an absolute path elsewhere ending the same way."""
     a, b = a.removeprefix("./"), b.removeprefix("./")
+    if cwd:
+        a, b = _under(a, cwd), _under(b, cwd)
     if _WINDOWS.match(a) or _WINDOWS.match(b):
         a, b = a.replace("\\", "/").lower(), b.replace("\\", "/").lower()
     if a == b:
@@ -122,9 +131,18 @@ def _absolute(path: str) -> bool:
     return path.startswith("/") or _WINDOWS.match(path) is not None
 
 
-def duplicate_files(paths: Sequence[str]) -> int:
-    """How many listed paths name a file listed before them (another spelling included)."""
-    return sum(1 for i, p in enumerate(paths) if any(_same_file(p, q) for q in paths[:i]))
+def _under(path: str, cwd: str) -> str:
+    """``path`` as an absolute path: a relative one joined to ``cwd``."""
+    if _absolute(path) or path.startswith("~"):
+        return path
+    separator = "\\" if _WINDOWS.match(cwd) else "/"
+    return cwd.rstrip("/\\") + separator + path
+
+
+def duplicate_files(paths: Sequence[str], cwd: str | None = None) -> int:
+    """How many listed paths name a file listed before them (another spelling included);
+    ``cwd``, the session's working directory, is where relative paths are."""
+    return sum(1 for i, p in enumerate(paths) if any(_same_file(p, q, cwd) for q in paths[:i]))
 
 
 def recall_spans(summary: str) -> list[tuple[int, int]]:

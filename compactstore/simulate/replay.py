@@ -439,7 +439,7 @@ class _Replay:
         report.cuts += 1
         noise = audit.noise_lines(summary)
         report.noise_lines += len(noise)
-        report.duplicate_files += audit.duplicate_files(audit.listed_files(summary))
+        report.duplicate_files += audit.duplicate_files(audit.listed_files(summary), self.t.cwd)
         report.escaped_summaries += audit.escaped_newlines(summary)
         report.over_budget_summaries += estimate_tokens(summary) > budget_for(context)
         first_kept = context.first_kept_seq
