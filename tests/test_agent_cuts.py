@@ -166,6 +166,9 @@ def _rollout(kind: str, payload: Message) -> Message:
     return {"timestamp": "2026-07-01T10:00:00.000Z", "type": kind, "payload": payload}
 
 
+ENVIRONMENT = "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"
+
+
 def _user(text: str) -> Message:
     content = [{"type": "input_text", "text": text}]
     return {"type": "message", "role": "user", "content": content}
@@ -184,7 +187,7 @@ def test_codex_replacement_history_against_ours_at_its_cut(tmp_path: Path) -> No
         tmp_path / "rollout.jsonl",
         [
             _rollout("session_meta", {"id": "1", "cwd": "/w"}),
-            _rollout("response_item", _user("<environment_context>\n  <cwd>/w</cwd>\n")),
+            _rollout("response_item", _user(ENVIRONMENT)),
             _rollout("response_item", _user("fix the parser in src/parser.py")),
             _rollout("response_item", {**call, "arguments": json.dumps(plan)}),
             _rollout(
@@ -209,7 +212,7 @@ def test_codex_replacement_history_against_ours_at_its_cut(tmp_path: Path) -> No
                 {
                     "message": "",
                     "replacement_history": [
-                        _user("<environment_context>\n  <cwd>/w</cwd>\n"),
+                        _user(ENVIRONMENT),
                         _user("fix the parser in src/parser.py"),
                     ],
                 },
