@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 
 from benchmarks import DEFAULT_CORPUS
+from compactstore._importers import detect
 from compactstore._simulate import SimulationReport, simulate
 from compactstore._simulate.reference import AgentCut, agent_cuts
+from compactstore.errors import InvalidInputError
 
 
 def _pct(value: float | None) -> str:
@@ -124,6 +126,20 @@ def agent_section(files: list[Path]) -> None:
         print(agent_totals(cuts, source, kind))
 
 
+def transcripts(corpus: Path) -> list[Path]:
+    """The files under ``corpus`` that compactstore reads as a transcript (by their content,
+    as ``import`` detects it): companion files and formats it has no importer for are left
+    out."""
+    found = []
+    for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
+        try:
+            detect(path)
+        except InvalidInputError:
+            continue
+        found.append(path)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -132,7 +148,7 @@ def main() -> None:
         "--agent-cuts", action="store_true", help="only the comparison with the agent's own"
     )
     args = parser.parse_args()
-    files = sorted(p for p in args.corpus.rglob("*") if p.suffix in (".jsonl", ".traj"))
+    files = transcripts(args.corpus)
     if not files:
         sys.exit(f"no transcripts under {args.corpus} (give --corpus DIR)")
     if args.agent_cuts:
@@ -148,7 +164,13 @@ def main() -> None:
         reports = []
         for path in files:
             for window in windows:
-                reports.append(simulate(path, window=window, use_usage=use_usage))
+                try:
+                    reports.append(simulate(path, window=window, use_usage=use_usage))
+                except InvalidInputError as exc:
+                    # The window is below what the transcript needs before any compaction
+                    # (its system prompt and tools): no compaction can make a call fit.
+                    print(f"| {path.name} | {window // 1000}k | {str(exc).split(':')[0]} |")
+                    continue
                 print(row(reports[-1]), flush=True)
         print(f"\n#### The handoff after every cut ({title.lower()})\n\n{HANDOFF_HEADER}")
         for report in reports:

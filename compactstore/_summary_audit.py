@@ -1,9 +1,12 @@
 """Checks of summaries and contexts that do not trust the code they check.
 
 ``compactstore simulate`` and ``benchmarks/quality.py`` measure the handoff a compaction
-leaves with these. They keep their own idea of client noise — plain markers a
-line or message starts with, not :mod:`compactstore._context.boilerplate`'s patterns — so a gap in
-the classifier shows up as a finding instead of being measured away.
+leaves with these. They keep their own idea of client noise in a summary — plain markers a
+line holds, not :mod:`compactstore._context.boilerplate`'s patterns — so a gap in the
+classifier shows up as a noise line (the summary quotes the request it chose) instead of
+being measured away.
+Which user message is the request is the classifier's one answer, the same for the store,
+the summary and the measures (:func:`compactstore._context.boilerplate.request_text`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ __all__ = [
     "PLAN_TOOLS",
     "duplicate_files",
     "escaped_newlines",
-    "is_noise",
     "listed_files",
     "noise_lines",
     "path_named",
@@ -26,10 +28,8 @@ __all__ = [
     "pending_plan_items",
     "present",
     "quoted_user_messages",
-    "real_request_index",
     "recall_spans",
     "squash",
-    "user_said",
     "whole_recall",
 ]
 
@@ -58,28 +58,6 @@ NOISE_MARKERS: tuple[str, ...] = (
     "This session is being continued from a previous conversation",
 )
 
-_CODEX_HEADING = "## My request for Codex:"
-
-
-def user_said(text: str) -> str:
-    """The part of a user message a person wrote: after Codex's request heading if any."""
-    heading = text.rfind(_CODEX_HEADING)
-    return (text[heading + len(_CODEX_HEADING) :] if heading >= 0 else text).strip()
-
-
-def is_noise(text: str) -> bool:
-    """True for a user message (or a line) that is client noise by the markers above."""
-    said = user_said(text)
-    return not said or said.startswith(NOISE_MARKERS)
-
-
-def real_request_index(user_texts: Iterable[str | None]) -> int | None:
-    """Index of the first user text that is not noise (None entries are not requests)."""
-    for index, text in enumerate(user_texts):
-        if text is not None and not is_noise(text):
-            return index
-    return None
-
 
 def _quoted(line: str) -> str:
     # A summary line "- [seq 12] <text>" or "> <text>": the text a reader sees.
@@ -96,9 +74,14 @@ def noise_lines(summary: str) -> list[str]:
     return found
 
 
+# A Windows path from its drive letter (``D:\\w\\node_modules``: its ``\\n`` is no newline).
+_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\[^\s\"'<>|]*")
+
+
 def escaped_newlines(summary: str) -> bool:
-    """True when the summary shows a literal backslash-n (an escaped newline left in)."""
-    return "\\n" in summary
+    """True when the summary shows a literal backslash-n (an escaped newline left in); the
+    separators of a Windows path (``D:\\w\\node_modules``) are not one."""
+    return "\\n" in _WINDOWS_PATH.sub("", summary)
 
 
 def squash(text: str) -> str:
@@ -126,11 +109,15 @@ def listed_files(summary: str) -> list[str]:
     return _FILE_LINE.findall(files_section.group(1)) if files_section else []
 
 
-def _same_file(a: str, b: str) -> bool:
+def _same_file(a: str, b: str, cwd: str | None = None) -> bool:
     """Two spellings of one file: equal, or an absolute path ending with a relative one
     (two relative paths are two files, as ``lib/x.ex`` and ``_build/lib/x.ex`` are); a
-    Windows path (drive letter) spelt with either slash and compared without regard to case."""
+    Windows path (drive letter) spelt with either slash and compared without regard to case.
+    With the session's working directory a relative path is the file under it, so it is
+    another file than an absolute path elsewhere ending the same way."""
     a, b = a.removeprefix("./"), b.removeprefix("./")
+    if cwd:
+        a, b = _under(a, cwd), _under(b, cwd)
     if _WINDOWS.match(a) or _WINDOWS.match(b):
         a, b = a.replace("\\", "/").lower(), b.replace("\\", "/").lower()
     if a == b:
@@ -145,9 +132,18 @@ def _absolute(path: str) -> bool:
     return path.startswith("/") or _WINDOWS.match(path) is not None
 
 
-def duplicate_files(paths: Sequence[str]) -> int:
-    """How many listed paths name a file listed before them (another spelling included)."""
-    return sum(1 for i, p in enumerate(paths) if any(_same_file(p, q) for q in paths[:i]))
+def _under(path: str, cwd: str) -> str:
+    """``path`` as an absolute path: a relative one joined to ``cwd``."""
+    if _absolute(path) or path.startswith("~"):
+        return path
+    separator = "\\" if _WINDOWS.match(cwd) else "/"
+    return cwd.rstrip("/\\") + separator + path
+
+
+def duplicate_files(paths: Sequence[str], cwd: str | None = None) -> int:
+    """How many listed paths name a file listed before them (another spelling included);
+    ``cwd``, the session's working directory, is where relative paths are."""
+    return sum(1 for i, p in enumerate(paths) if any(_same_file(p, q, cwd) for q in paths[:i]))
 
 
 def recall_spans(summary: str) -> list[tuple[int, int]]:

@@ -102,6 +102,61 @@ def test_claude_code_summary_against_ours_at_its_cut(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_numbered_task_is_matched_by_its_number_whatever_its_wording(tmp_path: Path) -> None:
+    """Claude Code numbers its TaskCreate tasks and its summary words them its own way (here
+    in another language than the task's subject): a task is ours when our open tasks list
+    its number; a task we closed is not."""
+
+    def call(call_id: str, name: str, arguments: Message) -> list[Message]:
+        return [{"type": "tool_use", "id": call_id, "name": name, "input": arguments}]
+
+    def result(call_id: str, text: str = LISTING) -> list[Message]:
+        return [{"type": "tool_result", "tool_use_id": call_id, "content": text}]
+
+    summary = (
+        "Summary:\n7. Pending Tasks:\n   - **Task 1 (in_progress)**: rewrite tokenizer handling\n"
+        "   - **Task 2 (pending)**: ship the release\n\n8. Current Work:\n   Working.\n"
+    )
+    lines = [
+        _cc("user", "파서를 고쳐 주세요", "u1"),
+        _cc(
+            "assistant",
+            call("t1", "TaskCreate", {"subject": "토크나이저 재작성"}),
+            "a1",
+            message_id="m1",
+        ),
+        _cc("user", result("t1", "Task #1 created"), "u2"),
+        _cc("assistant", call("t2", "TaskCreate", {"subject": "릴리스"}), "a2", message_id="m2"),
+        _cc("user", result("t2", "Task #2 created"), "u3"),
+        _cc(
+            "assistant",
+            call("t3", "Read", {"file_path": "/w/src/parser.py"}),
+            "a3",
+            message_id="m3",
+        ),
+        _cc("user", result("t3"), "u4"),
+        _cc(
+            "assistant",
+            call("t4", "TaskUpdate", {"taskId": "2", "status": "completed"}),
+            "a4",
+            message_id="m4",
+        ),
+        _cc("user", result("t4", "Updated task #2"), "u5"),
+        {
+            "type": "system",
+            "subtype": "compact_boundary",
+            "uuid": "b1",
+            "sessionId": "s",
+            "compactMetadata": {"trigger": "auto", "preTokens": 1000},
+        },
+        _cc("user", summary, "u6", isCompactSummary=True),
+        _cc("user", "carry on", "u7"),
+    ]
+    [cut] = agent_cuts(_write(tmp_path / "tasks.jsonl", lines))
+    assert cut.tasks == (2, 1)
+
+
+@pytest.mark.slow
 def test_simulate_compares_files_relative_to_the_sessions_cwd(tmp_path: Path) -> None:
     report = simulate(_claude_code(tmp_path), window=200_000)
     assert (report.reference_files, report.reference_files_named) == (3, 2)
@@ -109,6 +164,9 @@ def test_simulate_compares_files_relative_to_the_sessions_cwd(tmp_path: Path) ->
 
 def _rollout(kind: str, payload: Message) -> Message:
     return {"timestamp": "2026-07-01T10:00:00.000Z", "type": kind, "payload": payload}
+
+
+ENVIRONMENT = "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"
 
 
 def _user(text: str) -> Message:
@@ -129,7 +187,7 @@ def test_codex_replacement_history_against_ours_at_its_cut(tmp_path: Path) -> No
         tmp_path / "rollout.jsonl",
         [
             _rollout("session_meta", {"id": "1", "cwd": "/w"}),
-            _rollout("response_item", _user("<environment_context>\n  <cwd>/w</cwd>\n")),
+            _rollout("response_item", _user(ENVIRONMENT)),
             _rollout("response_item", _user("fix the parser in src/parser.py")),
             _rollout("response_item", {**call, "arguments": json.dumps(plan)}),
             _rollout(
@@ -154,7 +212,7 @@ def test_codex_replacement_history_against_ours_at_its_cut(tmp_path: Path) -> No
                 {
                     "message": "",
                     "replacement_history": [
-                        _user("<environment_context>\n  <cwd>/w</cwd>\n"),
+                        _user(ENVIRONMENT),
                         _user("fix the parser in src/parser.py"),
                     ],
                 },

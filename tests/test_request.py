@@ -20,12 +20,12 @@ from compactstore._cli import cli
 from compactstore._context.boilerplate import (
     DEFAULT_BOILERPLATE_PATTERNS,
     is_boilerplate,
+    is_tagged_block,
     request_text,
 )
 from compactstore._engines.summary import original_request
 from compactstore._importers import import_file
 from compactstore._simulate import simulate
-from compactstore._summary_audit import real_request_index
 from compactstore.db.migrate import alembic_config
 from tests.conftest import CORPUS_DEV, corpus_transcripts
 from tests.helpers import T0, assistant, context_seqs, opened, plain, user
@@ -224,12 +224,6 @@ def test_sessions_stored_before_the_upgrade_keep_their_one_request_pin(tmp_path:
         assert _pins(sess) == [0], "pins never change: the old session's request was seq 0"
 
 
-def test_the_independent_request_check_skips_client_noise() -> None:
-    texts = [ENVIRONMENT, None, IDE_REQUEST, "later"]
-    assert real_request_index(texts) == 2
-    assert real_request_index([CAVEAT, COMMAND, "Do it"]) == 2
-
-
 @pytest.mark.slow
 @pytest.mark.corpus
 def test_simulate_keeps_the_real_request_of_a_codex_rollout() -> None:
@@ -240,9 +234,10 @@ def test_simulate_keeps_the_real_request_of_a_codex_rollout() -> None:
     # Its handoff: no noise, the user's instructions and the plan's open items kept.
     assert report.noise_lines == report.duplicate_files == report.escaped_summaries == 0
     assert report.instruction_share == report.plan_share == report.last_text_share == 1.0
-    # The metric checks the real request: without the classifier it is lost.
-    lost = simulate(rollout, window=32_000, config=CompactionConfig(boilerplate_patterns=()))
-    assert lost.request_share < 0.5
+    # Its environment and instructions are tagged blocks: client content by structure alone,
+    # with no pattern naming them.
+    bare = simulate(rollout, window=32_000, config=CompactionConfig(boilerplate_patterns=()))
+    assert bare.request_share == 1.0 and bare.noise_lines == 0
 
 
 # -- every real transcript ------------------------------------------------------------------
@@ -267,6 +262,7 @@ def test_the_original_request_of_every_real_transcript_is_what_a_person_typed(
         asked = original_request(session.context())
         assert asked, path.name
         assert not asked.lstrip().startswith("<"), (path.name, asked[:200])
+        assert not is_tagged_block(asked), (path.name, asked[:200])
         assert not _CLIENT_TAG.search(asked), (path.name, asked[:200])
         assert "AGENTS.md instructions" not in asked and "Caveat:" not in asked
 

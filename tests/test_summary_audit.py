@@ -23,8 +23,6 @@ SUMMARY = """[Context compacted]
 
 def test_noise_lines_are_found_by_their_markers() -> None:
     assert audit.noise_lines(SUMMARY) == ["- (seq 31) <command-name>/compact</command-name>"]
-    assert audit.is_noise("<environment_context><cwd>/w</cwd></environment_context>")
-    assert not audit.is_noise("# Context from my IDE setup:\n## My request for Codex:\nGo")
 
 
 def test_a_file_listed_twice_is_counted_whatever_its_spelling() -> None:
@@ -60,3 +58,21 @@ def test_pending_plan_items_are_those_not_completed() -> None:
 def test_windows_spellings_of_one_file_are_counted_as_doubles() -> None:
     files = ["website/a.js", "D:\\w\\website\\a.js", "d:/w/website/B.js", "website/b.js", "x/a.js"]
     assert audit.duplicate_files(files) == 2
+
+
+def test_with_the_cwd_a_relative_path_is_the_file_under_it() -> None:
+    """A relative path and an absolute path elsewhere that ends the same way are two files
+    once the working directory is known; the same file under it is still one."""
+    files = ["/Users/c/src/app-action/README.md", "README.md"]
+    assert audit.duplicate_files(files) == 1, "without the cwd: the suffix rule"
+    assert audit.duplicate_files(files, "/Users/c/src/app") == 0
+    assert (
+        audit.duplicate_files(["/Users/c/src/app/README.md", "README.md"], "/Users/c/src/app") == 1
+    )
+    windows = ["C:/Users/j/bin/omp.exe", "bin/omp.exe", "D:\\w\\bin\\omp.exe"]
+    assert audit.duplicate_files(windows, "D:\\w") == 1
+
+
+def test_a_windows_path_is_no_escaped_newline() -> None:
+    assert not audit.escaped_newlines("- Bash (seq 7): at D:\\w\\website\\node_modules\\x.js")
+    assert audit.escaped_newlines("- Bash (seq 7): at D:\\w\\x.js: Exit code 1\\nTraceback")

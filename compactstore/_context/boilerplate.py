@@ -7,16 +7,21 @@ it as what the user asked. One list of regular expressions says what boilerplate
 (``CompactionConfig.boilerplate_patterns``, default :data:`DEFAULT_BOILERPLATE_PATTERNS`).
 Each pattern is matched with :data:`re.DOTALL` and :data:`re.MULTILINE`; every match is removed,
 and a message whose text is then blank is boilerplate. What is left of a message that is not
-is what the user wrote (:func:`request_text`).
+is what the user wrote (:func:`request_text`). The store pins the first message with such a
+text as the request, the summary quotes it, and ``compactstore simulate`` measures it: one
+classifier for all three.
 
 The rules, source by source; structure first, then patterns:
 
 - **Importers** use the record structure: Claude Code's records that are not conversation
   (attachments, hooks, progress) are not imported as messages at all; a queued message is
   imported only when a person typed it.
-- **Any client**: a message (or part) that is nothing but tagged blocks (``<name …>…</name>``,
-  whatever the name, one after another) is client content; people type sentences, clients
-  write tagged blocks. A tag inside a sentence is left alone.
+- **Any client**, by part first: a message's text parts (:meth:`MessageFormat.text_parts`)
+  are classified one by one, and a part that is wholly tagged blocks (``<name …>…</name>``,
+  whatever the name, one after another: :func:`is_tagged_block`) is client content, whatever
+  the other parts hold; people type sentences, clients write tagged blocks. In a part a person
+  typed, a tag is left alone unless a pattern names it; a message (or its one part) that is
+  nothing but tagged blocks is client content too.
 - **Codex**: the known tags (``environment_context``, ``user_instructions``,
   ``user_shell_command``, ``turn_aborted``), AGENTS.md instructions with or without their
   heading; with the IDE and desktop apps, only what follows "## My request for Codex:" is the
@@ -32,6 +37,7 @@ The rules, source by source; structure first, then patterns:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 __all__ = [
@@ -39,6 +45,7 @@ __all__ = [
     "DEFAULT_BOILERPLATE_PATTERNS",
     "compile_patterns",
     "is_boilerplate",
+    "is_tagged_block",
     "request_text",
     "strip_boilerplate",
     "typed_command",
@@ -136,15 +143,67 @@ def strip_boilerplate(text: str, patterns: tuple[str, ...]) -> str:
     return re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", text).strip()
 
 
-def is_boilerplate(text: str, patterns: tuple[str, ...]) -> bool:
-    """True when nothing but client boilerplate (and white space) is in ``text``."""
-    return not strip_boilerplate(text, patterns)
+# An opening tag: an XML-like name, then attributes or more words (Codex writes
+# ``<permissions instructions>``, closed by ``</permissions instructions>``).
+_OPEN_TAG = re.compile(r"<([A-Za-z][\w.:-]{0,80})((?:[ \t][^<>\n]{0,200})?)>")
 
 
-def request_text(text: str, patterns: tuple[str, ...]) -> str:
-    """What the user asked in a request message: boilerplate removed, and only what follows
-    "## My request for Codex:" when the message holds that heading (when nothing does, the
-    request was attached: the titles of the files the message mentions)."""
+def _block_end(text: str, start: int) -> int | None:
+    """Where the tagged block opening at ``start`` ends (after its closing tag, nested
+    blocks of the same name counted), None when no block opens there or it is not closed."""
+    opening = _OPEN_TAG.match(text, start)
+    if opening is None:
+        return None
+    name, rest = re.escape(opening.group(1)), re.escape(opening.group(2))
+    tags = re.compile(rf"<(/?){name}(?:{rest})?(?=[\s/>])[^<>\n]{{0,200}}>")
+    depth = 1
+    for tag in tags.finditer(text, opening.end()):
+        if tag.group(0).endswith("/>"):
+            continue
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            return tag.end()
+    return None
+
+
+def is_tagged_block(text: str) -> bool:
+    """True when ``text`` is wholly tagged blocks (``<name …>…</name>``, whatever the names,
+    one after another, white space around): what a client writes as a part of its own."""
+    pos, end = 0, len(text)
+    while pos < end and text[pos].isspace():
+        pos += 1
+    if pos == end:
+        return False
+    while pos < end:
+        block_end = _block_end(text, pos)
+        if block_end is None:
+            return False
+        pos = block_end
+        while pos < end and text[pos].isspace():
+            pos += 1
+    return True
+
+
+def _typed(text: str | Sequence[str]) -> str:
+    """The message's text parts that are not wholly tagged blocks, joined (a string is one
+    part; a slash command typed with arguments is what the person typed, not tags)."""
+    parts = [typed_command(part) for part in ([text] if isinstance(text, str) else text)]
+    return "\n".join(part for part in parts if not is_tagged_block(part))
+
+
+def is_boilerplate(text: str | Sequence[str], patterns: tuple[str, ...]) -> bool:
+    """True when a user message's text (or its text parts) holds nothing a person asked:
+    :func:`request_text` is blank."""
+    return not request_text(text, patterns)
+
+
+def request_text(text: str | Sequence[str], patterns: tuple[str, ...]) -> str:
+    """What the user asked in a user message, given as its text or, better, its text parts
+    (:meth:`MessageFormat.text_parts`): parts that are wholly tagged blocks left out,
+    boilerplate removed, and only what follows "## My request for Codex:" when the message
+    holds that heading (when nothing does, the request was attached: the titles of the files
+    the message mentions)."""
+    text = _typed(text)
     heading = text.rfind(CODEX_REQUEST_HEADING)
     if heading < 0:
         return strip_boilerplate(text, patterns)

@@ -78,7 +78,7 @@ class PinRules:
             if self.request_seq is None:
                 pin, self.request_seq = "request", seq
             if self.real_request_seq is None and not is_boilerplate(
-                adapter.text(message), self.boilerplate_patterns
+                adapter.text_parts(message), self.boilerplate_patterns
             ):
                 pin, self.real_request_seq = "request", seq
         if pin is None and pinned:

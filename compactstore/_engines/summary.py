@@ -98,7 +98,9 @@ def original_request(context: ActiveContext) -> str | None:
     boilerplate, pinned at insert), boilerplate removed; None before it was appended."""
     for item in context.items:
         if item.seq is not None and item.seq == context.real_request_seq:
-            text = request_text(context.fmt.text(item.message), context.config.boilerplate_patterns)
+            text = request_text(
+                context.fmt.text_parts(item.message), context.config.boilerplate_patterns
+            )
             return text or None
     return None
 
@@ -423,7 +425,7 @@ class _Folding:
             self.result(result, seq)
 
     def instruction(self, item: ContextMessage) -> None:
-        said = request_text(self.context.fmt.text(item.message), self.patterns)
+        said = request_text(self.context.fmt.text_parts(item.message), self.patterns)
         if said:
             text = " ".join(said.split())[: self.config.summary_request_chars]
             self.instructions.append(Instruction(seq=item.seq, text=text))

@@ -21,7 +21,9 @@ the running turn without a user record of its own; Claude Code's own summary lis
 among the user's messages. Each becomes a user message, placed where the model could next see
 it without coming between a tool call and its result: just before the next assistant
 message, user message or compaction (or at the end). One whose text a later user record
-repeats (delivered the ordinary way once the agent was idle) is left to that record.
+repeats (delivered the ordinary way once the agent was idle) is left to that record. A
+background task's notice queued the same way (a JSON object with its ``task_id``) is the
+client's, not typed: it is left out.
 
 Server tools whose result block the Messages API does not take back (the beta ``advisor``
 tool's encrypted ``advisor_tool_result``): the call and its result become one short text note.
@@ -46,6 +48,7 @@ is unknown, already answered, or was compacted away — the store would refuse t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,7 +200,20 @@ def _queued(record: dict[str, Any]) -> str | None:
         text = attachment.get("prompt")
     else:
         return None
-    return text.strip() if isinstance(text, str) and text.strip() else None
+    if not isinstance(text, str) or not text.strip() or _task_notice(text):
+        return None
+    return text.strip()
+
+
+def _task_notice(text: str) -> bool:
+    """A background task's notice the client queues (``{"task_id": …, "task_type": …}``)."""
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and "task_id" in value
 
 
 def _opens_a_turn(state: _State, record: dict[str, Any]) -> bool:

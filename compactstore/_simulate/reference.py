@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compactstore import _summary_audit as audit
+from compactstore._context.boilerplate import request_text
 from compactstore._importers import Transcript
 from compactstore._scratch import scratch_dir
 from compactstore._simulate.report import SimulationReport
@@ -146,7 +147,7 @@ def agent_cuts(path: str | Path, config: CompactionConfig | None = None) -> list
                 theirs_text, users = summary, audit.quoted_user_messages(summary)
                 tasks = pending_tasks(summary)
             else:
-                theirs_text, users = _history_users(history)
+                theirs_text, users = _history_users(history, copy.config.boilerplate_patterns)
                 tasks = _open_plan_items(before)
             found.append(
                 AgentCut(
@@ -253,8 +254,11 @@ def _share(texts: list[str], haystack: str) -> tuple[int, int]:
     return len(texts), sum(audit.present(text, haystack) for text in texts)
 
 
-def _history_users(history: list[dict[str, Any]]) -> tuple[str, list[str]]:
-    """(all the text, the messages a person typed) of a Codex ``replacement_history``."""
+def _history_users(
+    history: list[dict[str, Any]], patterns: tuple[str, ...]
+) -> tuple[str, list[str]]:
+    """(all the text, what a person typed in each user message, by the store's classifier)
+    of a Codex ``replacement_history``."""
     texts, users = [], []
     for item in history:
         if not isinstance(item, dict) or item.get("type") != "message":
@@ -266,8 +270,9 @@ def _history_users(history: list[dict[str, Any]]) -> tuple[str, list[str]]:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         ]
         texts += parts
-        if item.get("role") == "user":
-            users += [p for p in parts if p.strip() and not audit.is_noise(p.strip())]
+        said = request_text(parts, patterns) if item.get("role") == "user" else ""
+        if said:
+            users.append(said)
     return "\n".join(texts), users
 
 
@@ -320,14 +325,25 @@ def _words(text: str) -> set[str]:
 
 
 _LABEL = re.compile(r"^\s*\*\*[^*]+\*\*\s*(?:\([^)]*\))?\s*:?\s*")
+# A task the agent's summary names by its number ("**Task 3 (in_progress)**: …"), and an
+# open task our summary lists by its number ("- [pending] #3 …", compactstore._engines.tasks).
+_TASK_NUMBER = re.compile(r"^\W*Task\s+#?(\d+)\b", re.I)
+_OUR_TASK = re.compile(r"^- \[[^\]\n]+\] #(\d+) ", re.M)
 
 
 def _tasks_named(tasks: list[str], ours: str) -> tuple[int, int]:
-    """How many tasks, and how many of them ours names: at least 60% of the words of a
-    task's text (after its label, "**Task 3 (in_progress)**:")."""
+    """How many tasks, and how many of them ours names: the same task number among our open
+    tasks (Claude Code numbers its TaskCreate tasks, and its summary words them in its own
+    way, in any language), else at least 60% of the words of a task's text (after its
+    label, "**Task 3 (in_progress)**:")."""
     have = _words(ours)
+    numbers = set(_OUR_TASK.findall(ours))
     named = 0
     for task in tasks:
+        number = _TASK_NUMBER.match(task)
+        if number is not None and number.group(1) in numbers:
+            named += 1
+            continue
         words = _words(_LABEL.sub("", task)) or _words(task)
         if words and len(words & have) >= 0.6 * len(words):
             named += 1

@@ -13,6 +13,7 @@ from typing import Any
 
 from compactstore import _summary_audit as audit
 from compactstore._context.active import ActiveContext
+from compactstore._context.boilerplate import request_text
 from compactstore._context.pairs import pairing_problems
 from compactstore._context.tokens import estimate_tokens, message_tokens
 from compactstore._core.checks import check_session_id
@@ -30,7 +31,6 @@ from compactstore._simulate.report import (
     floor_line,
 )
 from compactstore._store.store import CompactStore, Session
-from compactstore._summary_audit import is_noise
 from compactstore.db import model_calls
 from compactstore.errors import ConflictError, InvalidInputError, MissingExtraError
 from compactstore.formats import get_format
@@ -306,9 +306,10 @@ class _Replay:
             seq = self.sess.append(message, timestamp=self.now)
         self.index_of_seq[seq] = index
         self.recall.appended(seq, message)
-        # The user's real request: the first request that is not client noise, by checks
-        # of the simulator's own (not the classifier under test).
-        if self.request is None and fmt.is_request(message) and not is_noise(fmt.text(message)):
+        # The user's real request: the first request a person typed something in, by the
+        # classifier the store pins it with and the summary quotes it by (one rule for what
+        # the request is; summary_audit's own markers still check the summary's lines).
+        if self.request is None and self._said(message):
             self.request = message
         if self.appended_since_auto is not None:
             self.appended_since_auto += self.estimates[index]
@@ -438,7 +439,7 @@ class _Replay:
         report.cuts += 1
         noise = audit.noise_lines(summary)
         report.noise_lines += len(noise)
-        report.duplicate_files += audit.duplicate_files(audit.listed_files(summary))
+        report.duplicate_files += audit.duplicate_files(audit.listed_files(summary), self.t.cwd)
         report.escaped_summaries += audit.escaped_newlines(summary)
         report.over_budget_summaries += estimate_tokens(summary) > budget_for(context)
         first_kept = context.first_kept_seq
@@ -451,9 +452,9 @@ class _Replay:
             if index is None:
                 continue
             message = self.t.messages[index]
-            if self.fmt.is_request(message) and not audit.is_noise(self.fmt.text(message)):
+            said = self._said(message)
+            if said:
                 report.instructions_due += 1
-                said = audit.user_said(self.fmt.text(message))
                 kept = audit.present(said, hay) or any(a <= seq <= b for a, b in spans)
                 report.instructions_kept += kept
                 if not kept:
@@ -478,6 +479,12 @@ class _Replay:
                 self._example(f"last assistant text missing: {last_text[:60]!r}")
         for line in noise:
             self._example(f"noise in summary: {line[:80]!r}")
+
+    def _said(self, message: dict[str, Any]) -> str:
+        """What a person typed in ``message`` when it is a request ("" otherwise)."""
+        if not self.fmt.is_request(message):
+            return ""
+        return request_text(self.fmt.text_parts(message), self.sess.config.boilerplate_patterns)
 
     def _example(self, finding: str) -> None:
         if len(self.report.handoff_examples) < 5:

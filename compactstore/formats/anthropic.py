@@ -26,6 +26,7 @@ from compactstore.formats.base import (
     ToolResult,
     check_role,
     content_blocks,
+    content_parts,
     content_text,
     flatten_result,
     result_blocks,
@@ -167,6 +168,9 @@ class AnthropicFormat(MessageFormat):
 
     def text(self, message: dict[str, Any]) -> str:
         return content_text(message.get("content"))
+
+    def text_parts(self, message: dict[str, Any]) -> list[str]:
+        return content_parts(message.get("content"))
 
     def token_text(self, message: dict[str, Any]) -> str:
         """The base count plus a provider compaction block's summary (its readable

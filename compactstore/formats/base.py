@@ -156,6 +156,12 @@ class MessageFormat(ABC):
     def text(self, message: dict[str, Any]) -> str:
         """The prose of the message (text blocks only; no tool calls or results)."""
 
+    def text_parts(self, message: dict[str, Any]) -> list[str]:
+        """The prose of the message part by part (its text blocks, in order): :meth:`text`
+        is them joined by newlines. A client writes its own content (environment,
+        instructions) as parts of their own, so what a person typed is told apart by part."""
+        return [self.text(message)]
+
     @abstractmethod
     def replace_tool_results(
         self, message: dict[str, Any], replacements: dict[str, str]
@@ -480,17 +486,22 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def content_text(content: Any) -> str:
-    """The prose of a content value: the string itself, or its text blocks joined."""
+def content_parts(content: Any) -> list[str]:
+    """The texts of a content value: the string itself, or its text blocks in order."""
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
-        return "\n".join(
+        return [
             block["text"]
             for block in content
             if isinstance(block, dict) and block.get("type") == "text"
-        )
-    return ""
+        ]
+    return []
+
+
+def content_text(content: Any) -> str:
+    """The prose of a content value: the string itself, or its text blocks joined."""
+    return "\n".join(content_parts(content))
 
 
 def flatten_result(content: Any) -> str:

@@ -146,17 +146,22 @@ def _output_key(item: dict[str, Any]) -> str:
     return str(item.get(OUTPUTS[kind][0], ""))
 
 
-def _parts_text(content: Any) -> str:
-    """The text of a content value: a string, or its text parts joined."""
+def _parts(content: Any) -> list[str]:
+    """The texts of a content value: a string, or its text parts in order."""
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
-        return "\n".join(
+        return [
             str(part.get("text", ""))
             for part in content
             if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
+        ]
+    return []
+
+
+def _parts_text(content: Any) -> str:
+    """The text of a content value: a string, or its text parts joined."""
+    return "\n".join(_parts(content))
 
 
 class ResponsesFormat(MessageFormat):
@@ -404,6 +409,11 @@ class ResponsesFormat(MessageFormat):
         if self.item_class(message) != "message":
             return ""
         return _parts_text(message.get("content"))
+
+    def text_parts(self, message: dict[str, Any]) -> list[str]:
+        if self.item_class(message) != "message":
+            return []
+        return _parts(message.get("content"))
 
     def token_text(self, message: dict[str, Any]) -> str:
         item_class = self.item_class(message)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
-from compactstore.formats.base import MessageFormat, content_text
+from compactstore.formats.base import MessageFormat, content_parts, content_text
 
 __all__ = ["ResultMessageFormat"]
 
@@ -27,6 +27,11 @@ class ResultMessageFormat(MessageFormat):
         if message.get("role") == self.result_role:
             return ""
         return content_text(message.get("content"))
+
+    def text_parts(self, message: dict[str, Any]) -> list[str]:
+        if message.get("role") == self.result_role:
+            return []
+        return content_parts(message.get("content"))
 
     def replace_tool_results(
         self, message: dict[str, Any], replacements: dict[str, str]
