@@ -100,6 +100,23 @@ def _pg_admin_url() -> str:
     )
 
 
+def _drop_postgres(name: str) -> None:
+    engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def _create_postgres(label: str, template: str | None) -> str:
+    name = f"cs_{label}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    clause = "" if template is None else f' TEMPLATE "{template}"'
+    engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"{clause}'))
+    engine.dispose()
+    return name
+
+
 _templates: dict[str, str] = {}
 
 
@@ -116,32 +133,150 @@ def _template(backend: str) -> str:
         CompactStore.open(path).close()  # closing checkpoints the WAL into the file
         _templates[backend] = path
         return path
-    name = f"cs_template_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
+    name = _create_postgres("template", None)
     url = make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
     CompactStore.open(url, auto_migrate=True).close()
-
-    def drop() -> None:
-        engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-        with engine.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        engine.dispose()
-
-    atexit.register(drop)
+    atexit.register(_drop_postgres, name)
     _templates[backend] = name
     return name
+
+
+# What a test may change in a PostgreSQL database beyond its rows, read from the catalogs
+# (each one's count and newest row version among the objects made after initdb): a test that
+# creates, alters, drops, grants or comments changes it, so its database is dropped instead
+# of being emptied and handed to the next test.
+_CATALOGS = {
+    "pg_class": "oid",
+    "pg_attribute": "attrelid",
+    "pg_attrdef": "oid",
+    "pg_constraint": "oid",
+    "pg_index": "indexrelid",
+    "pg_trigger": "oid",
+    "pg_rewrite": "oid",
+    "pg_proc": "oid",
+    "pg_type": "oid",
+    "pg_namespace": None,
+    "pg_sequence": None,
+    "pg_extension": None,
+    "pg_policy": None,
+    "pg_default_acl": None,
+    "pg_largeobject_metadata": None,
+    "pg_description": "objoid",
+}
+_THIS_DATABASE = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+_CATALOG_STATE = [
+    f"(SELECT count(*) || '/' || max(xmin::text::bigint) FROM {catalog}"
+    + (f" WHERE {key} >= 16384)" if key else ")")
+    for catalog, key in _CATALOGS.items()
+] + [
+    f"(SELECT xmin FROM pg_database WHERE oid = {_THIS_DATABASE})",
+    f"(SELECT count(*) || '/' || max(xmin::text::bigint) FROM pg_db_role_setting "
+    f"WHERE setdatabase = {_THIS_DATABASE})",
+]
+
+
+class _PostgresDatabase:
+    """A PostgreSQL database at head (a copy of the template) that this test process hands
+    to one test after another: between two tests it is emptied, unless the test changed
+    more than its rows (then it is dropped). Emptying one takes a few milliseconds where
+    creating and dropping one takes tens, and a database in use keeps its catalog caches.
+
+    ``keeper`` is a connection of its own to the database, idle between tests: it ends the
+    connections a test left open, deletes the rows of every table that was empty in the
+    copy, restarts the sequences, and checks that the catalogs and the rows of the tables
+    that were not empty (the schema revisions) are as they were in the copy."""
+
+    def __init__(self, name: str) -> None:
+        import psycopg
+
+        self.name = name
+        self.url = (
+            make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+        )
+        libpq = (
+            make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        self.keeper = psycopg.connect(libpq, autocommit=True)
+        tables = {
+            row[0]
+            for row in self.keeper.execute(
+                "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') "
+                "AND relnamespace = 'public'::regnamespace"
+            )
+        }
+        seeded = sorted(
+            table
+            for table in tables
+            if self.keeper.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone()
+        )
+        emptied = [
+            table.name
+            for table in reversed(metadata.sorted_tables)
+            if table.name in tables and table.name not in seeded
+        ]
+        # A table compactstore's models do not name cannot be emptied in a safe order.
+        self.reusable = tables == {*seeded, *emptied}
+        state = _CATALOG_STATE + [
+            f"(SELECT md5(string_agg(row::text, ',' ORDER BY row::text)) FROM \"{table}\" AS row)"
+            for table in seeded
+        ]
+        self.state_query = "SELECT concat_ws(' ', " + ", ".join(state) + ")"
+        self.reset_script = "; ".join(
+            [
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                *(f'DELETE FROM "{table}"' for table in emptied),
+                "SELECT setval(seqrelid, seqstart, false) FROM pg_sequence",
+                self.state_query,
+            ]
+        )
+        self.state = self.read_state()
+
+    def read_state(self) -> str:
+        return str(self.keeper.execute(self.state_query).fetchone()[0])  # type: ignore[index]
+
+    def reset(self) -> bool:
+        """Empty the database for the next test; False when it cannot be reused."""
+        if not self.reusable:
+            return False
+        try:
+            # One round trip, one transaction: rolled back as a whole if the state differs.
+            self.keeper.execute("BEGIN")
+            cursor = self.keeper.execute(self.reset_script)
+            while cursor.nextset():
+                pass
+            row = cursor.fetchone()
+            if row is None or row[0] != self.state:
+                self.keeper.execute("ROLLBACK")
+                return False
+            self.keeper.execute("COMMIT")
+        except Exception:
+            return False
+        return True
+
+    def drop(self) -> None:
+        self.keeper.close()
+        _drop_postgres(self.name)
+
+
+_spare: list[_PostgresDatabase] = []
+
+
+@atexit.register
+def _drop_spare() -> None:
+    while _spare:
+        _spare.pop().drop()
 
 
 @contextmanager
 def fresh_database(
     backend: str, directory: Path, label: str = "test", *, empty: bool = False
 ) -> Iterator[str]:
-    """A new database on a backend: a SQLite file in ``directory``, or a new PostgreSQL
-    database (dropped afterwards), at head (a copy of :func:`_template`), or with nothing in
-    it when ``empty``. Skips the test when PostgreSQL is not configured."""
+    """A new database on a backend: a SQLite file in ``directory``, or a PostgreSQL
+    database, at head (a copy of :func:`_template`), or with nothing in it when ``empty``.
+    A PostgreSQL database at head may be one an earlier test of this process had, emptied
+    (:class:`_PostgresDatabase`); an empty one is new and dropped afterwards. Skips the test
+    when PostgreSQL is not configured."""
     if backend == "sqlite":
         path = directory / "store.db"
         if not empty:
@@ -151,17 +286,23 @@ def fresh_database(
         return
     if not PG_URL:
         pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-    name = f"cs_{label}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
-    template = "" if empty else f' TEMPLATE "{_template(backend)}"'
-    admin = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"{template}'))
+    if empty:
+        name = _create_postgres(label, None)
+        try:
+            yield make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+        finally:
+            _drop_postgres(name)
+        return
+    database = (
+        _spare.pop() if _spare else _PostgresDatabase(_create_postgres(label, _template(backend)))
+    )
     try:
-        yield make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+        yield database.url
     finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        if database.reset():
+            _spare.append(database)
+        else:
+            database.drop()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -95,6 +95,7 @@ def _without_later_revisions(compactions: list[CompactionResult]) -> list[dict[s
     return dumped
 
 
+@pytest.mark.slow
 def test_the_revision_moves_the_configs_of_existing_rows_and_back(db_url: str) -> None:
     with CompactStore.open(db_url) as store:
         _compacted(store, "a", plain())

@@ -1252,6 +1252,7 @@ def test_the_cli_simulates_a_gzip_file_and_stdin(tmp_path: Path) -> None:
         assert json.loads(out.stdout)["calls"] == 2
 
 
+@pytest.mark.slow
 def test_the_agents_working_directory_becomes_the_sessions(
     store: CompactStore, tmp_path: Path
 ) -> None:

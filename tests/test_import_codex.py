@@ -220,6 +220,7 @@ def test_the_default_stays_openai_and_keeps_the_user_parts(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("fmt", ["openai", "responses"])
+@pytest.mark.slow
 def test_the_summary_quotes_the_request_part(tmp_path: Path, fmt: str) -> None:
     lines = [line for line in rollout() if line["type"] != "compacted"]
     for n in range(30):
@@ -242,6 +243,7 @@ def test_the_summary_quotes_the_request_part(tmp_path: Path, fmt: str) -> None:
     assert request == REQUEST
 
 
+@pytest.mark.slow
 def test_the_cli_imports_a_rollout_as_responses(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "rollout.jsonl", rollout())
     db = str(tmp_path / "s.db")
@@ -316,6 +318,7 @@ def test_every_codex_rollout_as_responses_is_valid_at_each_window(path: Path) ->
         assert report.valid_calls == report.calls, report.invalid_examples
 
 
+@pytest.mark.slow
 def test_simulate_makes_one_model_call_per_response(tmp_path: Path) -> None:
     # A Responses turn is several items (reasoning, text, calls): one call before them all,
     # never one between a call and the next, which could cut a call from its output.

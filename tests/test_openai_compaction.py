@@ -238,6 +238,7 @@ def test_bad_compaction_items_are_refused(db_url: str, fake: Any) -> None:
 
 
 @pytest.mark.parametrize("how", ["revoked", "rotated key", "edited in the database"])
+@pytest.mark.slow
 def test_an_item_the_provider_no_longer_reads_is_repaired(
     tmp_path: Path, fake: Any, how: str
 ) -> None:
@@ -418,6 +419,7 @@ def test_the_item_survives_backup_and_restore_byte_for_byte(tmp_path: Path, fake
     ],
     ids=["two-items", "not-last", "unknown-field", "empty-content", "no-item"],
 )
+@pytest.mark.slow
 def test_a_malformed_answer_never_becomes_a_boundary(
     tmp_path: Path, fake: Any, output: Any, reason: str
 ) -> None:

@@ -270,6 +270,7 @@ def test_rollback_returns_the_readable_turns(tmp_path: Path, fake: Any) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_a_signature_edited_in_the_database_is_recovered(tmp_path: Path, fake: Any) -> None:
     client, api = fake
     store, sess = _compacted(tmp_path, client, api)
@@ -306,6 +307,7 @@ def test_a_signature_edited_in_the_database_is_recovered(tmp_path: Path, fake: A
     store.close()
 
 
+@pytest.mark.slow
 def test_the_block_survives_backup_and_restore_byte_for_byte(tmp_path: Path, fake: Any) -> None:
     from compactstore.transfer import backup, restore
 
@@ -414,6 +416,7 @@ def test_on_the_async_store(tmp_path: Path, fake: Any) -> None:
     assert [error["type"] for error in api.errors] == ["compaction_unavailable"]
 
 
+@pytest.mark.slow
 def test_replay_of_a_provider_boundary(tmp_path: Path, fake: Any) -> None:
     client, api = fake
     store, sess = _compacted(tmp_path, client, api)

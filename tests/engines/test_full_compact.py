@@ -62,6 +62,7 @@ def check_the_tail(store: CompactStore, after_request: int, first_kept: int) -> 
     assert context[-(last - first_kept + 1) :] == chat.sess.messages()[first_kept:]
 
 
+@pytest.mark.slow
 def test_the_summary_holds_request_instructions_files_and_errors(store: CompactStore) -> None:
     for fmt in FORMATS:
         check_the_summary(store, fmt)
