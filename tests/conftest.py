@@ -376,3 +376,14 @@ def snapshot(store: CompactStore | SessionStore) -> dict[str, list[tuple[Any, ..
 @pytest.fixture
 def db_snapshot() -> Snapshot:
     return snapshot
+
+
+def corpus_params(found: list[Any], folder: Path, what: str, arity: int = 1) -> list[Any]:
+    """A corpus sweep's parameters: ``found`` (each of ``arity`` values), or without any one
+    parameter skipped saying where the sweep looked (an empty list would skip the test with
+    pytest's "got empty parameter set", which does not say why)."""
+    if found:
+        return found
+    reason = f"no {what} in {folder} (set COMPACTSTORE_CORPUS to the corpus root)"
+    skipped = (folder, *[None] * (arity - 1))
+    return [pytest.param(*skipped, id="no-corpus", marks=pytest.mark.skip(reason=reason))]

@@ -8,7 +8,6 @@ import inspect
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -218,35 +217,38 @@ def test_errors_come_from_the_error_tree_and_leave_nothing(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-@pytest.mark.slow
 def test_compactstore_never_blocks_the_loop_on_a_slow_token_counter(tmp_path: Path) -> None:
-    # A token counter is the caller's code: it runs off the loop, so a ticker keeps ticking.
-    def slow_counter(text: str) -> int:
-        time.sleep(0.3)
+    # A token counter is the caller's code: it runs off the loop's thread, so while it is
+    # blocked (on an event only the test sets) the loop goes on running other tasks.
+    armed, blocked, release = threading.Event(), threading.Event(), threading.Event()
+    counted_on: set[int] = set()
+
+    def blocking_counter(text: str) -> int:
+        counted_on.add(threading.get_ident())
+        if armed.is_set() and threading.get_ident() != loop_thread:  # (on the loop: a deadlock)
+            blocked.set()
+            assert release.wait(10), "never released"
         return len(text) // 4
 
-    async def main() -> float:
+    async def main() -> bool:
         async with await AsyncCompactStore.open(
-            tmp_path / "a.db", token_counter=slow_counter
+            tmp_path / "a.db", token_counter=blocking_counter
         ) as store:
             sess = await store.session("s")
-            longest, last = 0.0, time.perf_counter()
-            done = False
+            armed.set()
+            append = asyncio.create_task(sess.append(user("hello")))
+            while not blocked.is_set() and not append.done():
+                await asyncio.sleep(0.001)  # the loop runs this task while the counter waits
+            pending = not append.done()
+            release.set()
+            await append
+            assert await sess.message_count() == 1
+            return pending
 
-            async def tick() -> None:
-                nonlocal longest, last
-                while not done:
-                    await asyncio.sleep(0.01)
-                    now = time.perf_counter()
-                    longest, last = max(longest, now - last), now
-
-            ticker = asyncio.create_task(tick())
-            await sess.append(user("hello"))
-            done = True
-            await ticker
-            return longest
-
-    assert asyncio.run(main()) < 0.2
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
+    pending = asyncio.run(main())
+    assert counted_on and loop_thread not in counted_on, "counted on the loop's thread"
+    assert blocked.is_set() and pending, "the loop ran while the counter was blocked"
 
 
 def test_process_request_runs_in_one_step_thread_until_a_summary_then_goes_on_on_the_loop(

@@ -19,7 +19,11 @@ def test_without_corpus_or_server_corpus_tests_skip_and_postgres_tests_are_desel
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COMPACTSTORE_TEST_PG_URL"}
     env["COMPACTSTORE_CORPUS"] = str(tmp_path / "no-corpus")
-    modules = ["tests/test_export.py", "tests/test_simulate.py"]
+    # The corpus sweeps too: each is one skipped parameter saying where it looked, never
+    # pytest's "got empty parameter set" (which does not say why).
+    names = ("import", "import_agents", "import_codex", "import_provider_compactions", "ledger")
+    sweeps = [f"tests/test_{name}.py" for name in names]
+    modules = ["tests/test_export.py", "tests/test_simulate.py", *sweeps]
     run = subprocess.run(
         [
             sys.executable,
@@ -50,3 +54,6 @@ def test_without_corpus_or_server_corpus_tests_skip_and_postgres_tests_are_desel
     assert not any("[postgres]" in line for line in outcomes), run.stdout
     assert f"no transcript corpus at {tmp_path / 'no-corpus' / 'dev'}" in run.stdout
     assert "deselected" in run.stdout.splitlines()[-1]
+    assert "empty parameter set" not in run.stdout, run.stdout
+    for sweep in sweeps:
+        assert any(line.startswith(sweep) and "[no-corpus] SKIPPED" in line for line in outcomes)

@@ -42,7 +42,7 @@ from compactstore._importers.codex import apply_patch_paths, shell_read_path
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import SDK_FORMATS, check_sdk_types
 from compactstore.models import ImportedMessage
-from tests.conftest import CORPUS_DEV, Snapshot
+from tests.conftest import CORPUS_DEV, Snapshot, corpus_params
 from tests.helpers import claude_code_record
 
 Message = dict[str, Any]
@@ -157,7 +157,11 @@ def test_the_dev_corpus_is_there() -> None:
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    corpus_params(CORPUS_FILES, CORPUS_DEV, f"{'/'.join(SOURCE_OF_DIR)} transcripts"),
+    ids=lambda p: p.name,
+)
 def test_dev_transcript_reads_and_detects(path: Path) -> None:
     assert detect(path) == SOURCE_OF_DIR[path.parent.name]
     transcript = read_transcript(path)  # warnings are errors: none on a real transcript

@@ -27,7 +27,7 @@ from compactstore._importers.openhands import HOLD
 from compactstore._simulate import simulate
 from compactstore.formats import get_format
 from compactstore.formats.sdk_types import check_sdk_types
-from tests.conftest import CORPUS_DEV, Snapshot
+from tests.conftest import CORPUS_DEV, Snapshot, corpus_params
 
 Message = dict[str, Any]
 NEW_SOURCES = ("openhands", "mini-swe-agent", "copilot-cli")
@@ -618,7 +618,7 @@ def _corpus_files() -> list[tuple[Path, str]]:
     return found
 
 
-CORPUS_FILES = _corpus_files() if (CORPUS_DEV / "other").is_dir() else []
+CORPUS_FILES = _corpus_files()
 
 
 @pytest.mark.corpus
@@ -632,7 +632,11 @@ def _last_time(timestamps: list[float | None]) -> float:
 
 @pytest.mark.slow
 @pytest.mark.corpus
-@pytest.mark.parametrize(("path", "kind"), CORPUS_FILES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    corpus_params(CORPUS_FILES, CORPUS_DEV / "other", f"{'/'.join(NEW_SOURCES)} transcripts", 2),
+    ids=lambda v: getattr(v, "name", v),
+)
 def test_corpus_transcripts_import_valid_at_each_window(
     path: Path, kind: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from compactstore._cli import cli
 from compactstore._importers import import_file, read_transcript
 from compactstore._simulate import simulate
 from compactstore.formats.sdk_types import check_sdk_types
-from tests.conftest import CORPUS_DEV
+from tests.conftest import CORPUS_DEV, corpus_params
 
 SECRET = "gAAAAABo1Ut" + "x" * 200  # an encrypted reasoning blob, as Codex stores it
 AGENTS = "# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>\nRun cargo fmt.\n</INSTRUCTIONS>"
@@ -284,12 +284,9 @@ def test_responses_is_refused_for_a_source_that_cannot_give_it(tmp_path: Path) -
 
 
 def _codex_files() -> list[Any]:
-    """The dev corpus's Codex rollouts; without any, one parameter skipped with the reason
-    (an empty parameter set would skip without saying why)."""
+    """The dev corpus's Codex rollouts (without any, one parameter skipped saying so)."""
     folder = CORPUS_DEV / "codex"
-    found = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
-    reason = f"no Codex transcripts at {folder} (set COMPACTSTORE_CORPUS to its root)"
-    return found or [pytest.param(folder, id="no-corpus", marks=pytest.mark.skip(reason=reason))]
+    return corpus_params(sorted(folder.glob("*.jsonl")), folder, "Codex rollouts")
 
 
 @pytest.mark.corpus

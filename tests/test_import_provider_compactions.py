@@ -20,7 +20,7 @@ from compactstore import CompactStore
 from compactstore._cli import cli
 from compactstore._importers import import_file, read_transcript
 from compactstore.models import CompactStrategy, CompactTrigger
-from tests.conftest import CORPUS_DEV
+from tests.conftest import CORPUS_DEV, corpus_params
 from tests.helpers import claude_code_record
 from tests.test_import import check_pairing, check_sdk, raw_records, write_lines
 
@@ -251,8 +251,12 @@ def test_claude_code_preserved_segment_that_would_break_pairing_is_cut_after(
 # -- the dev corpus -------------------------------------------------------------------------
 
 
-def _corpus(kind: str, pattern: str) -> list[Path]:
-    return sorted(p for p in (CORPUS_DEV / kind).glob("*.jsonl") if re.search(pattern, p.name))
+def _corpus(kind: str, pattern: str) -> list[Any]:
+    """The ``kind`` transcripts whose name matches ``pattern`` (without any, one parameter
+    skipped saying so)."""
+    folder = CORPUS_DEV / kind
+    found = sorted(p for p in folder.glob("*.jsonl") if re.search(pattern, p.name))
+    return corpus_params(found, folder, f"transcripts named like {pattern!r}")
 
 
 CODEX_COMPACTED = _corpus("codex", r"compact")

@@ -30,7 +30,7 @@ from compactstore import (
 from compactstore._cli import cli
 from compactstore.db.schema import model_calls
 from compactstore.pricing import PRICES, ModelPrice
-from tests.conftest import CORPUS_DEV
+from tests.conftest import CORPUS_DEV, corpus_params
 from tests.helpers import T0, words
 from tests.mock_http import anthropic_message, chat_completion
 
@@ -592,7 +592,11 @@ def _transcript_usage(path: Path) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.corpus
 @pytest.mark.slow
-@pytest.mark.parametrize("path", CLAUDE_CODE, ids=[p.name for p in CLAUDE_CODE])
+@pytest.mark.parametrize(
+    "path",
+    corpus_params(CLAUDE_CODE, CORPUS_DEV / "claude-code", "Claude Code transcripts"),
+    ids=lambda p: p.name,
+)
 def test_an_imported_claude_code_transcript_has_its_own_usage_sums(
     path: Path, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ bad blocks refused."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -210,10 +211,10 @@ def test_a_timeout_falls_back(tmp_path: Path, fake: Any) -> None:
     client, api = fake
     store = CompactStore.open(str(tmp_path / "p.db"))
 
-    def slow(seconds: float) -> None:
-        import time
+    release = threading.Event()
 
-        time.sleep(0.3)
+    def slow(seconds: float) -> None:  # the retry's wait lasts until the test ends it
+        assert release.wait(10), "never released"
 
     compactor = AnthropicCompactor(client, tools=TOOLS, sleep=slow)
     sess = _session(store, api, compactor, window=200_000)
@@ -227,6 +228,7 @@ def test_a_timeout_falls_back(tmp_path: Path, fake: Any) -> None:
         _step(sess, client, api)
     api.unavailable = 1  # the retry waits past the timeout
     result = sess.compact(now=api.now)
+    release.set()
     assert result.strategy == "full" and result.summary is not None
     assert "timed out" in (result.summary.reason or "")
     store.close()
