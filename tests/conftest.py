@@ -11,6 +11,7 @@ corpus they are skipped, saying where they looked.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import itertools
 import os
@@ -303,6 +304,29 @@ def fresh_database(
             _spare.append(database)
         else:
             database.drop()
+
+
+def close_event_loop_left_set() -> bool:
+    """Close the event loop a test left set on this thread, and unset it; True when one was.
+
+    A library's sync entry point may create a loop and leave it set (pydantic-ai's
+    ``run_sync`` does). Left alone, it is garbage collected later with an "unclosed event
+    loop" ResourceWarning, which ``filterwarnings = error`` turns into a failure of whichever
+    test runs then: a different test each run.
+    """
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    loop = getattr(local, "_loop", None)
+    if loop is None or loop.is_running():
+        return False
+    loop.close()
+    asyncio.set_event_loop(None)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _no_event_loop_left_set() -> Iterator[None]:
+    yield
+    close_event_loop_left_set()
 
 
 @pytest.fixture(params=BACKENDS)
