@@ -30,7 +30,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import InMemoryRunner
 from google.genai import types
 
-from compactstore._context.tokens import estimate_tokens, message_tokens
+from compactstore import estimate_tokens
 from compactstore.formats import get_format
 from compactstore.integrations.google_adk import CompactPlugin, to_anthropic  # glue
 
@@ -67,7 +67,7 @@ class ScriptedModel(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         fmt = get_format("anthropic")
         size = sum(
-            message_tokens(fmt, to_anthropic(content, str(i)), estimate_tokens)
+            fmt.message_tokens(to_anthropic(content, str(i)), estimate_tokens)
             for i, content in enumerate(llm_request.contents)
         )
         self.largest = max(self.largest, size)

@@ -63,12 +63,12 @@ class Script:
         self.calls = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        from compactstore._context.tokens import estimate_tokens, message_tokens
+        from compactstore import estimate_tokens
         from compactstore.formats import get_format
 
         fmt = get_format("anthropic")
         size = sum(
-            message_tokens(fmt, m, estimate_tokens) for msg in messages for m in to_anthropic(msg)
+            fmt.message_tokens(m, estimate_tokens) for msg in messages for m in to_anthropic(msg)
         )
         self.largest = max(self.largest, size)
         self.calls += 1

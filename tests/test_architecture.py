@@ -6,6 +6,7 @@ purity are import-linter contracts in pyproject.toml (``lint-imports``, run by C
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,15 @@ def test_the_public_top_level_modules_are_the_documented_twelve() -> None:
     }
     assert public == PUBLIC_MODULES
     assert len(PUBLIC_MODULES) <= 12
+
+
+def test_the_examples_import_only_public_modules() -> None:
+    """The examples are what users copy: they import compactstore's public names only."""
+    examples = PACKAGE.parent / "examples"
+    internal = {
+        f"{path.name}:{number}"
+        for path in sorted(examples.glob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bcompactstore\._", line)
+    }
+    assert internal == set()
