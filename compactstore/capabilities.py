@@ -23,6 +23,7 @@ __all__ = [
     "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "MODEL_CAPABILITIES",
+    "EditPolicy",
     "ModelCapabilities",
     "capabilities_for",
     "merged_capabilities",
@@ -140,13 +141,16 @@ def capabilities_for(
     return _NONE
 
 
+# The edit policy a session's compactions run under, resolved from its configured one.
+EditPolicy = Literal["rewrite", "append_only"]
+
 # A dated id (Anthropic's -20261015, OpenAI's -2025-08-07) or one with a channel tag.
 _DATED = re.compile(r"(.+?)-(\d{8}|\d{4}-\d{2}-\d{2}|latest|preview)")
 
 
 def resolve_policy(
     edit_policy: str, model: str | None, table: Mapping[str, ModelCapabilities] = MODEL_CAPABILITIES
-) -> tuple[Literal["rewrite", "append_only"], bool]:
+) -> tuple[EditPolicy, bool]:
     """(the policy a session's compactions run under, whether its model checks thinking
     prefixes): ``auto`` is ``append_only`` for a model with prefix checks, else ``rewrite``."""
     checks = capabilities_for(model, table).prefix_checks

@@ -30,7 +30,6 @@ from compactstore._context.incremental import (
 from compactstore._context.message import ContextMessage, MessageState, json_copy
 from compactstore._context.pairs import match_pairs, newest_turn
 from compactstore._context.thinking import (
-    EditPolicy,
     ThinkingIndex,
     TurnState,
     merged_ranges,
@@ -38,6 +37,7 @@ from compactstore._context.thinking import (
     within,
 )
 from compactstore._context.tokens import TokenCounter, message_tokens
+from compactstore.capabilities import EditPolicy
 from compactstore.formats import MessageFormat, ToolCall
 from compactstore.formats.base import storable_text
 from compactstore.models import CompactionConfig, SummaryState

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from compactstore.capabilities import EditPolicy
 
 if TYPE_CHECKING:
     from compactstore._context.message import ContextMessage
     from compactstore.formats import MessageFormat
 
 __all__ = [
-    "EditPolicy",
     "ThinkingIndex",
     "TurnState",
     "cut_turns",
@@ -22,11 +23,6 @@ __all__ = [
     "sent_tokens",
     "within",
 ]
-
-# The edit policy a session's compactions run under, resolved from its configured one
-# (compactstore.capabilities.resolve_policy): with whether the model checks thinking
-# prefixes, it chooses the thinking rule.
-EditPolicy = Literal["rewrite", "append_only"]
 
 
 class ThinkingIndex(NamedTuple):

@@ -16,8 +16,8 @@ from sqlalchemy import Connection
 
 from compactstore._context.active import ActiveContext, BoundaryInfo, ContextMessage, MessageState
 from compactstore._context.assembly import LiveEdit, StoredSummary, assemble, logged_message
-from compactstore._context.thinking import EditPolicy
 from compactstore._context.tokens import TokenCounter
+from compactstore.capabilities import EditPolicy
 from compactstore.db.context import CLEAR, AsOf, EditRow, appended_rows, context_rows
 from compactstore.db.sessions import SessionRow
 from compactstore.formats import MessageFormat

@@ -21,10 +21,14 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from compactstore._context.active import ActiveContext, ContextMessage
-from compactstore._context.thinking import EditPolicy
 from compactstore._context.tokens import TokenCounter
 from compactstore._core.assembling import appended_messages, load_context, with_session
-from compactstore.capabilities import MODEL_CAPABILITIES, ModelCapabilities, resolve_policy
+from compactstore.capabilities import (
+    MODEL_CAPABILITIES,
+    EditPolicy,
+    ModelCapabilities,
+    resolve_policy,
+)
 from compactstore.db import repository as repo
 from compactstore.errors import NotFoundError
 from compactstore.formats import MessageFormat

@@ -22,6 +22,7 @@ from pydantic import (
 from compactstore._context.active import ActiveContext
 from compactstore._engines.base import EngineInputs, SummaryService
 from compactstore._engines.stages import PROCESS_STAGES
+from compactstore.capabilities import EditPolicy
 from compactstore.models import SummaryState
 
 __all__ = [
@@ -73,7 +74,7 @@ class EngineRun(_Recorded):
     up_to_seq: int | None = None
     # The edit policy the engines ran under and whether the model checks thinking prefixes
     # (rows from before the policy existed ran under rewrite).
-    edit_policy: Literal["rewrite", "append_only"] = "rewrite"
+    edit_policy: EditPolicy = "rewrite"
     prefix_checks: bool = False
     # The prompt cache the cost rule of in-place edits saw (rows from before it: none).
     last_call_at: float | None = None

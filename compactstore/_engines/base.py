@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from compactstore._context.active import ActiveContext, ContextMessage
 from compactstore._context.media import user_media, user_media_note, without_user_media
+from compactstore.capabilities import EditPolicy
 from compactstore.formats.base import storable_text
 from compactstore.models import CompactStrategy, CompactTrigger, SummaryInfo, SummaryState
 
@@ -132,7 +133,7 @@ class EngineInputs:
     instructions: str | None = None
     # The session's edit policy, resolved ("auto" decided by its model), and whether its
     # model's API checks the prefix of every thinking block sent back.
-    edit_policy: Literal["rewrite", "append_only"] = "rewrite"
+    edit_policy: EditPolicy = "rewrite"
     prefix_checks: bool = False
     # The prompt cache as the ledger knows it: when the newest model call was recorded and
     # the seq its context ended at (None: no call yet), the median gap between recent

@@ -7,7 +7,7 @@ import functools
 import json
 import operator
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from sqlalchemy import Connection
 
@@ -19,7 +19,7 @@ from compactstore._core import handle, sessions
 from compactstore._core.cache_inputs import RHYTHM_CALLS
 from compactstore._core.checks import check_id, now_or_clock
 from compactstore._session.state import HandleState, SessionHandle
-from compactstore.capabilities import capabilities_for, resolve_policy
+from compactstore.capabilities import EditPolicy, capabilities_for, resolve_policy
 from compactstore.db import model_calls
 from compactstore.db import repository as repo
 from compactstore.errors import InvalidInputError, NotFoundError
@@ -101,7 +101,7 @@ def request_params(
     return params
 
 
-def edit_policy(session: SessionHandle) -> tuple[Literal["rewrite", "append_only"], bool]:
+def edit_policy(session: SessionHandle) -> tuple[EditPolicy, bool]:
     """Session.edit_policy()."""
     return resolve_policy(
         session.config.edit_policy, session.model, session.store.model_capabilities

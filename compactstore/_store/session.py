@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
@@ -30,6 +30,7 @@ from compactstore._ledger import SessionCost, call_usage
 from compactstore._recall import tool_definition
 from compactstore._session import compacting, history, reading, writing
 from compactstore._session.state import HandleState
+from compactstore.capabilities import EditPolicy
 from compactstore.db import repository as repo
 from compactstore.formats import MessageFormat, get_format
 from compactstore.models import (
@@ -291,7 +292,7 @@ class Session:
             self, self._state, cache_control, thinking, extra_headers, now
         )
 
-    def edit_policy(self) -> tuple[Literal["rewrite", "append_only"], bool]:
+    def edit_policy(self) -> tuple[EditPolicy, bool]:
         """(the edit policy this session's compactions run under, whether its model checks
         thinking prefixes): ``edit_policy`` "auto" is "append_only" for a model with prefix
         checks (compactstore.capabilities), else "rewrite"."""
