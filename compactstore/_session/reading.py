@@ -60,15 +60,14 @@ def request_params(
         if value is not None and not isinstance(value, Mapping):
             raise InvalidInputError(f"{name} must be a mapping, got {value!r}")
     context = current(session, state, hand_out=True)
-    store = session.store
+    policy, prefix_checks = edit_policy(session)
+    capabilities = capabilities_for(session.model, session.store.model_capabilities)
     ttl: Ttl = "5m"
     server_clear: int | None = None
     if cache_control and adapter.prompt_caching:
         ttl = choose_ttl(_call_gap(session))
-        policy, _ = edit_policy(session)
-        editing = capabilities_for(session.model, store.model_capabilities).context_editing
         trigger = clear_trigger(session.context_window, session.config)
-        if policy == "append_only" and editing and context.usage >= trigger:
+        if policy == "append_only" and capabilities.context_editing and context.usage >= trigger:
             server_clear = session.config.microcompact_keep_recent
     if state.requests is None:
         state.requests = RequestView()
@@ -82,13 +81,12 @@ def request_params(
     )
     if not adapter.prompt_caching:
         return params
-    policy, prefix_checks = edit_policy(session)
     if session.thinking_binding is None and prefix_checks and context.continued_thinking_changed:
         _set_thinking_binding(session, now)
     params.update(
         session_fields(
             edit_policy=policy,
-            capabilities=capabilities_for(session.model, store.model_capabilities),
+            capabilities=capabilities,
             config=session.config,
             context_window=session.context_window,
             drop_block=session.thinking_binding == "drop_block",
