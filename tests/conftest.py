@@ -101,14 +101,20 @@ def _pg_admin_url() -> str:
     )
 
 
-def _drop_postgres(name: str) -> None:
+def postgres_url(name: str) -> str:
+    """The URL of the test server's database ``name``."""
+    return make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres(name: str) -> None:
     engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
         connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     engine.dispose()
 
 
-def _create_postgres(label: str, template: str | None) -> str:
+def create_postgres(label: str, template: str | None = None) -> str:
+    """A new database on the test server, a copy of ``template`` when given: its name."""
     name = f"cs_{label}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
     clause = "" if template is None else f' TEMPLATE "{template}"'
     engine = create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
@@ -134,10 +140,10 @@ def _template(backend: str) -> str:
         CompactStore.open(path).close()  # closing checkpoints the WAL into the file
         _templates[backend] = path
         return path
-    name = _create_postgres("template", None)
-    url = make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+    name = create_postgres("template")
+    url = postgres_url(name)
     CompactStore.open(url, auto_migrate=True).close()
-    atexit.register(_drop_postgres, name)
+    atexit.register(drop_postgres, name)
     _templates[backend] = name
     return name
 
@@ -191,9 +197,7 @@ class _PostgresDatabase:
         import psycopg
 
         self.name = name
-        self.url = (
-            make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-        )
+        self.url = postgres_url(name)
         libpq = (
             make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
         )
@@ -257,7 +261,7 @@ class _PostgresDatabase:
 
     def drop(self) -> None:
         self.keeper.close()
-        _drop_postgres(self.name)
+        drop_postgres(self.name)
 
 
 _spare: list[_PostgresDatabase] = []
@@ -288,14 +292,14 @@ def fresh_database(
     if not PG_URL:
         pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
     if empty:
-        name = _create_postgres(label, None)
+        name = create_postgres(label, None)
         try:
-            yield make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
+            yield postgres_url(name)
         finally:
-            _drop_postgres(name)
+            drop_postgres(name)
         return
     database = (
-        _spare.pop() if _spare else _PostgresDatabase(_create_postgres(label, _template(backend)))
+        _spare.pop() if _spare else _PostgresDatabase(create_postgres(label, _template(backend)))
     )
     try:
         yield database.url

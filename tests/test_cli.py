@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, create_engine, text, update
+from sqlalchemy import create_engine, update
 from sqlalchemy.engine import make_url
 
 from compactstore import CompactStore, Session
@@ -42,7 +41,14 @@ from compactstore.errors import (
     SchemaError,
 )
 from compactstore.models import BreakerState, CompactionConfig, SessionInfo
-from tests.conftest import BACKENDS, PG_URL, Snapshot, _pg_admin_url
+from tests.conftest import (
+    BACKENDS,
+    PG_URL,
+    Snapshot,
+    create_postgres,
+    drop_postgres,
+    postgres_url,
+)
 from tests.helpers import claude_code_record
 
 Message = dict[str, Any]
@@ -168,37 +174,12 @@ def template(
     else:
         if not PG_URL:
             pytest.skip("PostgreSQL half skipped: set COMPACTSTORE_TEST_PG_URL (.ci/run does)")
-        url = _pg_create(f"cs_cli_template_{os.getpid()}_{uuid.uuid4().hex[:6]}")
+        url = postgres_url(name := create_postgres("cli_template"))
     with CompactStore.open(url) as store:
         build_store(store)
     yield url
     if request.param == "postgres":
-        _pg_drop(url)
-
-
-def _pg_admin() -> Engine:
-    return create_engine(_pg_admin_url(), isolation_level="AUTOCOMMIT")
-
-
-def _pg_create(name: str, template: str | None = None) -> str:
-    admin = _pg_admin()
-    try:
-        with admin.connect() as connection:
-            source = "" if template is None else f' TEMPLATE "{make_url(template).database}"'
-            connection.execute(text(f'CREATE DATABASE "{name}"{source}'))
-    finally:
-        admin.dispose()
-    return make_url(_pg_admin_url()).set(database=name).render_as_string(hide_password=False)
-
-
-def _pg_drop(url: str) -> None:
-    admin = _pg_admin()
-    try:
-        with admin.connect() as connection:
-            name = make_url(url).database
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+        drop_postgres(name)
 
 
 @pytest.fixture
@@ -219,11 +200,11 @@ def copy(template: str, tmp_path: Path) -> Iterator[str]:
                 shutil.copyfile(source, str(target) + suffix)
         yield str(target)
         return
-    url = _pg_create(f"cs_cli_copy_{os.getpid()}_{uuid.uuid4().hex[:8]}", template)
+    name = create_postgres("cli_copy", make_url(template).database)
     try:
-        yield url
+        yield postgres_url(name)
     finally:
-        _pg_drop(url)
+        drop_postgres(name)
 
 
 @pytest.fixture
