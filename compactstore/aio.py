@@ -52,7 +52,7 @@ from compactstore._store.session import Session
 from compactstore._store.store import DEFAULT_CACHE_SESSIONS, CompactionCallback
 from compactstore._store.threads import DECIDE_THREADS, STEP_THREADS, ThreadedStore, glue
 from compactstore.capabilities import ModelCapabilities
-from compactstore.db.engine import describe, normalize_url
+from compactstore.db.engine import describe, normalize_url, release_engine
 from compactstore.db.migrate import open_engine
 from compactstore.errors import MissingExtraError
 from compactstore.formats.block_types import AllowBlockTypes, block_type_extension
@@ -187,7 +187,7 @@ class AsyncCompactStore:
             core.decides.stop()
             core.steps.stop()
             core.shutdown_summarizers()
-            core.engine.dispose()
+            release_engine(core.engine)
 
         await asyncio.to_thread(stop)
 

@@ -190,3 +190,56 @@ def test_writing_on_a_read_only_mount_says_the_mount_is_read_only(tmp_path: Path
         result = invoke("import", str(transcript), "--db", str(mounted / "new.db"))
         assert result.exit_code == 1
         assert "mounted read-only" in result.stderr
+
+
+def _connections(url: str) -> int:
+    """How many connections the server has to the database at ``url`` (besides this one)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(
+                connection.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()"
+                    )
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.pg
+def test_a_closed_stores_postgresql_engine_has_no_connection_and_serves_the_next_open(
+    tmp_path: Path,
+) -> None:
+    with fresh_database("postgres", tmp_path) as url:
+        before = _connections(url)  # the test database's own
+        first = CompactStore.open(url)
+        first.session("s1", now=T0).append(user("hello"), timestamp=T0)
+        engine = first.engine
+        first.close()
+        assert _connections(url) == before
+        # Two stores open at once never share an engine (nor its pool); the one reopened
+        # first gets the closed store's, already set up, and reads what it wrote.
+        second, third = CompactStore.open(url), CompactStore.open(url)
+        try:
+            assert second.engine is engine and third.engine is not engine
+            assert second.get_session("s1").messages() == [user("hello")]
+            assert third.get_session("s1").messages() == [user("hello")]
+        finally:
+            second.close()
+            third.close()
+        assert _connections(url) == before
+        # Other options are another engine.
+        with CompactStore.open(url, read_only=True) as reader:
+            assert reader.engine is not engine
+            assert reader.get_session("s1").message_count() == 1
+
+
+def test_a_closed_stores_sqlite_engine_is_not_reused(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with CompactStore.open(path) as first:
+        engine = first.engine
+    with CompactStore.open(path) as second:
+        assert second.engine is not engine

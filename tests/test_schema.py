@@ -1,4 +1,5 @@
-"""The schema is owned by Alembic: models and migrations agree, the repository's
+"""The schema is owned by Alembic: models and migrations agree, a new database (created
+from the models and stamped) has exactly the schema the migrations build, the repository's
 `alembic` command works, out-of-date and foreign databases are refused with a clear error,
 and SQLite files are private and opened with the documented pragmas.
 """
@@ -17,14 +18,16 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 import compactstore
 from compactstore import CompactStore, DatabaseError, SchemaError
 from compactstore._cli import cli
+from compactstore.db.engine import create_engine_for, normalize_url
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.db.schema import metadata
+from tests.conftest import fresh_database
 from tests.helpers import TABLES
 
 # These tests are about creating and migrating a database: each gets one with nothing in it.
@@ -79,12 +82,113 @@ def _table_names(url: str) -> set[str]:
 # -- models and migrations ------------------------------------------------------------------
 
 
-def test_models_and_migrations_agree(store: CompactStore) -> None:
-    with store.engine.connect() as connection:
-        context = MigrationContext.configure(
-            connection, opts={"compare_type": True, "compare_server_default": True}
-        )
-        assert compare_metadata(context, metadata) == []
+def _migrated(url: str) -> Engine:
+    """An engine on ``url`` (an empty database) after running every migration, as an
+    upgrade from the first revision would."""
+    from alembic import command
+
+    engine = create_engine_for(normalize_url(url))
+    with engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    return engine
+
+
+def _schema(engine: Engine) -> dict[str, object]:
+    """Everything a query can see of a database's schema, from the backend's own catalog:
+    each table's columns in order (type, nullability, default, key), its indexes, keys and
+    constraints, the view's definition, and the revision records."""
+    described: dict[str, object] = {}
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            names = connection.exec_driver_sql(
+                "SELECT name, type, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+                "ORDER BY name"
+            ).all()
+            for name, kind, sql in names:
+                if kind == "view":
+                    described[name] = " ".join(sql.split())
+                if kind != "table":
+                    continue
+                indexes = connection.exec_driver_sql(f"PRAGMA index_list('{name}')").all()
+                keys: dict[int, list[tuple[object, ...]]] = {}
+                for part in connection.exec_driver_sql(f"PRAGMA foreign_key_list('{name}')"):
+                    keys.setdefault(part[0], []).append(tuple(part[1:]))
+                described[name] = (
+                    connection.exec_driver_sql(f"PRAGMA table_xinfo('{name}')").all(),
+                    sorted(
+                        (
+                            *index[1:],
+                            connection.exec_driver_sql(f"PRAGMA index_xinfo('{index[1]}')").all(),
+                        )
+                        for index in indexes
+                    ),
+                    # A foreign key's id is its place among the table's: not compared.
+                    sorted(keys.values()),
+                )
+        else:
+            queries = {
+                "columns": "SELECT table_name, ordinal_position, column_name, data_type, "
+                "character_maximum_length, numeric_precision, numeric_scale, is_nullable, "
+                "column_default, is_identity FROM information_schema.columns "
+                "WHERE table_schema = 'public'",
+                "constraints": "SELECT conrelid::regclass::text, conname, contype, "
+                "pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE connamespace = 'public'::regnamespace",
+                "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
+                "WHERE schemaname = 'public'",
+                "views": "SELECT viewname, definition FROM pg_views WHERE schemaname = 'public'",
+                "sequences": "SELECT sequencename, data_type, start_value, increment_by "
+                "FROM pg_sequences WHERE schemaname = 'public'",
+            }
+            for key, query in queries.items():
+                described[key] = sorted(connection.exec_driver_sql(query).all())
+            # A column's ordinal_position counts the dropped columns before it too: compare
+            # each table's columns in order, without it.
+            by_table: dict[str, list[tuple[object, ...]]] = {}
+            for column in described["columns"]:  # type: ignore[attr-defined]
+                by_table.setdefault(column[0], []).append(tuple(column[2:]))
+            described["columns"] = by_table
+        for table in ("alembic_version", "schema_revisions"):
+            described[f"{table} rows"] = sorted(
+                connection.exec_driver_sql(f"SELECT * FROM {table}").all()
+            )
+    return described
+
+
+def test_models_and_migrations_agree(db_url: str) -> None:
+    engine = _migrated(db_url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"compare_type": True, "compare_server_default": True}
+            )
+            assert compare_metadata(context, metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_has_exactly_the_schema_the_migrations_build(
+    db_url: str, tmp_path: Path
+) -> None:
+    backend = "postgres" if db_url.startswith("postgresql") else "sqlite"
+    (tmp_path / "new").mkdir()
+    with fresh_database(backend, tmp_path / "new", "new", empty=True) as new_url:
+        CompactStore.open(new_url, auto_migrate=False).close()
+        created, migrated = create_engine_for(normalize_url(new_url)), _migrated(db_url)
+        try:
+            expected = _schema(migrated)
+            assert _schema(created) == expected
+        finally:
+            created.dispose()
+            migrated.dispose()
+    from alembic.script import ScriptDirectory
+
+    every = {
+        script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+    }
+    assert {row[0] for row in expected["schema_revisions rows"]} == every  # type: ignore[attr-defined]
 
 
 def test_a_new_database_is_created_at_head_with_every_table_and_the_history_view(

@@ -22,7 +22,6 @@ from sqlalchemy import Connection, Engine
 from compactstore._context.tokens import TokenCounter
 from compactstore._core import checks, compaction
 from compactstore._core.cache import ContextCache
-from compactstore._core.checks import check_capabilities
 from compactstore._core.plugins import (
     checked_counter,
     checked_memory_provider,
@@ -59,6 +58,7 @@ from compactstore.db.engine import (
     describe,
     normalize_url,
     read_tx,
+    release_engine,
     with_retry,
     write_tx,
 )
@@ -136,7 +136,7 @@ class CompactStore:
         # What model calls cost (compactstore.pricing): the shipped table and the caller's.
         self.prices: PriceTable = price_table(prices)
         # The dated model capability table with the caller's entries (compactstore.capabilities).
-        self.model_capabilities = merged_capabilities(check_capabilities(model_capabilities))
+        self.model_capabilities = merged_capabilities(checks.check_capabilities(model_capabilities))
         self.allow_block_types = block_type_extension(allow_block_types)
         self.location = location
         self.token_counter: TokenCounter = checked_counter(token_counter)
@@ -254,7 +254,7 @@ class CompactStore:
         checks.check_cache_sessions(cache_sessions)
         block_type_extension(allow_block_types)
         table = price_table(prices)
-        check_capabilities(model_capabilities)
+        checks.check_capabilities(model_capabilities)
         pool = checks.check_pool(pool_size, max_overflow, pool_timeout)
         engine = open_engine(
             url,
@@ -281,14 +281,14 @@ class CompactStore:
         )
 
     def close(self) -> None:
-        """Wait for the background compactions this store started, then release the
-        connection pool (other summaries still running are abandoned)."""
+        """Wait for this store's background compactions, then close the pool's connections
+        (summaries still running are abandoned; a PostgreSQL engine is kept for reopening)."""
         with self._executor_lock:
             jobs, self._jobs = self._jobs, None
         if jobs is not None:
             jobs.shutdown(wait=True)
         self.shutdown_summarizers()
-        self.engine.dispose()
+        release_engine(self.engine)
 
     def shutdown_summarizers(self) -> None:
         """Stop the summarizer pool (summaries still running are abandoned)."""

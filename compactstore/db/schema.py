@@ -1,5 +1,9 @@
 """Table shapes. The history of these shapes lives in migrations/; a test keeps both in step.
 
+A new database is created from these shapes (compactstore.db.migrate), one that is upgraded
+by the migrations: tests/test_schema.py checks that both are the same schema, to the order of
+the columns (a column a revision added comes after the older ones, here too).
+
 Timestamps are epoch seconds (float) so a replay sees exactly the `now` it was given;
 the `compaction_history` view shows them readable. JSON columns hold text written once
 by the store (messages verbatim, lists of seqs and ids), so SQL users can read them with
@@ -33,6 +37,7 @@ __all__ = [
     "compaction_leases",
     "compaction_steps",
     "compactions",
+    "history_view",
     "memory_entries",
     "message_edits",
     "message_origins",
@@ -67,14 +72,6 @@ sessions = Table(
     Column("created_at", Float, nullable=False),
     # Seq of the original request (the first user message), pinned for ever.
     Column("request_seq", Integer),
-    # Seq of the first user message that is not client boilerplate (the user's real request),
-    # pinned for ever; the same as request_seq when the first user message is the request.
-    Column("real_request_seq", Integer),
-    # The agent's working directory: summaries show file paths relative to it.
-    Column("cwd", Text),
-    # Name of the summarizer the session was opened with (store.session(summarizer=)): a
-    # process that has not configured it counts a fallback instead of changing behaviour.
-    Column("summarizer", String(255)),
     # Bumped by every write, so readers can tell whether what they hold is current.
     Column("version", Integer, nullable=False, server_default=text("0")),
     # Bumped by every write that changes the active context other than by appending
@@ -87,6 +84,14 @@ sessions = Table(
     Column("usage_offset", Integer, nullable=False, server_default=text("0")),
     Column("real_tokens", Integer),
     Column("real_estimate", Integer),
+    # Seq of the first user message that is not client boilerplate (the user's real request),
+    # pinned for ever; the same as request_seq when the first user message is the request.
+    Column("real_request_seq", Integer),
+    # The agent's working directory: summaries show file paths relative to it.
+    Column("cwd", Text),
+    # Name of the summarizer the session was opened with (store.session(summarizer=)): a
+    # process that has not configured it counts a fallback instead of changing behaviour.
+    Column("summarizer", String(255)),
     # The model the session talks to (store.session(model=) or the newest append_response's):
     # it decides the "auto" edit policy (compactstore.capabilities).
     Column("model", String(255)),
@@ -197,14 +202,13 @@ compactions = Table(
     Column("created_at", Float, nullable=False),
     Column("steps", Text, nullable=False),
     # The config the compaction ran under (replay runs it again): the compaction_configs
-    # row named by config_hash. Rows written before that table existed (and rows an older
+    # row named by config_hash (below). Rows written before that table existed (and rows an older
     # version writes) hold the JSON here and no hash; rows with a hash hold ''.
     Column("config", Text, nullable=False),
-    Column("config_hash", String(64)),
-    # What was lost: seqs that left the active context, results cleared or persisted (as
-    # [tool-use id, call seq] pairs: an id may be used again), blobs.
+    # What was lost: seqs that left the active context, results cleared or persisted
+    # (cleared_tool_calls, below: [tool-use id, call seq] pairs, as an id may be used
+    # again), blobs.
     Column("removed_seqs", Text, nullable=False),
-    Column("cleared_tool_calls", Text, nullable=False, server_default=text("'[]'")),
     Column("blob_ids", Text, nullable=False),
     Column("instructions", Text),
     Column("error", Text),
@@ -231,6 +235,7 @@ compactions = Table(
     # A background compaction: the compaction row of the process_request call
     # that started it (no foreign key: added to an existing table; see db/transfer.py).
     Column("started_by", Integer),
+    Column("cleared_tool_calls", Text, nullable=False, server_default=text("'[]'")),
     # What the compaction changed in the active context: the seq
     # after which every message's prefix changed (its lowest edited seq, or the seq before
     # the first one a cut removed; null: it changed no message), the session
@@ -240,6 +245,8 @@ compactions = Table(
     Column("changed_after_seq", Integer),
     Column("context_version", Integer),
     Column("rolled_back_version", Integer),
+    # The compaction_configs row this one ran under (see config, above).
+    Column("config_hash", String(64)),
     # The edit policy it ran under: 'rewrite' or 'append_only' (null: recorded before the
     # policy existed, which was rewrite).
     Column("edit_policy", String(16)),
@@ -457,3 +464,43 @@ schema_revisions = Table(
     # "additive" or "breaking" (the revision file's ``kind``).
     Column("kind", String(16), nullable=False),
 )
+
+
+def history_view(dialect: str) -> str:
+    """The ``compaction_history`` view's definition on a backend (SQLAlchemy's dialect name):
+    a compaction with its boundary, timestamps readable. Each revision that changed it holds
+    its own copy in migrations/."""
+
+    def readable(column: str) -> str:
+        if dialect == "sqlite":
+            return f"datetime({column}, 'unixepoch')"
+        return f"to_timestamp({column})"
+
+    return f"""
+CREATE VIEW compaction_history AS
+SELECT
+    c.session_id,
+    c.id AS compaction_id,
+    c.trigger,
+    c.strategy,
+    c.success,
+    c.tokens_before,
+    c.tokens_after,
+    c.tokens_freed,
+    {readable("c.created_at")} AS created,
+    c.created_at AS created_epoch,
+    CASE WHEN c.rolled_back_at IS NULL THEN NULL ELSE {readable("c.rolled_back_at")} END
+        AS rolled_back,
+    c.boundary_id,
+    b.parent_id AS parent_boundary_id,
+    b.messages_removed,
+    b.first_kept_seq,
+    b.last_kept_seq,
+    c.removed_seqs,
+    c.cleared_tool_calls,
+    c.blob_ids,
+    c.steps,
+    c.summary_text
+FROM compactions AS c
+LEFT JOIN compact_boundaries AS b ON b.id = c.boundary_id
+"""
