@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import gc
 import itertools
 import os
 import shutil
@@ -75,6 +76,21 @@ def corpus_transcripts() -> list[Path]:
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)]
 
 _counter = itertools.count()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """No garbage collection while the tests are collected (see pytest_collection_finish)."""
+    gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection made (the modules the tests import, provider SDKs included, and
+    the test items: ~600,000 objects) out of the garbage collector's sight: they live until
+    the process ends, and each full collection would scan them again (measured: 15 full
+    collections took ~2.7 s of each worker's fast suite)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -228,8 +244,15 @@ class _PostgresDatabase:
         self.state_query = "SELECT concat_ws(' ', " + ", ".join(state) + ")"
         self.reset_script = "; ".join(
             [
-                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                # Reading pg_stat_activity costs the server ~2.5 ms: only when the
+                # database has another connection than this one.
+                "DO $$ BEGIN IF pg_stat_get_db_numbackends("
+                "(SELECT oid FROM pg_database WHERE datname = current_database())) > 1 THEN "
+                "PERFORM pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid(); END IF; END $$",
+                # A lock still held (a connection that outlived that) fails the reset, which
+                # then drops the database, rather than waiting for ever.
+                "SET LOCAL lock_timeout = '10s'",
                 *(f'DELETE FROM "{table}"' for table in emptied),
                 "SELECT setval(seqrelid, seqstart, false) FROM pg_sequence",
                 self.state_query,

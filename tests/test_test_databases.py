@@ -1,0 +1,47 @@
+"""The suite's PostgreSQL databases (tests/conftest.py ``fresh_database``): one a test hands
+back is emptied for the next, even with a connection left open in a transaction; one whose
+schema a test changed is dropped instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from compactstore import CompactStore
+from tests import conftest
+from tests.helpers import T0, user
+
+pytestmark = pytest.mark.pg
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def test_a_database_handed_back_is_emptied_even_with_a_transaction_left_open(
+    tmp_path: Path,
+) -> None:
+    with conftest.fresh_database("postgres", tmp_path) as url:
+        with CompactStore.open(url) as store:
+            store.session("s1", now=T0).append(user("hello"), timestamp=T0)
+        left_open = psycopg.connect(_libpq(url))
+        left_open.execute("SELECT * FROM sessions FOR UPDATE").fetchall()  # holds row locks
+    assert conftest._spare and conftest._spare[-1].url == url  # emptied, kept for the next
+    with pytest.raises(psycopg.OperationalError):  # the server ended it
+        left_open.execute("SELECT 1")
+    left_open.close()
+    with conftest.fresh_database("postgres", tmp_path) as again:
+        assert again == url
+        with CompactStore.open(again) as store:
+            assert store.sessions() == []
+
+
+def test_a_database_whose_schema_a_test_changed_is_dropped(tmp_path: Path) -> None:
+    with conftest.fresh_database("postgres", tmp_path) as url:
+        connection = psycopg.connect(_libpq(url), autocommit=True)
+        connection.execute("CREATE TABLE extra (id integer)")
+        connection.close()
+    assert all(spare.url != url for spare in conftest._spare)
