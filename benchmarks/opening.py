@@ -4,11 +4,12 @@
    head from db/schema.py and stamps it, against running every migration on an empty file
    (how a database was created before; how one is upgraded). Median of ``--runs``.
 2. Open, a small task, close, ``--runs`` times in one process on ``--db`` (default: a SQLite
-   file): one session, 11 appends, ``process_request``, the active context. On PostgreSQL
-   each open after the first takes the engine the previous store closed (no connection,
-   statements compiled); "new engine" opens the same database under a URL that differs
-   in ``application_name`` each time, so that no engine is reused. Median wall time and
-   this process's CPU time per task (the server's CPU is not counted).
+   file): one session, 11 appends, ``process_request``, the active context. Each open after
+   the first takes the engine the previous store closed (no connection, statements
+   compiled); "new engine" opens the same database under a URL spelled differently each
+   time (PostgreSQL: another ``application_name``; SQLite: ``/./`` repeated in the path),
+   so that no engine is reused. Median wall time and this process's CPU time per task (a
+   server's CPU is not counted).
 
 Usage: python -m benchmarks.opening [--db URL] [--runs 30]
 """
@@ -84,8 +85,11 @@ def reopening(url: str, runs: int) -> None:
     print(f"  reopened                   {reused[0]:6.1f}  {reused[1]:6.1f}")
     if url.startswith("postgresql"):
         spellings = (f"{url}{'&' if '?' in url else '?'}application_name=b{i}" for i in range(runs))
-        fresh = _timed(lambda: _task(next(spellings), next(names)), runs)
-        print(f"  new engine each time       {fresh[0]:6.1f}  {fresh[1]:6.1f}")
+    else:
+        folder, name = url.rsplit("/", 1)
+        spellings = (f"{folder}/{'./' * (i + 1)}{name}" for i in range(runs))
+    fresh = _timed(lambda: _task(next(spellings), next(names)), runs)
+    print(f"  new engine each time       {fresh[0]:6.1f}  {fresh[1]:6.1f}")
 
 
 def main() -> None:

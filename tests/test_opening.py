@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.pool import QueuePool
 
 from compactstore import CompactStore
 from compactstore._cli import cli
@@ -209,37 +210,52 @@ def _connections(url: str) -> int:
         engine.dispose()
 
 
-@pytest.mark.pg
-def test_a_closed_stores_postgresql_engine_has_no_connection_and_serves_the_next_open(
-    tmp_path: Path,
-) -> None:
-    with fresh_database("postgres", tmp_path) as url:
-        before = _connections(url)  # the test database's own
-        first = CompactStore.open(url)
-        first.session("s1", now=T0).append(user("hello"), timestamp=T0)
+def test_a_closed_stores_engine_has_no_connection_and_serves_the_next_open(db_url: str) -> None:
+    server = db_url.startswith("postgresql")
+    before = _connections(db_url) if server else 0  # the test database's own
+    first = CompactStore.open(db_url)
+    first.session("s1", now=T0).append(user("hello"), timestamp=T0)
+    engine = first.engine
+    first.close()
+    assert isinstance(engine.pool, QueuePool)
+    assert engine.pool.checkedin() == engine.pool.checkedout() == 0
+    assert not server or _connections(db_url) == before
+    # Two stores open at once never share an engine (nor its pool); the one opened first
+    # gets the closed store's, already set up, and reads what it wrote.
+    second, third = CompactStore.open(db_url), CompactStore.open(db_url)
+    try:
+        assert second.engine is engine and third.engine is not engine
+        assert second.get_session("s1").messages() == [user("hello")]
+        assert third.get_session("s1").messages() == [user("hello")]
+        third.get_session("s1").append(user("again"), timestamp=T0)
+    finally:
+        second.close()
+        third.close()
+    assert not server or _connections(db_url) == before
+    # Other options are another engine.
+    with CompactStore.open(db_url, read_only=True) as reader:
+        assert reader.engine is not engine
+        assert reader.get_session("s1").message_count() == 2
+
+
+def test_an_in_memory_databases_engine_is_not_kept() -> None:
+    with CompactStore.open("sqlite://") as first:
         engine = first.engine
-        first.close()
-        assert _connections(url) == before
-        # Two stores open at once never share an engine (nor its pool); the one reopened
-        # first gets the closed store's, already set up, and reads what it wrote.
-        second, third = CompactStore.open(url), CompactStore.open(url)
-        try:
-            assert second.engine is engine and third.engine is not engine
-            assert second.get_session("s1").messages() == [user("hello")]
-            assert third.get_session("s1").messages() == [user("hello")]
-        finally:
-            second.close()
-            third.close()
-        assert _connections(url) == before
-        # Other options are another engine.
-        with CompactStore.open(url, read_only=True) as reader:
-            assert reader.engine is not engine
-            assert reader.get_session("s1").message_count() == 1
+        first.session("s1", now=T0)
+    with CompactStore.open("sqlite://") as second:
+        assert second.engine is not engine
+        assert second.sessions() == []
 
 
-def test_a_closed_stores_sqlite_engine_is_not_reused(tmp_path: Path) -> None:
+def test_a_kept_sqlite_engine_opens_the_file_now_at_its_path(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     with CompactStore.open(path) as first:
-        engine = first.engine
-    with CompactStore.open(path) as second:
-        assert second.engine is not engine
+        first.session("s1", now=T0).append(user("hello"), timestamp=T0)
+    for leftover in tmp_path.iterdir():  # the database, its -wal, -shm and -writer files
+        leftover.unlink()
+    with CompactStore.open(path) as second:  # the kept engine, on a new database
+        assert second.sessions() == []
+        second.session("s2", now=T0).append(user("again"), timestamp=T0)
+    assert (tmp_path / "store.db-writer").exists()  # its writers take turns on a new lock file
+    with CompactStore.open(path, read_only=True) as reader:
+        assert [info.id for info in reader.sessions()] == ["s2"]

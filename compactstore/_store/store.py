@@ -282,7 +282,7 @@ class CompactStore:
 
     def close(self) -> None:
         """Wait for this store's background compactions, then close the pool's connections
-        (summaries still running are abandoned; a PostgreSQL engine is kept for reopening)."""
+        (summaries still running are abandoned; the engine is kept for reopening the database)."""
         with self._executor_lock:
             jobs, self._jobs = self._jobs, None
         if jobs is not None:

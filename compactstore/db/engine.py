@@ -56,10 +56,11 @@ BUSY_TIMEOUT_MS = 30_000
 _WRITERS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
 # Per SQLite file engine: the turn its writers take between processes (db/writer_turns.py).
 _TURNS: weakref.WeakKeyDictionary[Engine, WriterTurns] = weakref.WeakKeyDictionary()
-# PostgreSQL engines of closed stores, without connections, kept for the next open of the
-# same URL with the same options in this process (release_engine, create_engine_for): their
-# dialect is set up and their statements compiled, which costs a new engine ~9 ms of CPU in
-# its first transactions. Engines in use are never shared; the oldest is dropped past 8.
+# Engines of closed stores, without connections, kept for the next open of the same URL with
+# the same options in this process (release_engine, create_engine_for): their dialect is set
+# up and their statements compiled, which costs a new engine ~9 ms of CPU (PostgreSQL) or ~5
+# (SQLite) in its first transactions. Engines in use are never shared; past 8, the one kept
+# longest is dropped.
 _PARKED: OrderedDict[tuple[str, bool, str], Engine] = OrderedDict()
 _PARKED_LIMIT = 8
 _PARKED_LOCK = threading.Lock()
@@ -135,61 +136,32 @@ def create_engine_for(
     A new SQLite file (and its directory) is created, unless ``read_only`` or not
     ``create``: then a missing file is a NotFoundError. A ``read_only`` engine's
     connections are all read-only (SQLite ``mode=ro``, PostgreSQL
-    ``default_transaction_read_only``).
+    ``default_transaction_read_only``). It is the engine of a store closed earlier on the
+    same URL with the same options, when one was kept (:func:`release_engine`).
 
     Raises:
         NotFoundError: no SQLite file at the path, and it may not be created.
         DatabaseError: the path is a directory, or the file cannot be created.
     """
     path = sqlite_path(url)
-    # os.path, not Path: a path whose directories this user may not enter is "not there"
-    # (and SQLite then says why it cannot open it), not a PermissionError traceback.
-    if path is not None and os.path.isdir(path):
-        raise DatabaseError(
-            f"{path} is a directory, not a database file: give the database file's path "
-            f"(e.g. {path / 'compactstore.db'})"
-        )
-    if path is not None and not os.path.exists(path):
-        if read_only:
-            raise NotFoundError(
-                f"no database at {path}: check the path (reading never creates a database)"
-            )
-        if not create:
-            raise NotFoundError(no_database(path))
-        # Conversations are private: create the file readable by its owner only
-        # (SQLite gives its -wal and -shm files the same mode).
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        except OSError as exc:
-            fix = {
-                errno.ENOSPC: "free space on its disk",
-                errno.EROFS: "its filesystem is mounted read-only: give a path on a writable one",
-            }.get(exc.errno or 0, "check the path and that you may write there")
-            raise DatabaseError(
-                f"cannot create the database file {path}: {exc.strerror}; {fix}"
-            ) from None
+    if path is not None:
+        _ensure_sqlite_file(path, read_only=read_only, create=create)
     try:
-        sizing = pool or {}
-        if make_url(url).get_backend_name() == "sqlite":
-            timeout = BUSY_TIMEOUT_MS / 1000
-            if path is None:
-                sizing = {}  # in-memory SQLite has a single-connection pool of its own
-            if read_only and path is not None:
-                engine = create_engine(url, creator=_read_only_sqlite(path, timeout), **sizing)
-            else:
-                engine = create_engine(url, connect_args={"timeout": timeout}, **sizing)
-            _setup_sqlite(engine, read_only=read_only)
-            if path is not None and not read_only:
-                _TURNS[engine] = WriterTurns(path)
-            return engine
+        sqlite = make_url(url).get_backend_name() == "sqlite"
+        # In-memory SQLite has a single-connection pool of its own, and a new database on
+        # each connection: it is never kept.
+        sizing = {} if sqlite and path is None else pool or {}
         key = (url, read_only, repr(sorted(sizing.items())))
         with _PARKED_LOCK:
-            if key in _PARKED:
-                return _PARKED.pop(key)
-        options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
-        engine = create_engine(url, pool_pre_ping=True, connect_args=options, **sizing)
-        _PARK_KEYS[engine] = key
+            engine = _PARKED.pop(key) if key in _PARKED else None
+        if engine is None:
+            engine = _new_engine(url, path, sqlite=sqlite, read_only=read_only, sizing=sizing)
+            if not sqlite or path is not None:
+                _PARK_KEYS[engine] = key
+        if sqlite and path is not None and not read_only:
+            # The lock file is opened again: the database may be another file than when the
+            # engine was kept.
+            _TURNS[engine] = WriterTurns(path)
         return engine
     except ImportError as exc:
         hint = " (pip install 'compactstore[postgres]')" if exc.name == "psycopg" else ""
@@ -199,11 +171,62 @@ def create_engine_for(
         ) from None
 
 
+def _ensure_sqlite_file(path: Path, *, read_only: bool, create: bool) -> None:
+    """Refuse a directory; create a missing file (and its directory) when allowed.
+
+    Raises:
+        NotFoundError: no file at the path, and it may not be created.
+        DatabaseError: the path is a directory, or the file cannot be created.
+    """
+    # os.path, not Path: a path whose directories this user may not enter is "not there"
+    # (and SQLite then says why it cannot open it), not a PermissionError traceback.
+    if os.path.isdir(path):
+        raise DatabaseError(
+            f"{path} is a directory, not a database file: give the database file's path "
+            f"(e.g. {path / 'compactstore.db'})"
+        )
+    if os.path.exists(path):
+        return
+    if read_only:
+        raise NotFoundError(
+            f"no database at {path}: check the path (reading never creates a database)"
+        )
+    if not create:
+        raise NotFoundError(no_database(path))
+    # Conversations are private: create the file readable by its owner only
+    # (SQLite gives its -wal and -shm files the same mode).
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        fix = {
+            errno.ENOSPC: "free space on its disk",
+            errno.EROFS: "its filesystem is mounted read-only: give a path on a writable one",
+        }.get(exc.errno or 0, "check the path and that you may write there")
+        reason = f"cannot create the database file {path}: {exc.strerror}; {fix}"
+        raise DatabaseError(reason) from None
+
+
+def _new_engine(
+    url: str, path: Path | None, *, sqlite: bool, read_only: bool, sizing: dict[str, Any]
+) -> Engine:
+    if not sqlite:
+        options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+        return create_engine(url, pool_pre_ping=True, connect_args=options, **sizing)
+    timeout = BUSY_TIMEOUT_MS / 1000
+    if read_only and path is not None:
+        engine = create_engine(url, creator=_read_only_sqlite(path, timeout), **sizing)
+    else:
+        engine = create_engine(url, connect_args={"timeout": timeout}, **sizing)
+    _setup_sqlite(engine, read_only=read_only)
+    return engine
+
+
 def release_engine(engine: Engine) -> None:
-    """Close every connection of a closed store's engine; a PostgreSQL one is kept for the
-    next :func:`create_engine_for` of the same database and options (a SQLite one is not:
-    its file may be replaced, and its writers' lock file with it)."""
+    """Close every connection of a closed store's engine, and keep it for the next
+    :func:`create_engine_for` of the same database and options (not an in-memory one)."""
     engine.dispose()
+    _TURNS.pop(engine, None)
     key = _PARK_KEYS.get(engine)
     if key is None:
         return
