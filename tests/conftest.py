@@ -15,6 +15,7 @@ import asyncio
 import atexit
 import gc
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -93,9 +94,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.enable()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the PostgreSQL tests when no server is configured (one count in the summary
-    instead of a skip line each), and skip the corpus tests when the corpus is absent."""
+    """Mark the PostgreSQL halves of ``slow_on_postgres`` tests slow; deselect the PostgreSQL
+    tests when no server is configured (one count in the summary instead of a skip line
+    each), and skip the corpus tests when the corpus is absent."""
+    for item in items:
+        if item.get_closest_marker("slow_on_postgres") and item.get_closest_marker("pg"):
+            item.add_marker(pytest.mark.slow)
     if not PG_URL:
         deselected = [item for item in items if item.get_closest_marker("pg") is not None]
         if deselected:
@@ -418,12 +424,22 @@ def snapshot(store: CompactStore | SessionStore) -> dict[str, list[tuple[Any, ..
     """Every row of every table as the driver reads it, in a stable order: compare two to
     prove nothing changed. (Plain SQL: building the statements per store costs more than
     reading a test's few rows.)"""
-    out: dict[str, list[tuple[Any, ...]]] = {}
+    out: dict[str, list[tuple[Any, ...]]] = {table.name: [] for table in metadata.sorted_tables}
     with store.engine.connect() as connection:
-        for table in metadata.sorted_tables:
-            rows = connection.exec_driver_sql(f'SELECT * FROM "{table.name}"').all()
-            out[table.name] = sorted((tuple(row) for row in rows), key=repr)
-    return out
+        if connection.dialect.name == "postgresql":
+            # One round trip: each row as JSON (its columns in order), tagged with its table.
+            rows = connection.exec_driver_sql(
+                " UNION ALL ".join(
+                    f"SELECT '{name}', row_to_json(t)::text FROM \"{name}\" AS t" for name in out
+                )
+            ).all()
+            for name, row in rows:
+                out[name].append(tuple(json.loads(row).values()))
+        else:
+            for name in out:
+                rows = connection.exec_driver_sql(f'SELECT * FROM "{name}"').all()
+                out[name] = [tuple(row) for row in rows]
+    return {name: sorted(rows, key=repr) for name, rows in out.items()}
 
 
 @pytest.fixture

@@ -81,6 +81,7 @@ def wait_for_jobs(store: CompactStore) -> None:
     raise AssertionError("the background job did not finish")
 
 
+@pytest.mark.slow_on_postgres
 def test_started_running_applied_and_the_started_by_link(db_url: str) -> None:
     gate = Gate()
     notified: list[CompactionResult] = []
@@ -423,6 +424,7 @@ def age_jobs(store: CompactStore, seconds: float | None) -> None:
 
 
 @pytest.mark.parametrize("left", ["pending", "running", "pending without a lease"])
+@pytest.mark.slow_on_postgres
 def test_an_orphaned_job_is_taken_over_by_the_next_call(
     db_url: str, left: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

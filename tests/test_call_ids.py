@@ -253,6 +253,7 @@ def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         engine.dispose()
 
 
+@pytest.mark.slow_on_postgres
 def test_a_database_at_the_previous_head_upgrades_and_reads_back(db_url: str) -> None:
     config = CompactionConfig(tool_result_max_chars=1_000)
     big = "y" * 4_000
@@ -297,6 +298,7 @@ def test_a_database_at_the_previous_head_upgrades_and_reads_back(db_url: str) ->
     ]
 
 
+@pytest.mark.slow_on_postgres
 def test_downgrading_refuses_reused_ids_the_older_schema_cannot_hold(db_url: str) -> None:
     with CompactStore.open(db_url) as store:
         store.session("s", format="openai").extend(_reuse("openai"))

@@ -537,6 +537,7 @@ def test_show_json(template: str, shared: CompactStore) -> None:
     assert full["messages"][1]["text"] == sess.adapter.text(context.items[1].message)
 
 
+@pytest.mark.slow_on_postgres
 def test_show_lists_the_newest_rows_and_counts_the_whole_context(
     copy: str, copy_store: CompactStore
 ) -> None:
@@ -668,6 +669,7 @@ def test_compact_runs_a_manual_full_compact(copy: str, copy_store: CompactStore)
     )
 
 
+@pytest.mark.slow_on_postgres
 def test_compact_up_to_is_a_partial_compact_and_json(copy: str, copy_store: CompactStore) -> None:
     sess = copy_store.get_session("empty")
     for i in range(6):
@@ -698,6 +700,7 @@ def test_a_compact_that_cannot_cut_says_why_and_is_recorded_as_failed(
     assert history[2].strip().endswith(f"; failed: {why}")
 
 
+@pytest.mark.slow_on_postgres
 def test_rollback_yes_undoes_the_latest_boundary(copy: str, copy_store: CompactStore) -> None:
     sess = copy_store.get_session("s1")
     out = ok(invoke(copy, "rollback", "s1", "--yes")).stdout.splitlines()
@@ -744,6 +747,7 @@ def test_rollback_errors(copy: str, copy_store: CompactStore, db_snapshot: Snaps
     fails(invoke(copy, "rollback", "s1", "--boundary", "2"), "already rolled back")
 
 
+@pytest.mark.slow_on_postgres
 def test_rollback_plan_says_what_rollback_would_undo_and_changes_nothing(
     copy_store: CompactStore, db_snapshot: Snapshot
 ) -> None:
@@ -767,6 +771,7 @@ def test_message_count_counts_one_session_s_log(shared: CompactStore) -> None:
     assert shared.get_session("empty").message_count() == 0
 
 
+@pytest.mark.slow_on_postgres
 def test_rollback_then_replay_apply_restores_the_active_context(
     copy: str, copy_store: CompactStore
 ) -> None:
@@ -1114,6 +1119,7 @@ def test_export_active_writes_the_active_context(
     assert target.read_text(encoding="utf-8") == out
 
 
+@pytest.mark.slow_on_postgres
 def test_export_then_import_round_trips_the_log(
     copy: str, copy_store: CompactStore, tmp_path: Path
 ) -> None:
@@ -1167,6 +1173,7 @@ def test_demo_simulates_a_session_then_prints_its_history_and_audit_queries(
     assert data["audit_queries"] == [{"title": t, "sql": q} for t, q in audit_queries()]
 
 
+@pytest.mark.slow_on_postgres
 def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> None:
     data = as_json(invoke(copy, "stats", "--json"))
     assert set(data) == {
@@ -1245,6 +1252,7 @@ def test_stats_counts_the_whole_store(copy: str, copy_store: CompactStore) -> No
 
 
 @pytest.mark.empty_database
+@pytest.mark.slow_on_postgres
 def test_db_upgrade_and_current(db_url: str) -> None:
     from compactstore.db.migrate import head_revision
 
@@ -1616,6 +1624,7 @@ def test_session_ids_with_bidi_or_zero_width_characters_are_refused(
     )
 
 
+@pytest.mark.slow_on_postgres
 def test_rollback_compaction_undoes_it_and_every_later_one(
     copy: str, copy_store: CompactStore, db_snapshot: Snapshot
 ) -> None:

@@ -276,6 +276,7 @@ def test_without_a_boundary_the_active_context_is_the_whole_log(store: CompactSt
         assert_the_api_accepts(fmt, sess.active_context())
 
 
+@pytest.mark.slow_on_postgres
 def test_a_boundary_keeps_pins_then_the_summary_then_the_tail(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -555,6 +556,7 @@ def test_an_unchanged_re_read_becomes_a_stub_naming_the_path_and_the_earlier_seq
         assert_the_api_accepts(fmt, agent.sess.active_context())
 
 
+@pytest.mark.slow_on_postgres
 def test_a_changed_file_other_paths_and_invalidate_read_in_full(store: CompactStore) -> None:
     for fmt in FORMATS:
         agent = reader(store, fmt, "fresh")
@@ -619,6 +621,7 @@ def test_a_read_whose_earlier_content_was_cleared_goes_through_and_becomes_the_r
         assert f"seq {second}" in agent.text(stub)
 
 
+@pytest.mark.slow_on_postgres
 def test_a_read_whose_earlier_content_was_summarised_away_goes_through(
     store: CompactStore,
 ) -> None:

@@ -288,6 +288,7 @@ def test_boundaries_are_rolled_back_and_replayed_only_through_their_own_session(
     assert check_rows(store) == []
 
 
+@pytest.mark.slow_on_postgres
 def test_the_cli_cannot_reach_another_sessions_boundary(
     store: CompactStore, pair: tuple[Session, Session, int], db_url: str
 ) -> None:
@@ -306,6 +307,7 @@ def test_the_cli_cannot_reach_another_sessions_boundary(
     assert snapshot(store) == before
 
 
+@pytest.mark.slow_on_postgres
 def test_tool_calls_and_reads_are_per_session(
     store: CompactStore, pair: tuple[Session, Session, int]
 ) -> None:

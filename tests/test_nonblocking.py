@@ -241,6 +241,7 @@ def test_after_two_re_plans_only_the_cheap_stages_are_committed(
         assert chat.sess.breaker().consecutive_failures == 0
 
 
+@pytest.mark.slow_on_postgres
 def test_cheap_stage_edits_made_meanwhile_are_rebased_and_blob_ids_given_at_commit(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -271,6 +272,7 @@ def test_cheap_stage_edits_made_meanwhile_are_rebased_and_blob_ids_given_at_comm
 # -- the lease -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow_on_postgres
 def test_a_second_caller_below_the_blocking_ratio_runs_the_cheap_stages_and_goes_on(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:

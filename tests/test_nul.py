@@ -232,6 +232,7 @@ def test_figures_a_summarizer_reports_that_no_column_holds_are_left_out(
     assert stored.summary == result.summary
 
 
+@pytest.mark.slow_on_postgres
 def test_a_lone_surrogate_in_derived_text_is_stored_as_a_replacement_character(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:

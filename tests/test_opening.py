@@ -75,6 +75,7 @@ def test_a_write_command_on_a_mistyped_path_creates_nothing(
 
 
 @pytest.mark.empty_database
+@pytest.mark.slow_on_postgres
 def test_open_with_create_false_never_sets_a_database_up(db_url: str, tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match=r"no compactstore database at .*check the path"):
         CompactStore.open(db_url, create=False)
@@ -124,6 +125,7 @@ def test_db_upgrade_force_adds_the_tables_beside_another_programs(tmp_path: Path
 
 
 @pytest.mark.pg
+@pytest.mark.slow
 def test_another_programs_postgresql_database_is_refused_unless_allowed(tmp_path: Path) -> None:
     with fresh_database("postgres", tmp_path, "foreign", empty=True) as url:
         engine = create_engine(url)

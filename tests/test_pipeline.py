@@ -83,6 +83,7 @@ def test_several_stages_in_one_call_name_the_heaviest_and_list_each(store: Compa
     assert chat.sess.token_usage() == result.tokens_after < 0.85 * 18_000
 
 
+@pytest.mark.slow_on_postgres
 def test_each_call_records_at_most_one_row_whose_tokens_after_is_the_usage(
     store: CompactStore,
 ) -> None:

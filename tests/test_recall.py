@@ -237,6 +237,7 @@ def test_search_gives_at_most_20_hits_with_200_character_snippets(store: Compact
         assert "NEEDLE" in snippet and len(snippet) <= 200
 
 
+@pytest.mark.slow_on_postgres
 def test_a_long_answer_is_cut_at_the_cap_and_the_cursor_continues_it_exactly(
     store: CompactStore,
 ) -> None:

@@ -260,6 +260,7 @@ ALLOWED_TAGS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow_on_postgres
 def test_a_hostile_session_cannot_run_or_load_anything(store: CompactStore, tmp_path: Path) -> None:
     sid = "<script>alert(0)</script>\u2028/../x"
     chat = new_session(store, sid=sid, context_window=20_000)

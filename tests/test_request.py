@@ -104,6 +104,7 @@ def _pins(sess: Any) -> list[int]:
     return [item.seq for item in sess.context().head if item.state == "pinned"]
 
 
+@pytest.mark.slow_on_postgres
 def test_a_codex_session_pins_the_environment_block_and_the_real_request(
     store: CompactStore,
 ) -> None:

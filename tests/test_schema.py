@@ -157,6 +157,7 @@ def _schema(engine: Engine) -> dict[str, object]:
     return described
 
 
+@pytest.mark.slow_on_postgres
 def test_models_and_migrations_agree(db_url: str) -> None:
     engine = _migrated(db_url)
     try:
@@ -169,6 +170,7 @@ def test_models_and_migrations_agree(db_url: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.slow_on_postgres
 def test_a_new_database_has_exactly_the_schema_the_migrations_build(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -191,6 +193,7 @@ def test_a_new_database_has_exactly_the_schema_the_migrations_build(
     assert {row[0] for row in expected["schema_revisions rows"]} == every  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow_on_postgres
 def test_a_new_database_is_created_at_head_with_every_table_and_the_history_view(
     store: CompactStore,
 ) -> None:
@@ -241,6 +244,7 @@ def test_alembic_upgrade_downgrade_upgrade_from_the_repository_root(db_url: str)
 # -- revisions the code cannot use ---------------------------------------------------------
 
 
+@pytest.mark.slow_on_postgres
 def test_a_schema_newer_than_the_code_is_refused_naming_both_revisions(db_url: str) -> None:
     CompactStore.open(db_url).close()
     engine = create_engine(db_url if "://" in db_url else f"sqlite:///{db_url}")

@@ -138,6 +138,7 @@ def test_failures_and_timeouts_fall_back_and_count_until_a_summary_succeeds(
         assert chat.sess.breaker().consecutive_fallbacks == 0
 
 
+@pytest.mark.slow_on_postgres
 def test_summarizer_calls_are_limited_per_session_per_hour(db_url: str) -> None:
     summarizer = Recording()
     config = plain(summarizer_max_calls_per_hour=1)
@@ -167,6 +168,7 @@ def named(name: str) -> Callable[..., str]:
     return summarizer
 
 
+@pytest.mark.slow_on_postgres
 def test_a_session_summarizer_is_recorded_and_a_process_without_it_counts_a_fallback(
     db_url: str, reopen: Callable[[], CompactStore]
 ) -> None:

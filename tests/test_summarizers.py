@@ -285,6 +285,7 @@ def test_responses_items_thinking_and_media_are_left_out() -> None:
     assert "gAAAAB" not in text and IMAGE_B64 not in text
 
 
+@pytest.mark.slow_on_postgres
 def test_a_compaction_through_a_store_uses_the_models_text(db_url: str) -> None:
     client, seen = sdk_client(
         anthropic, lambda body: anthropic_message([{"type": "text", "text": SUMMARY_TEXT}])

@@ -145,6 +145,7 @@ def test_thinking_is_sent_verbatim_while_nothing_before_it_changed(
     )
 
 
+@pytest.mark.slow_on_postgres
 def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -170,6 +171,7 @@ def test_from_the_first_block_after_a_placeholder_thinking_is_left_out(
     assert check(agent.sess, reopen) == signatures(1)
 
 
+@pytest.mark.slow_on_postgres
 def test_the_thinking_rule_follows_the_edit_policy(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -210,6 +212,7 @@ def test_the_thinking_rule_follows_the_edit_policy(
     assert (forced.context().edit_policy, forced.context().prefix_checks) == ("rewrite", True)
 
 
+@pytest.mark.slow_on_postgres
 def test_a_block_made_while_an_earlier_one_of_its_turn_was_sent_anyway_is_left_out_with_it(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -323,6 +326,7 @@ def test_after_a_cut_only_thinking_that_answered_the_cut_context_is_sent(
     assert check(agent.sess, reopen) == signatures(5)
 
 
+@pytest.mark.slow_on_postgres
 def test_the_turn_a_request_continues_keeps_its_thinking(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -339,6 +343,7 @@ def test_the_turn_a_request_continues_keeps_its_thinking(
     assert check(agent.sess, reopen) == []
 
 
+@pytest.mark.slow_on_postgres
 def test_without_preserved_thinking_only_the_newest_turn_is_sent(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:
@@ -517,6 +522,7 @@ def _columns(url: str, table: str) -> set[str]:
         engine.dispose()
 
 
+@pytest.mark.slow_on_postgres
 def test_the_migration_goes_down_and_up_and_old_rows_send_their_thinking(db_url: str) -> None:
     with CompactStore.open(db_url) as store:
         agent = new_agent(store, "old", microcompact_keep_recent=0)

@@ -261,6 +261,7 @@ def test_a_session_that_exists_in_the_target_is_a_conflict_and_nothing_is_writte
         assert snapshot(target) == rows
 
 
+@pytest.mark.slow
 def test_a_failure_half_way_leaves_the_target_unchanged(
     source: CompactStore, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

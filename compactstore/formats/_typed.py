@@ -205,8 +205,10 @@ def _walk_leaf(annotation: Any, value: Any, at: str, problems: list[str]) -> Non
         problems.append(f"{at}expected {name}, got {_kind(value)}")
 
 
+@functools.cache
 def _literals(annotation: Any, key: str) -> tuple[Any, ...] | None:
-    """The values a TypedDict's ``key`` may take (None: no such key, or not a Literal)."""
+    """The values a TypedDict's ``key`` may take (None: no such key, or not a Literal).
+    Cached: a discriminated union asks it of every member for every value it checks."""
     if not _is_typed_dict(annotation):
         return None
     keys, _ = _typed_dict_keys(annotation)

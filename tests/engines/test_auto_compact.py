@@ -10,6 +10,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import pytest
+
 from compactstore import CompactStore, CompactStrategy, CompactTrigger
 from tests.helpers import T0, Chat, new_session, opened, words
 
@@ -31,6 +33,7 @@ def fill_to(chat: Chat, tokens: int) -> None:
     assert chat.sess.token_usage() == tokens
 
 
+@pytest.mark.slow_on_postgres
 def test_fires_at_85_percent_of_the_window_and_not_one_token_below(store: CompactStore) -> None:
     # 10,010 is not a multiple of 20: 85% of it (8,508.5) is not a whole number of tokens.
     for window in (10_000, 10_010):

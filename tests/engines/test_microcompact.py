@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from compactstore import CompactionConfig, CompactStore, CompactStrategy, CompactTrigger
 from tests.helpers import CLEARED, FORMATS, T0, Chat, new_session, plain, result_map, words
 
@@ -28,6 +30,7 @@ def with_results(
     return chat, ids
 
 
+@pytest.mark.slow_on_postgres
 def test_fires_at_3600_seconds_after_creation_and_keeps_the_5_newest_results(
     store: CompactStore,
 ) -> None:

@@ -267,6 +267,7 @@ def test_the_store_recovers_with_the_rule_based_summary_even_with_a_summarizer(
         assert result.summary is None, "no summarizer was asked"
 
 
+@pytest.mark.slow_on_postgres
 def test_the_attempt_counter_persists_and_record_usage_resets_it(
     store: CompactStore, reopen: Callable[[], CompactStore]
 ) -> None:

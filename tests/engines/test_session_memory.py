@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from compactstore import (
     CompactStore,
     CompactStrategy,
@@ -44,6 +46,7 @@ def tail_of(chat: Chat) -> list[tuple[int, int]]:
     return [(item.seq, item.tokens) for item in chat.sess.context().kept if item.seq is not None]
 
 
+@pytest.mark.slow_on_postgres
 def test_at_the_defaults_the_tail_has_5_messages_10k_tokens_and_at_most_40k(
     store: CompactStore,
 ) -> None:
@@ -97,6 +100,7 @@ TAIL_CASES = [
 ]
 
 
+@pytest.mark.slow_on_postgres
 def test_the_tail_bounds_scale_with_the_config(store: CompactStore) -> None:
     for case, (chars, min_messages, min_tokens, max_tokens, expected) in enumerate(TAIL_CASES):
         config = plain(
@@ -116,6 +120,7 @@ def test_the_tail_bounds_scale_with_the_config(store: CompactStore) -> None:
         assert tail[-1][0] == len(chat.sess.messages()) - 1
 
 
+@pytest.mark.slow_on_postgres
 def test_without_memory_or_when_it_would_keep_95_percent_full_compact_runs_instead(
     store: CompactStore,
 ) -> None:
@@ -193,6 +198,7 @@ def test_a_custom_memory_provider_is_used(db_url: str) -> None:
     assert [e.text for e in given] == ["stored entry text"]
 
 
+@pytest.mark.slow_on_postgres
 def test_a_tool_pair_at_the_tail_start_does_not_push_the_tail_past_40000_tokens(
     store: CompactStore,
 ) -> None:

@@ -256,6 +256,7 @@ def test_plan_tools_are_configurable(store: CompactStore) -> None:
     assert section(text, "Pending tasks").splitlines() == ["- [pending] Write docs"]
 
 
+@pytest.mark.slow_on_postgres
 def test_over_budget_old_instructions_are_cut_then_folded_into_a_recall_line(
     store: CompactStore,
 ) -> None:
