@@ -127,6 +127,7 @@ def _shipped_revisions() -> dict[str, str | None]:
     return {revision: down for revision, (down, _kind) in _shipped().items()}
 
 
+@cache
 def _shipped() -> dict[str, tuple[str | None, str | None]]:
     """Revision -> its parent and its ``kind`` (None when it declares none), for every
     revision file shipped in the package."""
