@@ -28,7 +28,7 @@ from compactstore.db.engine import create_engine_for, normalize_url
 from compactstore.db.migrate import alembic_config, current_revision, head_revision
 from compactstore.db.schema import metadata
 from tests.conftest import fresh_database
-from tests.helpers import TABLES
+from tests.helpers import TABLES, migrate_to
 
 # These tests are about creating and migrating a database: each gets one with nothing in it.
 pytestmark = pytest.mark.empty_database
@@ -85,14 +85,8 @@ def _table_names(url: str) -> set[str]:
 def _migrated(url: str) -> Engine:
     """An engine on ``url`` (an empty database) after running every migration, as an
     upgrade from the first revision would."""
-    from alembic import command
-
-    engine = create_engine_for(normalize_url(url))
-    with engine.begin() as connection:
-        config = alembic_config()
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-    return engine
+    migrate_to(url, "head", down=False)
+    return create_engine_for(normalize_url(url))
 
 
 def _schema(engine: Engine) -> dict[str, object]:
