@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from benchmarks import DEFAULT_CORPUS
-from compactstore._importers import detect
+from compactstore._importers import transcripts as readable_transcripts
 from compactstore._simulate import SimulationReport, simulate
 from compactstore._simulate.reference import AgentCut, agent_cuts
 from compactstore.errors import InvalidInputError
@@ -130,14 +130,7 @@ def transcripts(corpus: Path) -> list[Path]:
     """The files under ``corpus`` that compactstore reads as a transcript (by their content,
     as ``import`` detects it): companion files and formats it has no importer for are left
     out."""
-    found = []
-    for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
-        try:
-            detect(path)
-        except InvalidInputError:
-            continue
-        found.append(path)
-    return found
+    return readable_transcripts(sorted(p for p in corpus.rglob("*") if p.is_file()))
 
 
 def main() -> None:

@@ -60,17 +60,9 @@ def corpus_transcripts() -> list[Path]:
     """The dev corpus files of a kind compactstore imports (detected from their content):
     the sweeping tests take whatever transcripts are there and skip the rest (companion
     files, formats without an importer)."""
-    from compactstore._importers import detect
-    from compactstore.errors import InvalidInputError
+    from compactstore._importers import transcripts
 
-    found = []
-    for path in sorted(CORPUS_DEV.glob("*/*")):
-        try:
-            detect(path)
-        except InvalidInputError:
-            continue
-        found.append(path)
-    return found
+    return transcripts(sorted(CORPUS_DEV.glob("*/*")))
 
 
 # The PostgreSQL half of every backend-parametrised test carries the ``pg`` marker.

@@ -47,7 +47,7 @@ from compactstore._importers.builder import (
     to_imported,
 )
 from compactstore._importers.children import children, import_child
-from compactstore._importers.detection import detect, detect_file
+from compactstore._importers.detection import detect, detect_file, transcripts
 from compactstore._importers.files import (
     Progress,
     Record,
@@ -86,6 +86,7 @@ __all__ = [
     "parse_json",
     "parse_timestamp",
     "read_transcript",
+    "transcripts",
 ]
 
 SOURCES: tuple[str, ...] = (

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from compactstore._importers.files import TranscriptFile, open_transcript
 from compactstore._importers.mini_swe_agent import is_trajectory
 from compactstore.errors import InvalidInputError
 
-__all__ = ["detect", "detect_file"]
+__all__ = ["detect", "detect_file", "transcripts"]
 
 # How many records detection looks at before giving up on a file.
 _DETECT_RECORDS = 50
@@ -152,3 +154,16 @@ def detect(path: str | os.PathLike[str]) -> str:
     """
     with open_transcript(path) as file:
         return detect_file(file)
+
+
+def transcripts(paths: Iterable[Path]) -> list[Path]:
+    """The files among ``paths``, in their order, that :func:`detect` reads as a transcript
+    (companion files and kinds without an importer are left out)."""
+    found = []
+    for path in paths:
+        try:
+            detect(path)
+        except InvalidInputError:
+            continue
+        found.append(path)
+    return found
