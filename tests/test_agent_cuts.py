@@ -46,6 +46,17 @@ def _cc(kind: str, content: Any, uuid: str, **extra: Any) -> Message:
     return claude_code_record(kind, content, uuid=uuid, cwd="/w", **extra)
 
 
+def _boundary() -> Message:
+    """Claude Code's record of an automatic compaction."""
+    return {
+        "type": "system",
+        "subtype": "compact_boundary",
+        "uuid": "b1",
+        "sessionId": "s",
+        "compactMetadata": {"trigger": "auto", "preTokens": 1000},
+    }
+
+
 def _write(path: Path, lines: list[Message]) -> Path:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
@@ -76,13 +87,7 @@ def _claude_code(tmp_path: Path) -> Path:
             _cc("user", "also fix the parser tests please", "u3"),
             _cc("assistant", [use("t2", "Edit", "/w/src/lexer.py")], "a2", message_id="m2"),
             _cc("user", result("t2"), "u4"),
-            {
-                "type": "system",
-                "subtype": "compact_boundary",
-                "uuid": "b1",
-                "sessionId": "s",
-                "compactMetadata": {"trigger": "auto", "preTokens": 1000},
-            },
+            _boundary(),
             _cc("user", SUMMARY, "u5", isCompactSummary=True),
             _cc("user", "carry on", "u6"),
         ],
@@ -142,13 +147,7 @@ def test_a_numbered_task_is_matched_by_its_number_whatever_its_wording(tmp_path:
             message_id="m4",
         ),
         _cc("user", result("t4", "Updated task #2"), "u5"),
-        {
-            "type": "system",
-            "subtype": "compact_boundary",
-            "uuid": "b1",
-            "sessionId": "s",
-            "compactMetadata": {"trigger": "auto", "preTokens": 1000},
-        },
+        _boundary(),
         _cc("user", summary, "u6", isCompactSummary=True),
         _cc("user", "carry on", "u7"),
     ]
